@@ -1,0 +1,72 @@
+"""Atomic, deterministic writers for stage outputs.
+
+Every output goes to a temporary name in the same folder and is renamed into place, so a killed
+stage never leaves a half-written file under the final name (DESIGN.md, "Data between stages").
+Parquet files carry the parameters that produced them in their key-value metadata and contain
+no timestamps, so the same input and parameters give byte-identical files.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+#: Key under which rulerag stores provenance (stage, dataset, params) in Parquet metadata.
+PARQUET_META_KEY = b"rulerag"
+
+
+@contextlib.contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def atomic_open(path: Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
+    """Open a temporary file for writing that replaces `path` when closed without error."""
+    if "b" in mode:
+        encoding = None
+    with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as handle:
+        yield handle
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Write JSON atomically with sorted keys and a trailing newline (stable diffs)."""
+    with atomic_open(path) as handle:
+        json.dump(obj, handle, indent=2, sort_keys=True, ensure_ascii=False)
+        handle.write("\n")
+
+
+def write_parquet(path: Path, frame: pd.DataFrame, provenance: Mapping[str, Any]) -> None:
+    """Write `frame` atomically as Parquet, with `provenance` as JSON in the file metadata."""
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    meta = dict(table.schema.metadata or {})
+    meta[PARQUET_META_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
+    table = table.replace_schema_metadata(meta)
+    with atomic_path(path) as tmp:
+        pq.write_table(table, tmp, compression="zstd")
+
+
+def read_provenance(path: Path) -> dict[str, Any]:
+    """Return the provenance a rulerag Parquet file was written with (empty if none)."""
+    meta = pq.read_schema(path).metadata or {}
+    raw = meta.get(PARQUET_META_KEY)
+    return json.loads(raw) if raw else {}

@@ -1,0 +1,193 @@
+"""Ingestion: find a dataset (local mirror or download), read it, repair what is documented as
+repairable, describe it, and write the canonical files.
+
+Everything is read and checked before anything is written, and the files are moved into place
+together at the end, so bad input leaves the previous outputs (or none) untouched.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rulerag import __version__
+from rulerag.io import write_json, write_parquet
+from rulerag.kg.download import DownloadError, RemoteFile, fetch
+from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
+from rulerag.kg.registry import DatasetSpec, Source
+from rulerag.kg.schema import SPLITS, KnowledgeGraph, format_time
+
+DUPLICATE_POLICIES = ("drop", "keep", "error")
+MIRROR_ENV = "RULERAG_DATA_DIR"
+Fetcher = Callable[[Sequence[RemoteFile], Path], object]
+
+
+def locate(
+    spec: DatasetSpec,
+    data_dir: Path | None,
+    download_dir: Path,
+    source: str | None = None,
+    fetcher: Fetcher = fetch,
+) -> tuple[Source, Path, str]:
+    """Find a usable source: the local mirror first, then a download; else say where we looked.
+
+    Returns the source, the dataset folder to read from and a description of the origin.
+    """
+    candidates = [s for s in spec.sources if source is None or s.name == source]
+    if not candidates:
+        names = ", ".join(s.name for s in spec.sources)
+        raise ValueError(f"dataset {spec.name!r} has no source {source!r} (sources: {names})")
+    looked: list[str] = []
+    if spec.local_path is not None:
+        if spec.local_path.is_dir():
+            return candidates[0], spec.local_path, f"local folder {spec.local_path}"
+        raise DatasetNotFoundError(
+            f"dataset {spec.name!r}: folder {spec.local_path} (params.yaml ingest.custom) "
+            "does not exist"
+        )
+    if data_dir is not None:
+        root = data_dir / spec.mirror_dir
+        for src in candidates:
+            missing = [p for p in src.required if not (root / p).exists()]
+            if not missing:
+                return src, root, f"local mirror {root}"
+            looked.append(f"local mirror {root} ({MIRROR_ENV}): {src.name} lacks {missing[0]}")
+    else:
+        looked.append(f"local mirror: {MIRROR_ENV} is not set")
+    cache = download_dir / spec.mirror_dir
+    for src in candidates:
+        if not src.remote:
+            looked.append(f"download: source {src.name} has no public download")
+            continue
+        try:
+            fetcher(src.remote, cache)
+        except (DownloadError, OSError) as err:
+            looked.append(f"download of {src.name} into {cache}: {err}")
+            continue
+        return src, cache, f"download ({src.remote[0].url} ...)"
+    raise DatasetNotFoundError(
+        f"dataset {spec.name!r} was not found. Looked in:\n  - " + "\n  - ".join(looked)
+    )
+
+
+def repair(kg: KnowledgeGraph, duplicates: str = "drop") -> dict[str, int]:
+    """Apply the duplicate-fact policy in place and drop the reader's `line` column.
+
+    Returns the number of facts dropped per split. Exact duplicates (same head, relation, tail
+    and time within one split) carry no information and skew rule statistics, hence the default.
+    """
+    if duplicates not in DUPLICATE_POLICIES:
+        raise ValueError(f"ingest.duplicates must be one of {DUPLICATE_POLICIES}: {duplicates!r}")
+    facts = kg.facts
+    key = ["split", "head", "relation", "tail", "time"]
+    dup = facts.duplicated(subset=key, keep="first")
+    dropped = {s: 0 for s in kg.lines_read}
+    if dup.any() and duplicates == "error":
+        first_line = facts.groupby(key, dropna=False, sort=False)["line"].transform("first")
+        at = dup.idxmax()  # the first duplicate in file order
+        raise KGFormatError(
+            kg.split_files[facts.at[at, "split"]],
+            f"duplicate fact (same as line {first_line[at]}); "
+            "set ingest.duplicates to drop or keep",
+            int(facts.at[at, "line"]),
+        )
+    if duplicates == "drop":
+        counts = facts.loc[dup, "split"].value_counts()
+        dropped.update({str(s): int(n) for s, n in counts.items()})
+        facts = facts[~dup]
+    kg.facts = facts.drop(columns="line").reset_index(drop=True)
+    return dropped
+
+
+def describe(
+    kg: KnowledgeGraph, spec: DatasetSpec, source: Source, dropped: Mapping[str, int]
+) -> dict[str, Any]:
+    """The stats.json content: sizes per split, vocabulary, time range, repairs, provenance."""
+    facts = kg.facts
+    splits = {s: int((facts["split"] == s).sum()) for s in SPLITS if s in kg.lines_read}
+    used = pd.unique(pd.concat([facts["head"], facts["tail"]]))
+    names = kg.entities["name"]
+    shared_names = int(names[names.duplicated(keep=False)].nunique())
+    triple = ["head", "relation", "tail", "time"]
+    in_several = int(facts.drop_duplicates(triple + ["split"]).duplicated(triple).sum())
+    stats: dict[str, Any] = {
+        "dataset": spec.name,
+        "source": source.name,
+        "kind": "temporal" if kg.temporal else "static",
+        "facts": int(len(facts)),
+        "splits": splits,
+        "lines_read": dict(kg.lines_read),
+        "duplicates_dropped": dict(dropped),
+        "entities": int(len(kg.entities)),
+        "relations": int(len(kg.relations)),
+        "entities_in_facts": int(len(used)),
+        "relations_in_facts": int(facts["relation"].nunique()),
+        "entity_names_shared": shared_names,
+        "facts_in_several_splits": in_several,
+        "time_unit": kg.time_unit,
+        "time_granularity": kg.time_granularity,
+        "time_range": None,
+        "timestamps": 0,
+        "notes": list(kg.notes),
+        "inputs": dict(kg.inputs),
+    }
+    if kg.temporal and len(facts):
+        times = facts["time"].dropna()
+        stats["time_range"] = {
+            "first": format_time(int(times.min()), kg.time_unit),
+            "last": format_time(int(times.max()), kg.time_unit),
+        }
+        stats["timestamps"] = int(times.nunique())
+    return stats
+
+
+def write_outputs(kg: KnowledgeGraph, stats: Mapping[str, Any], out_dir: Path, params: Any) -> None:
+    """Write facts/entities/relations Parquet and stats.json, all moved into place at the end."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    provenance = {
+        "stage": "ingest",
+        "dataset": stats["dataset"],
+        "source": stats["source"],
+        "params": params,
+        "inputs": stats["inputs"],
+        "time_unit": kg.time_unit,
+        "time_granularity": kg.time_granularity,
+        "rulerag_version": __version__,
+    }
+    staging = Path(tempfile.mkdtemp(prefix=".ingest-", dir=out_dir))
+    try:
+        write_parquet(staging / "facts.parquet", kg.facts, provenance)
+        write_parquet(staging / "entities.parquet", kg.entities, provenance)
+        write_parquet(staging / "relations.parquet", kg.relations, provenance)
+        write_json(staging / "stats.json", stats)
+        for name in ("facts.parquet", "entities.parquet", "relations.parquet", "stats.json"):
+            os.replace(staging / name, out_dir / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def ingest(
+    spec: DatasetSpec,
+    out_dir: Path,
+    *,
+    data_dir: Path | None,
+    download_dir: Path,
+    duplicates: str = "drop",
+    source: str | None = None,
+    fetcher: Fetcher = fetch,
+) -> tuple[KnowledgeGraph, dict[str, Any]]:
+    """Locate, read, repair, describe and write one dataset; returns the KG and its stats."""
+    src, root, origin = locate(spec, data_dir, download_dir, source, fetcher)
+    kg = src.reader(root)
+    dropped = repair(kg, duplicates)
+    stats = describe(kg, spec, src, dropped)
+    stats["origin"] = origin
+    params = {"duplicates": duplicates, "source": src.name}
+    write_outputs(kg, stats, out_dir, params)
+    return kg, stats

@@ -1,0 +1,57 @@
+"""Shared test fixtures: where the real KG mirror is, and a disposable copy of the project."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def mirror_dir() -> Path:
+    """The local KG mirror: RULERAG_DATA_DIR, else ../shared/kg beside the project."""
+    env = os.environ.get("RULERAG_DATA_DIR")
+    return Path(env) if env else PROJECT_DIR.parent / "shared" / "kg"
+
+
+@pytest.fixture(scope="session")
+def kg_mirror() -> Path:
+    path = mirror_dir()
+    if not (path / "icews14").is_dir():
+        pytest.skip(f"no KG mirror at {path} (set RULERAG_DATA_DIR)")
+    return path
+
+
+def copy_project(dest: Path) -> Path:
+    """Copy the project's tracked and untracked-but-not-ignored files into `dest` as a fresh git
+    repository, so DVC and Airflow can run on it without touching the real workspace."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=PROJECT_DIR,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    for rel in filter(None, listed.split("\0")):
+        src = PROJECT_DIR / rel
+        if src.is_file():
+            target = dest / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, target)
+    dvc_config = PROJECT_DIR / ".dvc" / "config"
+    if dvc_config.is_file():
+        (dest / ".dvc").mkdir(exist_ok=True)
+        shutil.copy2(dvc_config, dest / ".dvc" / "config")
+    git = ["git", "-c", "user.email=test@rulerag", "-c", "user.name=test"]
+    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
+    return dest
+
+
+@pytest.fixture
+def project_copy(tmp_path: Path) -> Path:
+    return copy_project(tmp_path / "project")
