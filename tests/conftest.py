@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.http_fixtures import mirror_dir
+
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-
-
-def mirror_dir() -> Path:
-    """The local KG mirror: RULERAG_DATA_DIR, else ../shared/kg beside the project."""
-    env = os.environ.get("RULERAG_DATA_DIR")
-    return Path(env) if env else PROJECT_DIR.parent / "shared" / "kg"
 
 
 @pytest.fixture(scope="session")

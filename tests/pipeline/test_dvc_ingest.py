@@ -1,0 +1,96 @@
+"""`dvc repro ingest@<dataset>` for real, in a throw-away copy of the project: outputs, DVC
+metrics, `dvc status`, and the MLflow run the stage logged."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytestmark = [pytest.mark.slow, pytest.mark.data]
+
+BIN = Path(sys.executable).parent
+
+
+def run(cmd: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"{cmd} failed:\n{done.stdout}\n{done.stderr}"
+    return done
+
+
+@pytest.fixture
+def env(kg_mirror: Path, project_copy: Path) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "RULERAG_DATA_DIR": str(kg_mirror),
+        "RULERAG_PIPELINE_RUN": "test-dvc-ingest",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{project_copy / 'mlflow.db'}",
+        "DVC_NO_ANALYTICS": "1",
+    }
+
+
+def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict) -> None:
+    params = yaml.safe_load((project_copy / "params.yaml").read_text())
+    params["datasets"] = ["icews14", "nell995"]
+    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
+
+    out = run(["dvc", "repro", "ingest@nell995"], project_copy, env)
+    assert "ingest@nell995: 154,213 facts" in out.stdout
+    kg = project_copy / "data" / "nell995" / "kg"
+    for name in ("facts.parquet", "entities.parquet", "relations.parquet", "stats.json"):
+        assert (kg / name).is_file()
+    assert not (project_copy / "data" / "icews14").exists(), "only the named instance runs"
+
+    shown = json.loads(run(["dvc", "metrics", "show", "--json"], project_copy, env).stdout)
+    metrics = next(iter(shown.values()))["data"]["data/nell995/kg/stats.json"]["data"]
+    assert metrics["splits"] == {"train": 149_678, "valid": 543, "test": 3_992}
+    assert metrics["entities"] == 75_492
+
+    status = run(["dvc", "status", "ingest@nell995"], project_copy, env).stdout
+    assert "up to date" in status or status.strip() == ""
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("rulerag/nell995")
+    assert experiment is not None
+    (mlrun,) = client.search_runs([experiment.experiment_id])
+    assert mlrun.info.status == "FINISHED"
+    assert mlrun.data.tags["rulerag.pipeline_run"] == "test-dvc-ingest"
+    assert mlrun.data.params["ingest.duplicates"] == "drop"
+    assert mlrun.data.metrics["splits_train"] == 149_678
+
+
+def test_failed_ingest_keeps_nothing_and_reports_line(
+    project_copy: Path, env: dict, tmp_path: Path
+) -> None:
+    """A broken mirror file fails the stage with file:line and leaves no outputs."""
+    mirror = tmp_path / "mirror" / "nell-995"
+    (mirror / "pp413_NELL-995").mkdir(parents=True)
+    source = Path(env["RULERAG_DATA_DIR"]) / "nell-995" / "pp413_NELL-995"
+    for split in ("valid", "test"):
+        (mirror / "pp413_NELL-995" / f"{split}.txt").write_bytes(
+            (source / f"{split}.txt").read_bytes()
+        )
+    (mirror / "pp413_NELL-995" / "train.txt").write_text("concept_a_b\tconcept:x\n")
+    params = yaml.safe_load((project_copy / "params.yaml").read_text())
+    params["datasets"] = ["nell995"]
+    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    env = {**env, "RULERAG_DATA_DIR": str(tmp_path / "mirror")}
+    done = subprocess.run(
+        ["dvc", "repro", "ingest@nell995"],
+        cwd=project_copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert "train.txt:1: expected 3 columns" in done.stdout + done.stderr
+    assert not (project_copy / "data" / "nell995" / "kg" / "facts.parquet").exists()
