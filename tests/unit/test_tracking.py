@@ -1,0 +1,362 @@
+"""rulerag.tracking without a tracking server: names, params, the pipeline-run tag, the spool
+when the store is down, replay into a throw-away SQLite store, FAILED runs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rulerag import tracking
+from rulerag.tracking import (
+    PIPELINE_RUN_ENV,
+    default_tracking_uri,
+    flatten_params,
+    pipeline_run_id,
+    replay_spool,
+    runs_dvc,
+    sanitize_name,
+    stage_run,
+)
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tracking settings from the developer's shell leak into these tests."""
+    for key in ("MLFLOW_TRACKING_URI", PIPELINE_RUN_ENV, *tracking.FAIL_FAST_ENV):
+        monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture(scope="module")
+def sqlite_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """One SQLite store for the module: creating one runs MLflow's migrations (~1.5 s)."""
+    return f"sqlite:///{tmp_path_factory.mktemp('store') / 'mlflow.db'}"
+
+
+@pytest.fixture
+def dead_uri() -> Iterator[str]:
+    """An HTTP tracking URI on a port nothing listens on (connection refused)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    yield f"http://127.0.0.1:{port}"
+
+
+def spooled_folders(project: Path) -> list[Path]:
+    root = project / ".mlflow-spool"
+    return sorted(p for p in root.iterdir() if not p.name.startswith(".")) if root.exists() else []
+
+
+# -- names and params --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("recall@10", "recall_at_10"),
+        ("em", "em"),
+        ("token_f1", "token_f1"),
+        ("hits@1 (filtered)", "hits_at_1__filtered_"),
+        ("splits.train", "splits.train"),
+        ("eval/recall@5", "eval/recall_at_5"),
+        ("a:b", "a_b"),
+        ("/lead//slash/", "lead/slash"),
+        ("../up", "__/up"),
+        ("", "_"),
+        ("é", "_"),
+        ("x" * 300, "x" * 250),
+    ],
+)
+def test_sanitize_name(name: str, expected: str) -> None:
+    assert sanitize_name(name) == expected
+
+
+def test_flatten_params_dotted_stringified_truncated() -> None:
+    params = {
+        "ingest": {"duplicates": "drop", "source": {}, "custom": {"my kg": {"path": "/d"}}},
+        "datasets": ["icews14"],
+        "retrieval": {"k": 10, "lr": 1e-5, "rules": True, "model": None},
+        "long": "v" * 7000,
+    }
+    flat = flatten_params(params)
+    assert flat == {
+        "ingest.duplicates": "drop",
+        "ingest.source": "{}",
+        "ingest.custom.my_kg.path": "/d",
+        "datasets": '["icews14"]',
+        "retrieval.k": "10",
+        "retrieval.lr": "1e-05",
+        "retrieval.rules": "true",
+        "retrieval.model": "null",
+        "long": "v" * 5997 + "...",
+    }
+    assert len(flat["long"]) == tracking.MAX_PARAM_VALUE_LENGTH
+
+
+def test_limits_match_installed_mlflow() -> None:
+    from mlflow.utils import validation
+
+    assert tracking.MAX_PARAM_VALUE_LENGTH == validation.MAX_PARAM_VAL_LENGTH
+    assert tracking.MAX_TAG_VALUE_LENGTH == validation.MAX_TAG_VAL_LENGTH
+    assert tracking.MAX_KEY_LENGTH == validation.MAX_ENTITY_KEY_LENGTH
+    assert tracking.PARAMS_TAGS_PER_BATCH == validation.MAX_PARAMS_TAGS_PER_BATCH
+    assert tracking.METRICS_PER_BATCH == validation.MAX_METRICS_PER_BATCH
+    for name in ("recall_at_10", "eval/recall_at_5", "__/up", "a_b"):
+        assert validation.validate_param_and_metric_name(name)
+        assert not validation.path_not_unique(name)
+
+
+def test_default_tracking_uri_is_absolute_sqlite(tmp_path: Path) -> None:
+    assert default_tracking_uri(tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert tracking.resolve_tracking_uri(tmp_path, "http://x:5000") == "http://x:5000"
+
+
+def test_resolve_tracking_uri_env_overrides_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://mlflow:5000")
+    assert tracking.resolve_tracking_uri(tmp_path) == "http://mlflow:5000"
+
+
+# -- the pipeline-run tag ----------------------------------------------------------------------
+
+
+def test_pipeline_run_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(PIPELINE_RUN_ENV, "manual__2026-11-22T00:00:00")
+    assert pipeline_run_id() == "manual__2026-11-22T00:00:00"
+
+
+def test_pipeline_run_standalone_without_env_or_dvc(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tracking, "_dvc_ancestor_run_id", lambda: None)
+    first, second = pipeline_run_id(), pipeline_run_id()
+    assert first.startswith("standalone-") and len(first) == len("standalone-") + 32
+    assert first != second
+
+
+@pytest.mark.parametrize(
+    ("cmdline", "expected"),
+    [
+        (["dvc", "repro"], True),
+        (["/work/main/.venv/bin/dvc", "exp", "run"], True),
+        (["/usr/bin/python3", "/work/main/.venv/bin/dvc", "repro"], True),
+        (["python", "-m", "dvc", "repro"], True),
+        (["python3.11", "-u", "-X", "dev", "-mdvc", "repro"], True),
+        (["python", "-m", "pipeline_steps.ingest", "--dataset", "dvc"], False),
+        (["python", "-c", "import dvc"], False),
+        (["/bin/sh", "-c", "dvc repro"], False),
+        (["bash"], False),
+        ([], False),
+    ],
+)
+def test_runs_dvc(cmdline: list[str], expected: bool) -> None:
+    assert runs_dvc(cmdline) is expected
+
+
+def test_pipeline_run_shared_by_children_of_one_dvc_process(tmp_path: Path) -> None:
+    """Two stage processes started (through a shell) by one `dvc` process get the same id."""
+    child = tmp_path / "stage.py"
+    child.write_text("from rulerag.tracking import pipeline_run_id\nprint(pipeline_run_id())\n")
+    fake_dvc = tmp_path / "bin" / "dvc"
+    fake_dvc.parent.mkdir()
+    fake_dvc.write_text(
+        f"#!{sys.executable}\n"
+        "import os, subprocess, sys\n"
+        "for _ in range(2):\n"
+        f"    subprocess.run('{sys.executable} {child}', shell=True, check=True)\n"
+        "print('dvc-pid', os.getpid())\n"
+    )
+    fake_dvc.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != PIPELINE_RUN_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(PROJECT_ROOT), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [str(fake_dvc)], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    first, second, pid_line = done.stdout.split("\n")[:3]
+    assert first == second
+    assert first.startswith(f"dvc-{pid_line.split()[1]}-")
+
+
+# -- the spool ---------------------------------------------------------------------------------
+
+
+def test_unreachable_server_spools_fast(
+    tmp_path: Path, dead_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import mlflow  # noqa: F401  (imported here so the timing below is the tracking path only)
+
+    artifact = tmp_path / "stats.json"
+    artifact.write_text('{"facts": 3}')
+    models = tmp_path / "model"
+    (models / "sub").mkdir(parents=True)
+    (models / "sub" / "weights.bin").write_bytes(b"\0\1")
+    caplog.set_level(logging.WARNING, logger="rulerag.tracking")
+
+    started = time.monotonic()
+    with stage_run(
+        "ingest",
+        "icews14",
+        project_dir=tmp_path,
+        params={"ingest": {"duplicates": "drop"}},
+        tracking_uri=dead_uri,
+    ) as run:
+        run.log_metrics({"recall@10": 0.5, "em": 1}, step=2)
+        run.log_artifact(artifact)
+        artifact.unlink()  # snapshotted when logged: deleting it now loses nothing
+        run.log_artifact(models, artifact_path="models")
+        run.log_dict({"rows": [1, 2]}, "sample/rows.json")
+        run.set_tags({"note": "outage"})
+        outputs_written = True
+    elapsed = time.monotonic() - started
+
+    assert outputs_written and run.spooled and run.run_id is None
+    assert elapsed < 5, f"an unreachable store cost the stage {elapsed:.1f} s"
+    ours = [r for r in caplog.records if r.name == "rulerag.tracking"]
+    assert [r.levelname for r in ours] == ["WARNING"], "warn exactly once"
+    assert "replay" in ours[0].getMessage()
+    for key in tracking.FAIL_FAST_ENV:
+        assert key not in os.environ, "env defaults are only set during the tracking calls"
+
+    (folder,) = spooled_folders(tmp_path)
+    assert folder == run.spool_path
+    assert folder.name.split("-")[1:3] == ["ingest", "icews14"]
+    record = json.loads((folder / "run.json").read_text())
+    assert record["experiment"] == "rulerag/icews14"
+    assert record["run_name"] == "ingest@icews14"
+    assert record["status"] == "FINISHED"
+    assert record["params"] == {"ingest.duplicates": "drop"}
+    assert {(m["key"], m["value"], m["step"]) for m in record["metrics"]} == {
+        ("recall_at_10", 0.5, 2),
+        ("em", 1.0, 2),
+    }
+    assert record["tags"]["rulerag.stage_instance"] == "ingest@icews14"
+    assert record["tags"]["rulerag.pipeline_run"].startswith(("standalone-", "dvc-"))
+    assert record["tags"]["note"] == "outage"
+    assert "Connection refused" in record["error"] or "Max retries" in record["error"]
+    files = folder / "artifacts"
+    assert json.loads((files / "stats.json").read_text()) == {"facts": 3}
+    assert (files / "models" / "model" / "sub" / "weights.bin").read_bytes() == b"\0\1"
+    assert json.loads((files / "sample" / "rows.json").read_text()) == {"rows": [1, 2]}
+    assert not [p for p in (tmp_path / ".mlflow-spool").iterdir() if p.name.startswith(".")]
+
+
+def test_fail_fast_env_respects_user_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+    with tracking._fail_fast_http():
+        assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
+        assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
+    assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
+    assert "MLFLOW_HTTP_REQUEST_MAX_RETRIES" not in os.environ
+
+
+def test_exception_in_block_spools_failed_run_and_propagates(tmp_path: Path, dead_uri: str) -> None:
+    with (
+        pytest.raises(ValueError, match="boom"),
+        stage_run("mine", "yago", project_dir=tmp_path, tracking_uri=dead_uri) as run,
+    ):
+        run.log_metrics({"rules": 3})
+        raise ValueError("boom")
+    assert run.spooled
+    record = json.loads((run.spool_path / "run.json").read_text())
+    assert record["status"] == "FAILED"
+    assert record["tags"]["rulerag.error"] == "ValueError: boom"
+
+
+def test_replay_spool_into_sqlite(tmp_path: Path, dead_uri: str, sqlite_uri: str) -> None:
+    from mlflow import MlflowClient
+
+    with stage_run("ingest", "replayds", project_dir=tmp_path, tracking_uri=dead_uri) as run:
+        run.log_params({"ingest": {"duplicates": "keep"}})
+        run.log_metrics({"recall@10": 0.25}, step=1)
+        run.log_dict({"a": 1}, "a.json")
+    assert run.spooled
+    spooled_start = json.loads((run.spool_path / "run.json").read_text())["start_time"]
+
+    assert replay_spool(tmp_path, tracking_uri=sqlite_uri) == 1
+    assert spooled_folders(tmp_path) == []
+    assert replay_spool(tmp_path, tracking_uri=sqlite_uri) == 0, "nothing is sent twice"
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiment = client.get_experiment_by_name("rulerag/replayds")
+    (logged,) = client.search_runs([experiment.experiment_id])
+    assert logged.info.run_name == "ingest@replayds"
+    assert logged.info.status == "FINISHED"
+    assert logged.info.start_time == spooled_start
+    assert logged.data.params == {"ingest.duplicates": "keep"}
+    assert logged.data.metrics == {"recall_at_10": 0.25}
+    assert logged.data.tags["rulerag.replayed_from"] == run.spool_path.name
+    assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["a.json"]
+
+
+def test_replay_keeps_spool_while_store_is_down(tmp_path: Path, dead_uri: str) -> None:
+    with stage_run("ingest", "downds", project_dir=tmp_path, tracking_uri=dead_uri) as run:
+        run.log_metrics({"em": 0.1})
+    assert replay_spool(tmp_path, tracking_uri=dead_uri) == 0
+    assert spooled_folders(tmp_path) == [run.spool_path]
+
+
+def test_failure_midway_spools_whole_run_and_drops_the_partial_one(
+    tmp_path: Path, sqlite_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store fails after the run was created (artifact upload): the half-logged run is
+    deleted, the spool keeps all of it, and a replay logs it exactly once."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    def broken_upload(*args: object, **kwargs: object) -> None:
+        raise MlflowException("artifact store is full")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(MlflowClient, "log_artifacts", broken_upload)
+        with stage_run("ingest", "midway", project_dir=tmp_path, tracking_uri=sqlite_uri) as run:
+            run.log_metrics({"em": 0.5})
+            run.log_dict({"a": 1}, "a.json")
+    assert run.spooled
+    assert json.loads((run.spool_path / "run.json").read_text())["partial_run_ids"] == []
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    experiment_id = client.get_experiment_by_name("rulerag/midway").experiment_id
+    assert client.search_runs([experiment_id]) == [], "the partial run is not left visible"
+    assert replay_spool(tmp_path, tracking_uri=sqlite_uri) == 1
+    (logged,) = client.search_runs([experiment_id])
+    assert logged.data.metrics == {"em": 0.5}
+    assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["a.json"]
+
+
+def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) -> None:
+    from mlflow import MlflowClient
+
+    with (
+        pytest.raises(RuntimeError, match="stage broke"),
+        stage_run("ingest", "failds", project_dir=tmp_path, tracking_uri=sqlite_uri) as run,
+    ):
+        run.log_metrics({"facts": 10})
+        raise RuntimeError("stage broke")
+    assert not run.spooled and run.run_id
+    logged = MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id)
+    assert logged.info.status == "FAILED"
+    assert logged.data.metrics == {"facts": 10.0}
+    assert logged.data.tags["rulerag.error"] == "RuntimeError: stage broke"
+    assert not (tmp_path / ".mlflow-spool").exists() or spooled_folders(tmp_path) == []
+
+
+def test_bad_metric_and_closed_run_raise_at_the_call(tmp_path: Path, dead_uri: str) -> None:
+    with stage_run("ingest", "x", project_dir=tmp_path, tracking_uri=dead_uri) as run:
+        with pytest.raises(TypeError, match="not a number"):
+            run.log_metrics({"em": "high"})
+        with pytest.raises(FileNotFoundError):
+            run.log_artifact(tmp_path / "missing.json")
+        with pytest.raises(ValueError, match="inside the run"):
+            run.log_dict({}, "../escape.json")
+    with pytest.raises(RuntimeError, match="closed"):
+        run.log_metrics({"em": 1.0})
