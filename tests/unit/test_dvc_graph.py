@@ -79,7 +79,7 @@ def test_foreach_dict_key_item_fields_and_params(tmp_path: Path) -> None:
               big: {size: 99, tag: b}
             do:
               cmd: train --name ${key} --size ${item.size} --lr ${train.opt.lr} --v=${verbose}
-              deps: [data/${item.tag}]
+              deps: ["data/${item.tag}"]
               outs:
                 - models/${key}/model.pt
                 - models/${key}/metrics.json: {cache: false}
@@ -120,7 +120,7 @@ def test_matrix_names_and_dataset_axis(tmp_path: Path) -> None:
               cfg: [{a: 1}, {a: 2}]
               flag: [true, false]
             cmd: echo ${item.ds} ${item.cfg.a} ${item.flag} ${key}
-            outs: [out/${item.ds}/${key}.txt]
+            outs: ["out/${item.ds}/${key}.txt"]
         """,
     )
     graph = build_graph(dvc, {"datasets": ["x", "y"]})
@@ -143,7 +143,9 @@ def test_full_string_interpolation_keeps_type_and_escape_is_literal(tmp_path: Pa
         r"""
         stages:
           s:
-            cmd: [echo \${HOME}, "echo ${n[1]}"]
+            cmd:
+              - echo \${HOME}
+              - echo ${n[1]}
             deps: ${inputs}
         """,
     )
@@ -162,7 +164,7 @@ def test_vars_and_wdir(tmp_path: Path) -> None:
           s:
             wdir: sub
             cmd: make
-            deps: [../${root}/in]
+            deps: ["../${root}/in"]
             outs: [out]
         """,
     )
@@ -212,13 +214,13 @@ def test_edges_follow_deps_under_outs_in_both_directions(tmp_path: Path) -> None
             foreach: ${datasets}
             do:
               cmd: ingest ${item}
-              outs: [data/${item}/kg]
+              outs: ["data/${item}/kg"]
           mine:
             foreach: ${datasets}
             do:
               cmd: mine ${item}
-              deps: [data/${item}/kg/facts.parquet]
-              outs: [data/${item}/rules.tsv]
+              deps: ["data/${item}/kg/facts.parquet"]
+              outs: ["data/${item}/rules.tsv"]
           report:
             cmd: report
             deps: [data]
@@ -335,7 +337,7 @@ def test_expansion_matches_dvc_itself(tmp_path: Path) -> None:
               cfg: [{a: 1}, {a: 2}]
               flag: [true, false]
             cmd: echo ${item.ds} ${item.cfg.a} ${item.flag} ${key}
-            outs: [out/${item.ds}/${key}.txt]
+            outs: ["out/${item.ds}/${key}.txt"]
           d:
             foreach:
               x: {n: 1}
@@ -353,7 +355,7 @@ def test_expansion_matches_dvc_itself(tmp_path: Path) -> None:
     write(tmp_path, "datasets: [a, b]\ntrain:\n  lr: 0.1\n", name="params.yaml")
     repo = Repo.init(str(tmp_path), no_scm=True)
     try:
-        theirs = {s.addressing: (s.cmd, sorted(str(o) for o in s.outs)) for s in repo.index.stages}
+        theirs = {s.name: (s.cmd, sorted(str(o) for o in s.outs)) for s in repo.index.stages}
     finally:
         repo.close()
     ours = {

@@ -1,0 +1,193 @@
+"""The rulerag Airflow DAG, generated from dvc.yaml: one task per DVC stage instance.
+
+Thin glue over rulerag.orchestration: the graph (stages, ``foreach`` over every known dataset,
+edges from deps/outs) comes from dvc.yaml, so a stage added there appears here with no edit.
+Each stage task runs the very command DVC runs, ``dvc repro --single-item <stage>@<item>``, so
+dvc.lock is written as by ``dvc repro`` and ``dvc status`` agrees with Airflow. DVC holds a
+repository lock, hence one task at a time (``max_active_tasks=1``) and one run at a time.
+
+Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
+
+    {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.sdk import DAG, TriggerRule, get_current_context, task
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+# The project is the parent of dags/ unless RULERAG_PROJECT_DIR says otherwise (tests point it
+# at a copy). It goes first on sys.path so the DAG uses that project's rulerag package.
+PROJECT_DIR = Path(
+    os.environ.get("RULERAG_PROJECT_DIR") or Path(__file__).resolve().parent.parent
+).resolve()
+if str(PROJECT_DIR) not in sys.path:
+    sys.path.insert(0, str(PROJECT_DIR))
+
+from rulerag.kg.registry import known_datasets  # noqa: E402
+from rulerag.orchestration.dvc_graph import (  # noqa: E402
+    StageInstance,
+    build_graph,
+    cmd_param_keys,
+    stage_edges,
+    task_id_for,
+)
+from rulerag.orchestration.run_conf import (  # noqa: E402
+    apply_run_conf,
+    load_params,
+    validate_run_conf,
+)
+
+DVC_YAML = PROJECT_DIR / "dvc.yaml"
+PARAMS_YAML = PROJECT_DIR / "params.yaml"
+log = logging.getLogger("rulerag.dag")
+
+
+def _dvc_executable() -> str:
+    """The dvc next to this interpreter (the project venv), else the one on PATH."""
+    local = Path(sys.executable).parent / "dvc"
+    found = str(local) if local.exists() else shutil.which("dvc")
+    if not found:
+        raise AirflowFailException("dvc not found next to the Python interpreter nor on PATH")
+    return found
+
+
+def _stage_env(run_id: str) -> dict[str, str]:
+    """The task's environment plus the run tag; the venv's bin/ first so stage commands
+    (``python -m pipeline_steps...``) use the same interpreter as Airflow."""
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    env["RULERAG_PIPELINE_RUN"] = run_id
+    env.setdefault("DVC_NO_ANALYTICS", "1")
+    return env
+
+
+def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
+    """Validate the run's conf and write it into params.yaml; return what is now selected.
+
+    A bad conf fails the run at once without retries: retrying cannot make it valid.
+    """
+    params = load_params(PARAMS_YAML)
+    try:
+        run_conf = validate_run_conf(
+            conf, params, known_datasets(params), cmd_keys=cmd_param_keys(DVC_YAML)
+        )
+    except ValueError as exc:
+        raise AirflowFailException(f"invalid run conf: {exc}") from exc
+    changed = apply_run_conf(PARAMS_YAML, run_conf)
+    selected = load_params(PARAMS_YAML).get("datasets") or []
+    log.info(
+        "params.yaml %s; datasets: %s",
+        "updated" if changed else "unchanged",
+        ", ".join(map(str, selected)),
+    )
+    return {"changed": changed, "datasets": list(selected), "params": dict(run_conf.params)}
+
+
+def run_stage(instance: StageInstance, run_id: str) -> None:
+    """Skip a stage instance the current params.yaml does not select, else ``dvc repro`` it.
+
+    "Selected" means DVC itself would generate this instance from params.yaml as it is now
+    (after apply_conf), e.g. ``ingest@nell995`` only while nell995 is in ``datasets``.
+    Otherwise ``dvc repro --single-item`` would fail with an unknown stage.
+    """
+    params = load_params(PARAMS_YAML)
+    selected = [str(d) for d in params.get("datasets") or []]
+    current = {i.name for i in build_graph(DVC_YAML, params, selected)}
+    if instance.name not in current:
+        why = (
+            f"dataset {instance.dataset!r} is not selected (datasets: {', '.join(selected)})"
+            if instance.dataset is not None
+            else "params.yaml does not generate it"
+        )
+        raise AirflowSkipException(f"{instance.name}: {why}")
+
+    cmd = [_dvc_executable(), "repro", "--single-item", instance.name]
+    log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=PROJECT_DIR,
+        env=_stage_env(run_id),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        bufsize=1,
+    )
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # stream into the task log as it comes
+            log.info("%s", line.rstrip("\n"))
+        returncode = proc.wait()
+    finally:
+        if proc.poll() is None:  # task killed or timed out: do not leave DVC running
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with status {returncode}")
+
+
+def _build_dag() -> DAG:
+    params = load_params(PARAMS_YAML)
+    # Every known dataset, not only params.yaml's selection: a run's conf may pick any of them.
+    instances = build_graph(DVC_YAML, params, known_datasets(params))
+    task_ids = {inst.name: task_id_for(inst.name) for inst in instances}
+    if len(set(task_ids.values())) != len(task_ids):
+        raise ValueError(f"stage names collide as Airflow task ids: {sorted(task_ids.values())}")
+
+    with DAG(
+        dag_id="rulerag",
+        description="RuleRAG pipeline: the DVC stages of dvc.yaml, one task per stage instance",
+        doc_md=__doc__,
+        schedule=None,
+        catchup=False,
+        max_active_runs=1,
+        max_active_tasks=1,
+        default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
+        tags=["rulerag", "dvc"],
+    ) as dag:
+
+        @task(task_id="apply_conf", retries=0)
+        def apply_conf() -> dict[str, Any]:
+            """Validate dag_run.conf and write it into params.yaml (like dvc exp run -S)."""
+            dag_run = get_current_context()["dag_run"]
+            return apply_conf_to_params(dict(dag_run.conf or {}))
+
+        def stage_task(instance: StageInstance) -> Any:
+            # none_failed: a skipped upstream (unselected dataset) must not skip a stage that
+            # is selected; the task decides for itself from params.yaml.
+            @task(
+                task_id=task_ids[instance.name],
+                trigger_rule=TriggerRule.NONE_FAILED,
+                doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
+            )
+            def stage() -> None:
+                run_stage(instance, str(get_current_context()["run_id"]))
+
+            return stage()
+
+        first = apply_conf()
+        tasks = {inst.name: stage_task(inst) for inst in instances}
+        edges = stage_edges(instances)
+        downstream = {down for _, down in edges}
+        for inst in instances:
+            if inst.name not in downstream:  # roots wait for apply_conf; the rest follow them
+                first >> tasks[inst.name]
+        for up, down in edges:
+            tasks[up] >> tasks[down]
+    return dag
+
+
+rulerag_dag = _build_dag()

@@ -1,0 +1,405 @@
+"""Validate an Airflow DAG run's conf and apply it to params.yaml like ``dvc exp run -S``.
+
+A run's conf comes from whoever can trigger the DAG (UI, REST API, CLI), and its values end up
+in params.yaml, which every stage reads and DVC interpolates into shell commands. So the conf
+is checked strictly before anything is written: only known dataset names, only keys that
+already exist in params.yaml, only plain YAML values, and no shell syntax in values that reach
+a ``cmd``. The file is then edited in place with ruamel's round-trip mode so that its comments
+(the documentation of every knob) survive, and replaced atomically so that a crash never leaves
+a half-written params.yaml behind.
+
+Expected conf::
+
+    {"datasets": ["icews14", "nell995"], "params": {"ingest.duplicates": "error"}}
+
+Both keys are optional; an empty conf changes nothing.
+"""
+
+from __future__ import annotations
+
+import copy
+import io
+import math
+import os
+import re
+import tempfile
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import CommentMark
+from ruamel.yaml.tokens import CommentToken
+
+__all__ = [
+    "DATASET_NAME_RE",
+    "PARAM_KEY_RE",
+    "RunConf",
+    "apply_run_conf",
+    "load_params",
+    "set_params",
+    "validate_run_conf",
+]
+
+PARAM_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
+# Dataset names become path parts (data/<name>/) and are interpolated into shell commands.
+DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
+SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
+_CONF_KEYS = ("datasets", "params")
+_SCALARS = (str, bool, int, float, type(None))
+
+
+@dataclass(frozen=True)
+class RunConf:
+    """A validated run conf. ``datasets`` None means: keep params.yaml's selection."""
+
+    datasets: tuple[str, ...] | None = None
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def is_empty(self) -> bool:
+        """True when applying it would leave params.yaml untouched."""
+        return self.datasets is None and not self.params
+
+
+def load_params(path: str | Path) -> dict[str, Any]:
+    """params.yaml as plain data, parsed as DVC parses it (ruamel, YAML 1.2)."""
+    with open(path, encoding="utf-8") as fh:
+        data = YAML(typ="safe", pure=True).load(fh)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _is_scalar(value: Any) -> bool:
+    if isinstance(value, float) and not math.isfinite(value):
+        return False  # NaN/inf do not round-trip through JSON or every YAML reader
+    return isinstance(value, _SCALARS)
+
+
+def _check_value(key: str, value: Any) -> None:
+    """Scalars, or one level of list/dict holding scalars: no objects, no deep structures."""
+    what = f"conf params['{key}']"
+    if _is_scalar(value):
+        return
+    if isinstance(value, list | tuple):
+        for i, v in enumerate(value):
+            if not _is_scalar(v):
+                raise ValueError(
+                    f"{what}[{i}]: list entries must be YAML scalars (string, number, bool,"
+                    f" null), got {type(v).__name__}"
+                )
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not isinstance(k, str) or not PARAM_KEY_RE.match(k) or "." in k:
+                raise ValueError(f"{what}: invalid mapping key {k!r}")
+            if not _is_scalar(v):
+                raise ValueError(
+                    f"{what}[{k!r}]: mapping values must be YAML scalars (string, number,"
+                    f" bool, null), got {type(v).__name__}"
+                )
+        return
+    raise ValueError(
+        f"{what}: values must be YAML scalars, or lists/mappings of scalars;"
+        f" got {type(value).__name__}"
+    )
+
+
+def _strings(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for k, v in value.items():
+            yield str(k)
+            yield from _strings(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _strings(v)
+
+
+def _lookup(params: Mapping[str, Any], key: str) -> Any:
+    """Value at a dotted key of params.yaml; KeyError when any part is missing."""
+    node: Any = params
+    for part in key.split("."):
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            raise KeyError(key)
+    return node
+
+
+def _is_section(value: Any) -> bool:
+    """A nested mapping: overriding its parent wholesale would silently drop settings."""
+    return isinstance(value, Mapping)
+
+
+def _touches(a: str, b: str) -> bool:
+    """One dotted key equals the other or is a parent of it."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def validate_run_conf(
+    conf: Mapping[str, Any] | None,
+    params: Mapping[str, Any],
+    known_datasets: Collection[str],
+    cmd_keys: Collection[str] = (),
+) -> RunConf:
+    """Check a run's conf against params.yaml and the known datasets; ValueError if bad.
+
+    ``cmd_keys`` are params keys interpolated into stage commands
+    (``dvc_graph.cmd_param_keys``): string values overriding them must be plain tokens, since
+    DVC runs commands through a shell.
+    """
+    if conf is None:
+        return RunConf()
+    if not isinstance(conf, Mapping):
+        raise ValueError(f"run conf must be a JSON object, got {type(conf).__name__}")
+    unknown = sorted(str(k) for k in conf if k not in _CONF_KEYS)
+    if unknown:
+        raise ValueError(
+            f"run conf: unknown key(s) {', '.join(map(repr, unknown))};"
+            f" allowed: {', '.join(_CONF_KEYS)}"
+        )
+
+    datasets: tuple[str, ...] | None = None
+    if conf.get("datasets") is not None:
+        raw = conf["datasets"]
+        if not isinstance(raw, list | tuple) or not raw:
+            raise ValueError(
+                'run conf "datasets" must be a non-empty list of names, e.g. ["icews14"]'
+            )
+        names: list[str] = []
+        for name in raw:
+            if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
+                raise ValueError(
+                    f"run conf datasets: invalid dataset name {name!r} (letters, digits, '_',"
+                    " '.', '-' only)"
+                )
+            if name not in known_datasets:
+                raise ValueError(
+                    f"run conf datasets: unknown dataset {name!r}; known:"
+                    f" {', '.join(sorted(known_datasets))}"
+                )
+            if name not in names:
+                names.append(name)
+        datasets = tuple(names)
+
+    overrides: dict[str, Any] = {}
+    raw_params = conf.get("params")
+    if raw_params is not None:
+        if not isinstance(raw_params, Mapping):
+            raise ValueError(
+                'run conf "params" must be an object of dotted keys, e.g.'
+                ' {"ingest.duplicates": "error"}'
+            )
+        for key, value in raw_params.items():
+            if not isinstance(key, str) or not PARAM_KEY_RE.match(key):
+                raise ValueError(
+                    f"run conf params: invalid key {key!r} (dotted identifiers only, e.g."
+                    " 'ingest.duplicates')"
+                )
+            if key == "datasets" or key.startswith("datasets."):
+                raise ValueError('run conf params: set datasets with the "datasets" conf key')
+            try:
+                current = _lookup(params, key)
+            except KeyError:
+                raise ValueError(
+                    f"run conf params: unknown key {key!r}; only keys already in params.yaml"
+                    " can be overridden"
+                ) from None
+            _check_value(key, value)
+            if isinstance(current, Mapping) and (
+                not isinstance(value, Mapping) or any(map(_is_section, current.values()))
+            ):
+                raise ValueError(
+                    f"run conf params: {key!r} is a section of params.yaml; override its keys"
+                    f" one by one (e.g. '{key}.<name>')"
+                )
+            for other in overrides:
+                if _touches(key, other):
+                    raise ValueError(f"run conf params: keys {other!r} and {key!r} overlap")
+            for s in _strings(value):
+                if any(_touches(key, c) for c in cmd_keys) and not SHELL_SAFE_RE.match(s):
+                    raise ValueError(
+                        f"run conf params: {key!r} reaches a stage command; {s!r} may only"
+                        " hold letters, digits and _ . , : / = + @ % -"
+                    )
+                if "\x00" in s:
+                    raise ValueError(f"run conf params: {key!r} holds a NUL character")
+            overrides[key] = copy.deepcopy(list(value) if isinstance(value, tuple) else value)
+    return RunConf(datasets=datasets, params=overrides)
+
+
+# ---------------------------------------------------------------------------------------------
+# Applying
+# ---------------------------------------------------------------------------------------------
+
+
+def set_params(params: Mapping[str, Any], conf: RunConf) -> dict[str, Any]:
+    """The plain-data result of applying ``conf``: what params.yaml must read as afterwards."""
+    result = copy.deepcopy(dict(params))
+    if conf.datasets is not None:
+        result["datasets"] = list(conf.datasets)
+    for key, value in conf.params.items():
+        *parents, last = key.split(".")
+        node: Any = result
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if isinstance(node, list):
+            node[int(last)] = copy.deepcopy(value)
+        else:
+            node[last] = copy.deepcopy(value)
+    return result
+
+
+def _trailing_comment(container: Any) -> tuple[Any, int] | None:
+    """The comment token after a block collection's last entry, and its slot in ca.items."""
+    if isinstance(container, CommentedSeq) and len(container):
+        entry = container.ca.items.get(len(container) - 1)
+        if entry and entry[0] is not None:
+            return entry[0], 0
+    if isinstance(container, CommentedMap) and len(container):
+        entry = container.ca.items.get(list(container)[-1])
+        if entry and len(entry) > 2 and entry[2] is not None:
+            return entry[2], 2
+    return None
+
+
+def _set_comment(container: Any, index: Any, slot: int, token: Any) -> None:
+    entry = container.ca.items.setdefault(index, [None, None, None, None])
+    entry[slot] = token
+
+
+def _replace_value(parent: Any, key: Any, new: Any) -> None:
+    """Set ``parent[key] = new`` keeping the comments that follow the old value.
+
+    ruamel stores the comment block after a block list/mapping on its last entry, so replacing
+    the collection would drop the documentation of the next key; we move it to the new last
+    entry (or, for an empty collection, after ``key`` in the parent). Flow style is kept.
+    """
+    old = parent[key]
+    trailing = _trailing_comment(old)
+    value: Any
+    if isinstance(new, list):
+        value = CommentedSeq(new)
+    elif isinstance(new, Mapping):
+        value = CommentedMap(new)
+    else:
+        value = new
+    if isinstance(value, CommentedSeq | CommentedMap) and isinstance(
+        old, CommentedSeq | CommentedMap
+    ):
+        if old.fa.flow_style():
+            value.fa.set_flow_style()
+        else:
+            value.fa.set_block_style()
+    if isinstance(value, CommentedMap) and isinstance(old, CommentedMap):
+        # Keep the comments around keys that survive; the trailing one is re-placed below.
+        last_old = list(old)[-1] if len(old) else None
+        for k in value:
+            if k in old.ca.items:
+                entry = list(old.ca.items[k])
+                if k == last_old and trailing is not None and len(entry) > 2:
+                    entry[2] = None
+                value.ca.items[k] = entry
+    if trailing is not None:
+        token, _ = trailing
+        if isinstance(value, CommentedSeq) and len(value) and not value.fa.flow_style():
+            _set_comment(value, len(value) - 1, 0, token)
+        elif isinstance(value, CommentedMap) and len(value) and not value.fa.flow_style():
+            _set_comment(value, list(value)[-1], 2, token)
+        elif isinstance(parent, CommentedMap):
+            _comment_before_next_key(parent, key, token)
+    parent[key] = value
+
+
+def _comment_before_next_key(parent: CommentedMap, key: Any, token: Any) -> None:
+    """Re-attach a trailing comment block as the leading comment of the key after ``key``.
+
+    ruamel cannot emit a comment after an empty ``{}``/``[]`` from the value's slot, so the
+    lines move to the next sibling, where they were printed anyway. With no next sibling the
+    comment is dropped (the values are still right; only that comment is lost).
+    """
+    keys = list(parent)
+    index = keys.index(key)
+    if index + 1 >= len(keys):
+        return
+    lines = str(token.value).split("\n")[1:]  # the first part ends the value's own line
+    if lines and lines[-1] == "":
+        lines.pop()
+    tokens = [
+        CommentToken(
+            line.strip() + "\n", CommentMark(len(line) - len(line.lstrip()) if line else 0)
+        )
+        for line in lines
+    ]
+    entry = parent.ca.items.setdefault(keys[index + 1], [None, None, None, None])
+    entry[1] = tokens + list(entry[1] or [])
+
+
+def _yaml_rt() -> YAML:
+    """Round-trip YAML matching params.yaml's layout (2-space maps, '  - ' lists)."""
+    yaml = YAML(typ="rt", pure=True)
+    yaml.preserve_quotes = True
+    yaml.width = 4096  # never re-wrap long strings or comments
+    yaml.indent(mapping=2, sequence=4, offset=2)
+    return yaml
+
+
+def apply_run_conf(params_path: str | Path, conf: RunConf) -> bool:
+    """Write ``conf`` into params.yaml, keeping comments; True when the file changed.
+
+    Like ``dvc exp run -S key=value``: ``datasets`` and each overridden key are set in place,
+    everything else is left as written. The new text is written to a temporary file next to
+    params.yaml and moved over it with os.replace, so readers see the old or the new file,
+    never a partial one.
+    """
+    path = Path(params_path)
+    if conf.is_empty:
+        return False
+    text = path.read_text(encoding="utf-8")
+    yaml = _yaml_rt()
+    doc = yaml.load(text)
+    before = load_params(path)
+    expected = set_params(before, conf)
+    if expected == before:
+        return False
+
+    if conf.datasets is not None:
+        _replace_value(doc, "datasets", list(conf.datasets))
+    for key, value in conf.params.items():
+        *parents, last = key.split(".")
+        node: Any = doc
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        _replace_value(node, int(last) if isinstance(node, list) else last, value)
+
+    buf = io.StringIO()
+    yaml.dump(doc, buf)
+    new_text = buf.getvalue()
+    # Guard the comment surgery: the file must read back as exactly the intended values.
+    reread = YAML(typ="safe", pure=True).load(new_text)
+    if reread != expected:
+        raise RuntimeError(f"{path}: applying the run conf would not round-trip; not written")
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(new_text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return True

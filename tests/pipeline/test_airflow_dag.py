@@ -1,0 +1,233 @@
+"""The Airflow DAG generated from dvc.yaml: it parses, mirrors the stage graph, and a run with
+``airflow dags test`` does what ``dvc repro`` would (same outputs, dvc.lock, ``dvc status``).
+
+Airflow reads its configuration once per process, so everything Airflow runs in a subprocess
+with its own AIRFLOW_HOME; DAG runs happen in a throw-away copy of the project.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rulerag.kg.registry import known_datasets
+from rulerag.orchestration.dvc_graph import build_graph, stage_edges, task_id_for
+from rulerag.orchestration.run_conf import load_params
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+
+# What the DagBag subprocess prints: import errors and, per task, its upstreams.
+DAGBAG_SCRIPT = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder=sys.argv[1])
+dag = bag.dags.get("rulerag")
+out = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "dag": None}
+if dag is not None:
+    out["dag"] = {
+        "max_active_runs": dag.max_active_runs,
+        "max_active_tasks": dag.max_active_tasks,
+        "timetable": type(dag.timetable).__name__,
+        "tasks": {
+            t.task_id: {
+                "upstream": sorted(t.upstream_task_ids),
+                "retries": t.retries,
+                "trigger_rule": str(t.trigger_rule),
+            }
+            for t in dag.tasks
+        },
+    }
+print("DAGBAG_JSON=" + json.dumps(out))
+"""
+
+# A stand-in for the real stages: two chained foreach stages that record the run tag.
+TRIVIAL_DVC_YAML = """\
+stages:
+  ingest:
+    foreach: ${datasets}
+    do:
+      cmd: mkdir -p data/${item}/kg && echo "$RULERAG_PIPELINE_RUN" > data/${item}/kg/facts.parquet
+      params:
+        - ingest
+      outs:
+        - data/${item}/kg/facts.parquet
+  count:
+    foreach: ${datasets}
+    do:
+      cmd: wc -c < data/${item}/kg/facts.parquet > data/${item}/count.txt
+      deps:
+        - data/${item}/kg
+      outs:
+        - data/${item}/count.txt
+"""
+
+
+def airflow_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
+    """An environment for Airflow CLI calls that touches nothing outside tmp dirs."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    env.update(
+        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
+        AIRFLOW_HOME=str(home),
+        AIRFLOW__CORE__DAGS_FOLDER=str(project / "dags"),
+        AIRFLOW__CORE__LOAD_EXAMPLES="False",
+        RULERAG_PROJECT_DIR=str(project),
+        MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
+        DVC_NO_ANALYTICS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def run(
+    cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 120, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, (
+            f"{cmd} exited {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
+        )
+    return done
+
+
+def dags_test(project: Path, env: dict[str, str], conf: dict[str, Any]) -> tuple[int, str]:
+    """``airflow dags test rulerag -c CONF``: exit status and combined output."""
+    done = run(
+        [str(BIN / "airflow"), "dags", "test", "rulerag", "-c", json.dumps(conf)],
+        project,
+        env,
+        timeout=240,
+        check=False,
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def last_run_states(home: Path) -> tuple[str, str, dict[str, str]]:
+    """(run_id, dag run state, {task_id: state}) of the newest run, read from Airflow's DB."""
+    with sqlite3.connect(home / "airflow.db") as db:
+        run_id, state = db.execute(
+            "SELECT run_id, state FROM dag_run WHERE dag_id = 'rulerag' ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        tasks = dict(
+            db.execute(
+                "SELECT task_id, state FROM task_instance WHERE dag_id = 'rulerag' AND run_id = ?",
+                (run_id,),
+            ).fetchall()
+        )
+    return run_id, state, tasks
+
+
+@pytest.fixture
+def airflow_project(project_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
+    """A project copy and a migrated, empty Airflow home for it."""
+    home = tmp_path / "airflow_home"
+    home.mkdir()
+    run([str(BIN / "airflow"), "db", "migrate"], project_copy, airflow_env(project_copy, home))
+    return project_copy, home
+
+
+def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
+    done = run(
+        [sys.executable, "-c", DAGBAG_SCRIPT, str(PROJECT_DIR / "dags")],
+        PROJECT_DIR,
+        airflow_env(PROJECT_DIR, tmp_path / "airflow_home", RULERAG_PROJECT_DIR=""),
+    )
+    line = next(x for x in done.stdout.splitlines() if x.startswith("DAGBAG_JSON="))
+    bag = json.loads(line.removeprefix("DAGBAG_JSON="))
+    assert bag["import_errors"] == {}
+    dag = bag["dag"]
+    assert dag is not None, "DAG 'rulerag' not found"
+    assert dag["max_active_runs"] == 1 and dag["max_active_tasks"] == 1
+    assert dag["timetable"] == "NullTimetable"  # schedule=None: runs are triggered
+
+    params = load_params(PROJECT_DIR / "params.yaml")
+    instances = build_graph(PROJECT_DIR / "dvc.yaml", params, known_datasets(params))
+    expected: dict[str, set[str]] = {"apply_conf": set()}
+    for inst in instances:
+        expected[task_id_for(inst.name)] = set()
+    for up, down in stage_edges(instances):
+        expected[task_id_for(down)].add(task_id_for(up))
+    for task_id, ups in expected.items():
+        if task_id != "apply_conf" and not ups:
+            ups.add("apply_conf")
+    assert {t: set(v["upstream"]) for t, v in dag["tasks"].items()} == expected
+    # Every known dataset has its ingest task, whatever params.yaml selects today.
+    for name in known_datasets(params):
+        assert f"ingest__{name}" in dag["tasks"]
+    assert dag["tasks"]["ingest__icews14"]["retries"] == 1
+    assert dag["tasks"]["apply_conf"]["retries"] == 0
+
+
+def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Path]) -> None:
+    """Chained stages on a stand-in dvc.yaml: order, skips, run tag, dvc.lock, bad conf."""
+    project, home = airflow_project
+    (project / "dvc.yaml").write_text(TRIVIAL_DVC_YAML, encoding="utf-8")
+    env = airflow_env(project, home)
+
+    code, out = dags_test(project, env, {"datasets": ["wiki"]})
+    run_id, state, tasks = last_run_states(home)
+    assert code == 0 and state == "success", out[-6000:]
+    assert tasks.pop("apply_conf") == "success"
+    assert tasks.pop("ingest__wiki") == "success"
+    assert tasks.pop("count__wiki") == "success"
+    assert set(tasks.values()) == {"skipped"}, tasks
+    # The stage saw the DAG run's id as its pipeline-run tag.
+    facts = project / "data" / "wiki" / "kg" / "facts.parquet"
+    assert facts.read_text().strip() == run_id
+    assert (project / "data" / "wiki" / "count.txt").read_text().strip() == str(
+        facts.stat().st_size
+    )
+    params_text = (project / "params.yaml").read_text(encoding="utf-8")
+    assert "datasets:\n  - wiki\n" in params_text
+    assert "# Stage `ingest`" in params_text  # comments survive apply_conf
+    status = run([str(BIN / "dvc"), "status", "--json"], project, env)
+    assert json.loads(status.stdout) == {}
+
+    # A hostile conf fails in apply_conf; params.yaml and the stages are left alone.
+    code, out = dags_test(project, env, {"datasets": ["wiki; touch /tmp/pwned"]})
+    _, state, tasks = last_run_states(home)
+    assert code != 0 and state == "failed"
+    assert tasks["apply_conf"] == "failed"
+    assert "invalid dataset name" in out
+    assert {s for t, s in tasks.items() if t != "apply_conf"} == {"upstream_failed"}
+    assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
+
+
+@pytest.mark.data
+def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mirror: Path) -> None:
+    """The real ingest stage for nell995 through Airflow; others skipped; DVC agrees."""
+    project, home = airflow_project
+    env = airflow_env(project, home, RULERAG_DATA_DIR=str(kg_mirror))
+
+    code, out = dags_test(project, env, {"datasets": ["nell995"]})
+    run_id, state, tasks = last_run_states(home)
+    assert code == 0 and state == "success", out[-8000:]
+    assert "ingest@nell995: 154,213 facts" in out  # the stage's output reached the task log
+    assert tasks["apply_conf"] == "success"
+    assert tasks["ingest__nell995"] == "success"
+    others = {t: s for t, s in tasks.items() if t.startswith("ingest__") and t != "ingest__nell995"}
+    assert others and set(others.values()) == {"skipped"}, others
+    assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
+    assert not (project / "data" / "icews14").exists()
+
+    status = run([str(BIN / "dvc"), "status", "--json", "ingest@nell995"], project, env)
+    assert json.loads(status.stdout) == {}, status.stdout
+
+    # The stage's MLflow run carries the DAG run id as its pipeline-run tag.
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
+    experiment = client.get_experiment_by_name("rulerag/nell995")
+    assert experiment is not None
+    (mlrun,) = client.search_runs([experiment.experiment_id])
+    assert mlrun.data.tags["rulerag.pipeline_run"] == run_id

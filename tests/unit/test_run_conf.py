@@ -1,0 +1,216 @@
+"""Run-conf validation and its comment-preserving, atomic application to params.yaml.
+
+A DAG run's conf is user input that lands in params.yaml and, through DVC, in shell commands,
+so the rejections matter as much as the happy path.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rulerag.orchestration.dvc_graph import cmd_param_keys
+from rulerag.orchestration.run_conf import (
+    RunConf,
+    apply_run_conf,
+    load_params,
+    set_params,
+    validate_run_conf,
+)
+
+PROJECT = Path(__file__).resolve().parents[2]
+KNOWN = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
+
+PARAMS_TEXT = """\
+# Top comment: every knob of every stage.
+
+# Datasets that `dvc repro` builds.
+datasets:
+  - icews14
+
+# Stage `ingest`: read a KG.
+ingest:
+  # Exact duplicate facts: drop, keep or error.
+  duplicates: drop   # the default
+  # Which source format, by dataset name.
+  source: {}
+  custom: {}
+train:
+  lr: 0.001
+  layers: [64, 32]
+  name: "quoted"
+"""
+
+
+@pytest.fixture
+def params_file(tmp_path: Path) -> Path:
+    path = tmp_path / "params.yaml"
+    path.write_text(PARAMS_TEXT, encoding="utf-8")
+    return path
+
+
+def validate(conf: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> RunConf:
+    return validate_run_conf(conf, params or load_params_text(), KNOWN, **kwargs)
+
+
+def load_params_text() -> dict[str, Any]:
+    from ruamel.yaml import YAML
+
+    return YAML(typ="safe", pure=True).load(PARAMS_TEXT)
+
+
+def test_empty_conf_is_a_no_op(params_file: Path) -> None:
+    for conf in (None, {}, {"datasets": None, "params": {}}):
+        run_conf = validate(conf)
+        assert run_conf.is_empty
+        assert apply_run_conf(params_file, run_conf) is False
+    assert params_file.read_text(encoding="utf-8") == PARAMS_TEXT
+
+
+def test_valid_conf() -> None:
+    run_conf = validate(
+        {
+            "datasets": ["nell995", "icews14", "nell995"],
+            "params": {"ingest.duplicates": "error", "ingest.source": {"icews14": "xerte"}},
+        }
+    )
+    assert run_conf.datasets == ("nell995", "icews14")  # order kept, duplicates dropped
+    assert run_conf.params == {"ingest.duplicates": "error", "ingest.source": {"icews14": "xerte"}}
+    assert not run_conf.is_empty
+
+
+@pytest.mark.parametrize(
+    ("conf", "message"),
+    [
+        (["icews14"], "must be a JSON object"),
+        ({"dataset": ["icews14"]}, "unknown key"),
+        ({"datasets": "icews14"}, "non-empty list"),
+        ({"datasets": []}, "non-empty list"),
+        ({"datasets": ["icews14; rm -rf /"]}, "invalid dataset name"),
+        ({"datasets": ["$(reboot)"]}, "invalid dataset name"),
+        ({"datasets": ["../etc"]}, "invalid dataset name"),
+        ({"datasets": [3]}, "invalid dataset name"),
+        ({"datasets": ["mykg"]}, "unknown dataset 'mykg'"),
+        ({"params": ["ingest.duplicates=error"]}, "must be an object"),
+        ({"params": {"ingest.nope": 1}}, "unknown key 'ingest.nope'"),
+        ({"params": {"nope": 1}}, "unknown key 'nope'"),
+        ({"params": {"ingest..duplicates": "x"}}, "invalid key"),
+        ({"params": {"ingest.duplicates; rm -rf /": "x"}}, "invalid key"),
+        ({"params": {"__import__('os')": "x"}}, "invalid key"),
+        ({"params": {"datasets": ["wiki"]}}, "datasets"),
+        ({"params": {"ingest": "x"}}, "is a section"),
+        ({"params": {"ingest": {"duplicates": "error"}}}, "is a section"),
+        ({"params": {"ingest.duplicates": object()}}, "got object"),
+        ({"params": {"ingest.duplicates": {"a": {"b": 1}}}}, "mapping values"),
+        ({"params": {"ingest.duplicates": [[1]]}}, "list entries"),
+        ({"params": {"ingest.duplicates": {1: "a"}}}, "invalid mapping key"),
+        ({"params": {"train.lr": float("nan")}}, "got float"),
+        ({"params": {"train.layers": [1], "train.layers.0": 2}}, "overlap"),
+    ],
+)
+def test_bad_conf_is_rejected(conf: Any, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        validate(conf)
+
+
+def test_values_reaching_a_shell_command_must_be_plain(tmp_path: Path) -> None:
+    dvc = tmp_path / "dvc.yaml"
+    dvc.write_text("stages:\n  s:\n    cmd: ingest --mode ${ingest.duplicates}\n", encoding="utf-8")
+    keys = cmd_param_keys(dvc)
+    with pytest.raises(ValueError, match="reaches a stage command"):
+        validate({"params": {"ingest.duplicates": "drop; rm -rf /"}}, cmd_keys=keys)
+    # Plain values are fine, and keys that never reach a command may hold any text.
+    assert validate({"params": {"ingest.duplicates": "error"}}, cmd_keys=keys).params
+    assert validate({"params": {"train.name": "a b; c"}}, cmd_keys=keys).params
+
+
+def test_project_params_accept_the_documented_example() -> None:
+    params = load_params(PROJECT / "params.yaml")
+    keys = cmd_param_keys(PROJECT / "dvc.yaml")
+    run_conf = validate_run_conf(
+        {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}, params, KNOWN, keys
+    )
+    assert run_conf.datasets == ("icews14",)
+
+
+def test_apply_preserves_comments_and_layout(params_file: Path) -> None:
+    run_conf = validate(
+        {
+            "datasets": ["nell995", "wiki"],
+            "params": {
+                "ingest.duplicates": "error",
+                "ingest.source": {"icews14": "xerte"},
+                "train.layers.1": 8,
+            },
+        }
+    )
+    assert apply_run_conf(params_file, run_conf) is True
+    text = params_file.read_text(encoding="utf-8")
+    for line in PARAMS_TEXT.splitlines():
+        if line.lstrip().startswith("#"):
+            assert line in text, f"comment lost: {line!r}"
+    assert "datasets:\n  - nell995\n  - wiki\n\n# Stage `ingest`" in text
+    assert re.search(r"\n  duplicates: error +# the default\n", text)
+    assert "  layers: [64, 8]\n" in text  # flow style kept
+    assert 'name: "quoted"' in text
+    assert load_params(params_file) == set_params(load_params_text(), run_conf)
+    assert load_params(params_file)["train"]["layers"] == [64, 8]
+
+
+def test_apply_then_revert_restores_the_exact_file(params_file: Path) -> None:
+    apply_run_conf(
+        params_file,
+        validate({"datasets": ["wiki", "yago"], "params": {"ingest.source": {"wiki": "x"}}}),
+    )
+    apply_run_conf(
+        params_file, validate({"datasets": ["icews14"], "params": {"ingest.source": {}}})
+    )
+    assert params_file.read_text(encoding="utf-8") == PARAMS_TEXT
+
+
+def test_apply_on_project_params_only_changes_the_selected_lines(tmp_path: Path) -> None:
+    target = tmp_path / "params.yaml"
+    shutil.copy(PROJECT / "params.yaml", target)
+    before = target.read_text(encoding="utf-8").splitlines()
+    conf = validate_run_conf(
+        {"datasets": ["nell995"], "params": {"ingest.duplicates": "keep"}},
+        load_params(target),
+        KNOWN,
+    )
+    apply_run_conf(target, conf)
+    after = target.read_text(encoding="utf-8").splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert [b.strip() for _, b in changed] == ["- nell995", "duplicates: keep"]
+
+
+def test_apply_is_atomic(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    os.chmod(params_file, 0o640)
+
+    def boom(src: str, dst: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", boom)
+    with pytest.raises(OSError, match="disk full"):
+        apply_run_conf(params_file, validate({"datasets": ["wiki"]}))
+    assert params_file.read_text(encoding="utf-8") == PARAMS_TEXT
+    assert sorted(p.name for p in params_file.parent.iterdir()) == ["params.yaml"]
+
+    monkeypatch.undo()
+    apply_run_conf(params_file, validate({"datasets": ["wiki"]}))
+    assert stat.S_IMODE(params_file.stat().st_mode) == 0o640
+    assert sorted(p.name for p in params_file.parent.iterdir()) == ["params.yaml"]
+    assert load_params(params_file)["datasets"] == ["wiki"]
+
+
+def test_applying_the_same_conf_twice_is_idempotent(params_file: Path) -> None:
+    run_conf = validate({"datasets": ["wiki"], "params": {"ingest.duplicates": "keep"}})
+    assert apply_run_conf(params_file, run_conf) is True
+    once = params_file.read_text(encoding="utf-8")
+    assert apply_run_conf(params_file, run_conf) is False
+    assert params_file.read_text(encoding="utf-8") == once
