@@ -1,0 +1,319 @@
+"""Read and write AMIE 3's TSV rule output, so users can bring rules mined by the original tool.
+
+AMIE prints a log preamble, then a header line
+
+    Rule<TAB>Head Coverage<TAB>Std Confidence<TAB>PCA Confidence<TAB>Positive Examples<TAB>
+    Body size<TAB>PCA Body size<TAB>Functional variable[<TAB>Std. Lower Bound<TAB>...]
+
+then one rule per line, atoms written `subject  relation  object` separated by two spaces
+(`?e  <livesIn>  ?b  ?a  <isMarriedTo>  ?e   => ?a  <livesIn>  ?b`), or with `-datalog`
+`livesIn(?e,?b) isMarriedTo(?a,?e)  => livesIn(?a,?b)`, then a few closing log lines. Columns are
+found by their header names, so `-ostd` output (no standard confidence) reads too.
+
+AMIE's variables are renamed onto ours: the head's subject is variable 0 (`Entity1`), the head's
+object the last variable; a path-shaped body is ordered and numbered along the path from the
+head's subject (exactly what the static miner produces), any other body keeps its variables in
+order of first appearance and its atoms sorted. Relation names are looked up as written, then
+without / with AMIE's angle brackets (`<livesIn>` <-> `livesIn`). Rules with constants (AMIE's
+`-const`) or a head that is not two distinct variables have no `Rule` form: an error names the
+line, or `skip_unsupported=True` skips them. The "Functional variable" column is kept as
+`extra["functional_variable"]` ("subject" or "object").
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from rulerag.rules.rule import Atom, Rule
+
+HEADER = (
+    "Rule",
+    "Head Coverage",
+    "Std Confidence",
+    "PCA Confidence",
+    "Positive Examples",
+    "Body size",
+    "PCA Body size",
+    "Functional variable",
+)
+_FIELDS = {
+    "Head Coverage": "head_coverage",
+    "Std Confidence": "std_confidence",
+    "PCA Confidence": "pca_confidence",
+    "Positive Examples": "support",
+    "Body size": "body_support",
+    "PCA Body size": "pca_body_support",
+}
+_DATALOG_ATOM = re.compile(r"([^\s(]+)\(\s*([^,\s]+)\s*,\s*([^)\s]+)\s*\)")
+_MIDDLE_VARS = "efghijklmnopqrstuvwxyz"
+
+
+class AmieFormatError(ValueError):
+    """An AMIE rule file cannot be read; names the file and the (1-based) line."""
+
+    def __init__(self, path: Path | str, line: int, message: str) -> None:
+        self.path, self.line, self.reason = Path(path), line, message
+        super().__init__(f"{path}, line {line}: {message}")
+
+
+class _Unsupported(Exception):
+    """A well-formed AMIE rule that the Rule type cannot represent (constants, ...)."""
+
+
+def _number(text: str) -> float | None:
+    """AMIE's numbers (Java DecimalFormat: `0.5`, `.5`, `1`, `∞`); None when absent or NaN."""
+    text = text.strip()
+    if text in ("", "\ufffd"):
+        return None
+    if text in ("∞", "-∞"):
+        return math.copysign(math.inf, -1.0 if text.startswith("-") else 1.0)
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return None if math.isnan(value) else value
+
+
+def _split_atoms(part: str) -> list[tuple[str, str, str]]:
+    """`?a  r  ?b  ?b  s  ?c` or `r(?a,?b) s(?b,?c)` into (subject, relation, object) triples."""
+    part = part.strip()
+    if not part:
+        return []
+    datalog = _DATALOG_ATOM.findall(part)
+    if datalog and _DATALOG_ATOM.sub("", part).strip() == "":
+        return [(s, r, o) for r, s, o in datalog]
+    tokens = re.split(r"\s{2,}|\t", part)
+    if len(tokens) % 3:
+        tokens = part.split()  # single-space separated output from other tools
+    if len(tokens) % 3:
+        raise ValueError(f"cannot split {part!r} into subject-relation-object atoms")
+    return [(tokens[i], tokens[i + 1], tokens[i + 2]) for i in range(0, len(tokens), 3)]
+
+
+def _relation_id(name: str, relation_ids: Mapping[str, int]) -> int | None:
+    for candidate in (name, name[1:-1] if name[:1] == "<" and name[-1:] == ">" else None):
+        if candidate is not None and candidate in relation_ids:
+            return int(relation_ids[candidate])
+    bracketed = f"<{name}>"
+    return int(relation_ids[bracketed]) if bracketed in relation_ids else None
+
+
+def _as_path(
+    head: tuple[str, str, str], body: list[tuple[str, str, str]]
+) -> tuple[list[tuple[str, str, str]], list[str]] | None:
+    """The body atoms in order along a simple path from the head's subject to its object, and
+    the variables visited; None when the body is not such a path."""
+    current, target = head[0], head[2]
+    visited, order, used = [current], [], set()
+    while current != target:
+        touching = [i for i, a in enumerate(body) if i not in used and current in (a[0], a[2])]
+        if len(touching) != 1:
+            return None
+        atom = body[touching[0]]
+        current = atom[2] if atom[0] == current else atom[0]
+        if current in visited:
+            return None
+        used.add(touching[0])
+        order.append(atom)
+        visited.append(current)
+    return (order, visited) if len(used) == len(body) else None
+
+
+def _parse_rule(text: str, relation_ids: Mapping[str, int], path: Path, line: int) -> Rule:
+    if text.count("=>") != 1:
+        raise AmieFormatError(path, line, f"expected one '=>' in rule {text!r}")
+    body_text, head_text = text.split("=>")
+    try:
+        body = _split_atoms(body_text)
+        heads = _split_atoms(head_text)
+    except ValueError as err:
+        raise AmieFormatError(path, line, str(err)) from None
+    if len(heads) != 1 or not body:
+        raise AmieFormatError(path, line, f"expected a body and one head atom in {text!r}")
+    head = heads[0]
+    ids = {}
+    for _s, rel, _o in [head, *body]:
+        rid = _relation_id(rel, relation_ids)
+        if rid is None:
+            raise AmieFormatError(path, line, f"unknown relation {rel!r} (not in relation_ids)")
+        ids[rel] = rid
+    for s, _rel, o in [head, *body]:
+        for term in (s, o):
+            if not term.startswith("?"):
+                raise _Unsupported(f"constant {term!r}: rules with constants have no Rule form")
+    if head[0] == head[2]:
+        raise _Unsupported(f"head {head} does not have two distinct variables")
+
+    walk = _as_path(head, body)
+    if walk is not None:
+        ordered, names = walk
+    else:
+        ordered, names = body, [head[0]]
+        for s, _rel, o in body:
+            names += [t for t in (s, o) if t not in names and t != head[2]]
+        names.append(head[2])
+    number = {name: i for i, name in enumerate(names)}
+    atoms = tuple(Atom(ids[r], number[s], number[o]) for s, r, o in ordered)
+    if walk is None:
+        atoms = tuple(sorted(atoms))
+    return Rule(head=Atom(ids[head[1]], 0, len(names) - 1), body=atoms)
+
+
+def read_amie_tsv(
+    path: Path | str, relation_ids: Mapping[str, int], *, skip_unsupported: bool = False
+) -> list[Rule]:
+    """Rules from an AMIE 3 output file (log lines around the table are skipped).
+
+    `relation_ids` maps the relation names as AMIE printed them (i.e. as they were in the TSV
+    given to AMIE) to our relation ids. Unknown relations always raise `AmieFormatError` naming
+    the line; rules the Rule type cannot hold raise too unless `skip_unsupported` (then they are
+    skipped with one warning giving their count).
+    """
+    path = Path(path)
+    lines = path.read_text(encoding="utf-8").splitlines()
+    header = next(
+        (
+            i
+            for i, line in enumerate(lines)
+            if line.split("\t")[0].strip() == "Rule" and "\t" in line
+        ),
+        None,
+    )
+    if header is None:  # a bare table without AMIE's header: AMIE's default columns
+        cols = {name: i for i, name in enumerate(HEADER)}
+        rows = list(enumerate(lines, start=1))
+    else:
+        cols = {name.strip(): i for i, name in enumerate(lines[header].split("\t"))}
+        rows = list(enumerate(lines[header + 1 :], start=header + 2))
+    rules: list[Rule] = []
+    skipped = 0
+    for line_no, line in rows:
+        fields = line.split("\t")
+        if "=>" not in fields[0]:
+            continue  # AMIE's closing log lines ("Mining done in ...")
+        try:
+            rule = _parse_rule(fields[0], relation_ids, path, line_no)
+        except _Unsupported as why:
+            if not skip_unsupported:
+                raise AmieFormatError(path, line_no, str(why)) from None
+            skipped += 1
+            continue
+        stats: dict[str, float | None] = {}
+        for column, attr in _FIELDS.items():
+            i = cols.get(column)
+            stats[attr] = _number(fields[i]) if i is not None and i < len(fields) else None
+        extra = {}
+        i = cols.get("Functional variable")
+        if i is not None and i < len(fields) and fields[i].strip():
+            subject = _head_subject_name(fields[0])
+            extra["functional_variable"] = "subject" if fields[i].strip() == subject else "object"
+        rules.append(_with(rule, stats, extra))
+    if skipped:
+        warnings.warn(
+            f"{path}: skipped {skipped} AMIE rules that have no Rule form (constants)",
+            stacklevel=2,
+        )
+    return rules
+
+
+def _head_subject_name(text: str) -> str:
+    head = _split_atoms(text.split("=>")[1])
+    return head[0][0]
+
+
+def _with(rule: Rule, stats: Mapping[str, float | None], extra: Mapping[str, str]) -> Rule:
+    return Rule(head=rule.head, body=rule.body, extra=dict(extra), **stats)
+
+
+def _format_ratio(value: float | None) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if math.isinf(value):
+        return "∞" if value > 0 else "-∞"
+    text = f"{value:.9f}".rstrip("0").rstrip(".")
+    return "0" if text in ("", "-0") else text
+
+
+def _format_count(value: float | None) -> str:
+    if value is None:
+        return ""
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{value:.2f}".rstrip("0").rstrip(".")
+
+
+def _check_name(name: str) -> str:
+    if (
+        not name
+        or name != name.strip()
+        or re.search(r"\s{2,}|[\t\r\n]", name)
+        or name.startswith("?")
+        or "=>" in name
+    ):
+        raise ValueError(
+            f"relation name {name!r} cannot be written in AMIE's format (empty, leading or "
+            "trailing whitespace, runs of whitespace, tabs, a leading '?' or '=>')"
+        )
+    return name
+
+
+def _variable(index: int, last: int) -> str:
+    if index == 0:
+        return "?a"
+    if index == last:
+        return "?b"
+    middle = index - 1
+    letter = _MIDDLE_VARS[middle % len(_MIDDLE_VARS)]
+    suffix = middle // len(_MIDDLE_VARS)
+    return f"?{letter}{suffix or ''}"
+
+
+def format_amie_rule(rule: Rule, relation_names: Mapping[int, str] | Sequence[str]) -> str:
+    """One rule as AMIE writes it: `?a  r1  ?e  ?e  r2  ?b   => ?a  r  ?b`."""
+    if rule.temporal or rule.var_constraints:
+        raise ValueError("AMIE's format holds static rules only")
+    last = rule.head.object
+
+    def atom(a: Atom) -> str:
+        rel = _check_name(str(relation_names[a.relation]))
+        return f"{_variable(a.subject, last)}  {rel}  {_variable(a.object, last)}"
+
+    body = "  ".join(atom(a) for a in rule.body)
+    return f"{body}   => {atom(rule.head)}"
+
+
+def write_amie_tsv(
+    rules: Iterable[Rule], path: Path | str, relation_names: Mapping[int, str] | Sequence[str]
+) -> None:
+    """Write rules as AMIE 3's output table (header plus one line per rule), atomically.
+
+    Relation names are written as given: pass the names the other tool should see (e.g. the
+    KG's keys or bracketed names). Ratios use up to 9 decimals like AMIE, with a leading zero.
+    """
+    path = Path(path)
+    lines = ["\t".join(HEADER)]
+    for rule in rules:
+        side = (rule.extra or {}).get("functional_variable", "subject")
+        functional = "?a" if side == "subject" else "?b"
+        lines.append(
+            "\t".join(
+                [
+                    format_amie_rule(rule, relation_names),
+                    _format_ratio(rule.head_coverage),
+                    _format_ratio(rule.std_confidence),
+                    _format_ratio(rule.pca_confidence),
+                    _format_count(rule.support),
+                    _format_count(rule.body_support),
+                    _format_count(rule.pca_body_support),
+                    functional,
+                ]
+            )
+        )
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
