@@ -60,11 +60,26 @@ def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict)
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("rulerag/nell995")
     assert experiment is not None
-    (mlrun,) = client.search_runs([experiment.experiment_id])
+    (mlrun,) = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`rulerag.stage` = 'ingest'"
+    )
     assert mlrun.info.status == "FINISHED"
     assert mlrun.data.tags["rulerag.pipeline_run"] == "test-dvc-ingest"
     assert mlrun.data.params["ingest.duplicates"] == "drop"
     assert mlrun.data.metrics["splits_train"] == 149_678
+
+    # The next stage runs on what ingest wrote, and DVC sees ingest as up to date.
+    out = run(["dvc", "repro", "mine_rules@nell995"], project_copy, env)
+    assert "Stage 'ingest@nell995' didn't change" in out.stdout
+    rules_dir = project_copy / "data" / "nell995" / "rules"
+    stats = json.loads((rules_dir / "stats.json").read_text())
+    assert stats["miner"] == "static" and stats["bank"] > 50
+    assert (rules_dir / "rules.txt").read_text().count(" leads to ") == stats["rules"]
+    (mine_run,) = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`rulerag.stage` = 'mine_rules'"
+    )
+    assert mine_run.data.metrics["bank"] == stats["bank"]
+    assert mine_run.data.tags["rulerag.pipeline_run"] == "test-dvc-ingest"
 
 
 def test_failed_ingest_keeps_nothing_and_reports_line(
