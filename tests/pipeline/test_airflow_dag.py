@@ -205,7 +205,8 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
 
 @pytest.mark.data
 def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mirror: Path) -> None:
-    """The real ingest stage for nell995 through Airflow; others skipped; DVC agrees."""
+    """The real stages for nell995 through Airflow (ingest, then mine_rules on its output);
+    other datasets skipped; DVC agrees."""
     project, home = airflow_project
     env = airflow_env(project, home, RULERAG_DATA_DIR=str(kg_mirror))
 
@@ -215,13 +216,15 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     assert "ingest@nell995: 154,213 facts" in out  # the stage's output reached the task log
     assert tasks["apply_conf"] == "success"
     assert tasks["ingest__nell995"] == "success"
-    others = {t: s for t, s in tasks.items() if t.startswith("ingest__") and t != "ingest__nell995"}
+    assert tasks["mine_rules__nell995"] == "success"
+    others = {t: s for t, s in tasks.items() if t != "apply_conf" and not t.endswith("__nell995")}
     assert others and set(others.values()) == {"skipped"}, others
     assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
     assert not (project / "data" / "icews14").exists()
 
-    status = run([str(BIN / "dvc"), "status", "--json", "ingest@nell995"], project, env)
-    assert json.loads(status.stdout) == {}, status.stdout
+    for stage in ("ingest@nell995", "mine_rules@nell995"):
+        status = run([str(BIN / "dvc"), "status", "--json", stage], project, env)
+        assert json.loads(status.stdout) == {}, status.stdout
 
     # The stage's MLflow run carries the DAG run id as its pipeline-run tag.
     from mlflow import MlflowClient
@@ -229,5 +232,6 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
     experiment = client.get_experiment_by_name("rulerag/nell995")
     assert experiment is not None
-    (mlrun,) = client.search_runs([experiment.experiment_id])
-    assert mlrun.data.tags["rulerag.pipeline_run"] == run_id
+    runs = client.search_runs([experiment.experiment_id])
+    assert {r.data.tags["rulerag.stage"] for r in runs} == {"ingest", "mine_rules"}
+    assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {run_id}
