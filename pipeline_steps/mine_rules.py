@@ -58,6 +58,8 @@ def mine(kg_facts, n_entities: int, n_relations: int, temporal: bool, cfg: dict)
             num_samples=int(t.get("num_samples", 500)),
             exact=bool(t.get("exact", False)),
             min_confidence=float(t.get("min_confidence", 0.0)),
+            min_rule_support=int(t.get("min_rule_support", 1)),
+            min_body_support=int(t.get("min_body_support", 1)),
         )
     from rulerag.rules.static_miner import mine_static
 
@@ -76,7 +78,9 @@ def mine(kg_facts, n_entities: int, n_relations: int, temporal: bool, cfg: dict)
     )
 
 
-def import_rules(spec: dict[str, Any], relation_keys: dict[str, int]) -> list[Rule]:
+def import_rules(
+    spec: dict[str, Any], relation_keys: dict[str, int], n_relations: int
+) -> list[Rule]:
     """Rules mined elsewhere: AMIE 3's TSV output or TLogic's rules JSON."""
     path = Path(spec["path"]).expanduser()
     if spec.get("format") == "amie":
@@ -86,7 +90,7 @@ def import_rules(spec: dict[str, Any], relation_keys: dict[str, int]) -> list[Ru
     if spec.get("format") == "tlogic":
         from rulerag.rules.tlogic_io import read_tlogic_json
 
-        return read_tlogic_json(path)
+        return read_tlogic_json(path, n_relations)
     raise ValueError(f"mine_rules.import: format must be 'amie' or 'tlogic', not {spec!r}")
 
 
@@ -121,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.perf_counter()
         if imported:
             relation_keys = dict(zip(kg.relations["key"], kg.relations["id"], strict=True))
-            rules = import_rules(imported, relation_keys)
+            rules = import_rules(imported, relation_keys, len(kg.relations))
         elif facts.empty:
             print(
                 f"mine_rules@{name}: the KG has no facts in splits {splits} "
