@@ -86,7 +86,10 @@ def import_rules(
     if spec.get("format") == "amie":
         from rulerag.rules.amie_io import read_amie_tsv
 
-        return read_amie_tsv(path, relation_keys)
+        # Rules with constants (AMIE's -const mode) have no place in the Rule type.
+        return read_amie_tsv(
+            path, relation_keys, skip_unsupported=bool(spec.get("skip_unsupported", False))
+        )
     if spec.get("format") == "tlogic":
         from rulerag.rules.tlogic_io import read_tlogic_json
 
