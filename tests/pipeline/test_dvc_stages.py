@@ -81,6 +81,17 @@ def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict)
     assert mine_run.data.metrics["bank"] == stats["bank"]
     assert mine_run.data.tags["rulerag.pipeline_run"] == "test-dvc-ingest"
 
+    # The benchmark: built once, rebuilt by force with the same seed -> the same bytes.
+    out = run(["dvc", "repro", "build_benchmark@nell995"], project_copy, env)
+    assert "test queries" in out.stdout
+    bench = project_copy / "data" / "nell995" / "benchmark"
+    files = ["corpus.jsonl", "corpus.parquet", "test.jsonl", "f_r.jsonl", "f_g.jsonl"]
+    first = {name: (bench / name).read_bytes() for name in files}
+    run(["dvc", "repro", "-f", "--single-item", "build_benchmark@nell995"], project_copy, env)
+    assert {name: (bench / name).read_bytes() for name in files} == first
+    stats = json.loads((bench / "stats.json").read_text())
+    assert stats["test"] == 815 and stats["paper"]["test"] == 815
+
 
 def test_failed_ingest_keeps_nothing_and_reports_line(
     project_copy: Path, env: dict, tmp_path: Path

@@ -1,0 +1,408 @@
+"""Build a RuleQA-style benchmark from a KG and its rule bank (RuleRAG paper, Section 2).
+
+- Corpus D: each link of the configured splits (default train) as one short document,
+  optionally filtered (the paper's static corpora are much smaller than their KGs).
+- Test queries Q: test links whose relation has a bank rule, grouped into queries
+  (subject, relation[, time]) whose gold answers are every object completing them in the KG,
+  sampled evenly across popularity strata (popularity = the subject's train degree).
+- F_R / F_G: the valid links' queries split into two disjoint halves by seed. F_R has one item
+  per (query, selected rule) with oracle documents; F_G has queries, answers and rules.
+No query (subject, relation[, time]) of F_R or F_G is also a test query.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rulerag.benchmark.text import document_text, query_text
+from rulerag.kg.schema import KnowledgeGraph, format_time
+from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
+
+KEY = ["head", "relation", "time"]
+CORPUS_FILTERS = ("none", "rule_relations", "query_entities", "rule_neighbourhood")
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """params.yaml `build_benchmark`, resolved for one dataset."""
+
+    seed: int = 12
+    corpus_splits: tuple[str, ...] = ("train",)
+    corpus_filter: str = "none"
+    test_size: int | None = None
+    n_strata: int = 3
+    strata_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
+    selection: str = "head"
+    top_n: int = 3
+    threshold: float = 0.7
+    max_oracle_docs: int = 5
+    #: train queries moved out of the corpus into the F_R / F_G pool (for KGs whose valid
+    #: split is too small, e.g. NELL-995's 543 links)
+    finetune_from_train: int = 0
+
+    def __post_init__(self) -> None:
+        if self.corpus_filter not in CORPUS_FILTERS:
+            raise ValueError(
+                f"corpus filter must be one of {CORPUS_FILTERS}: {self.corpus_filter!r}"
+            )
+        if self.selection not in ("head", "similarity"):
+            raise ValueError(f"rule selection must be 'head' or 'similarity': {self.selection!r}")
+        if len(self.strata_weights) != self.n_strata or min(self.strata_weights) < 0:
+            raise ValueError("strata_weights needs one non-negative weight per stratum")
+
+
+@dataclass
+class Benchmark:
+    corpus: pd.DataFrame
+    test: list[dict[str, Any]]
+    f_r: list[dict[str, Any]]
+    f_g: list[dict[str, Any]]
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class _Namer:
+    """Entity, relation and time names, looked up vectorised."""
+
+    def __init__(self, kg: KnowledgeGraph) -> None:
+        self.entity = kg.entities.set_index("id")["name"].astype(str)
+        self.relation = kg.relations.set_index("id")["name"].astype(str)
+        self.unit = kg.time_unit
+
+    def times(self, values: pd.Series) -> pd.Series:
+        if self.unit is None:
+            return pd.Series([None] * len(values), index=values.index, dtype=object)
+        uniq = {v: format_time(v, self.unit) for v in values.dropna().unique()}
+        return values.map(lambda v: None if pd.isna(v) else uniq[v]).astype(object)
+
+
+def gold_answers(facts: pd.DataFrame) -> pd.DataFrame:
+    """Every object completing (head, relation, time) anywhere in the KG: any one counts."""
+    uniq = facts.drop_duplicates(KEY + ["tail"]).sort_values(KEY + ["tail"], kind="stable")
+    grouped = uniq.groupby(KEY, dropna=False, sort=False)["tail"].agg(list)
+    return grouped.rename("answer_ids").reset_index()
+
+
+def popularity(facts: pd.DataFrame) -> pd.Series:
+    """An entity's degree among the train links (0 for entities the train split never names)."""
+    train = facts[facts["split"] == "train"]
+    return pd.concat([train["head"], train["tail"]]).value_counts()
+
+
+def stratified_sample(
+    candidates: pd.DataFrame, size: int | None, weights: Sequence[float], rng: np.random.Generator
+) -> pd.DataFrame:
+    """Assign popularity strata (equal-frequency, 0 = long tail) and sample by the weights.
+
+    Strata come from the candidates' rank by popularity, so each holds the same number of
+    candidates; each stratum then contributes in proportion to its weight. A stratum with too
+    few candidates gives its leftover quota to the others.
+    """
+    n = len(candidates)
+    order = candidates.sort_values(["popularity", *KEY], kind="stable", na_position="first")
+    strata = np.minimum(np.arange(n) * len(weights) // max(n, 1), len(weights) - 1)
+    order = order.assign(stratum=strata)
+    if size is None or size >= n:
+        return order
+    weights_arr = np.asarray(weights, dtype=float)
+    available = np.bincount(strata, minlength=len(weights)).astype(int)
+    quota = np.zeros(len(weights), dtype=int)
+    remaining = size
+    open_ = (available > 0) & (weights_arr > 0)
+    while remaining > 0 and open_.any():
+        share = weights_arr * open_
+        ideal = remaining * share / share.sum()
+        take = np.floor(ideal).astype(int)
+        leftover = remaining - take.sum()
+        for i in np.argsort(-(ideal - take), kind="stable")[:leftover]:
+            take[i] += 1
+        take = np.minimum(take, available - quota)
+        quota += take
+        remaining -= int(take.sum())
+        open_ = open_ & (quota < available)
+        if take.sum() == 0:
+            break
+    picked = []
+    for stratum, count in enumerate(quota):
+        members = order.index[order["stratum"] == stratum]
+        picked.extend(rng.choice(members, size=count, replace=False).tolist())
+    return order.loc[sorted(picked, key=order.index.get_loc)]
+
+
+def _query_keys(facts: pd.DataFrame, split: str, relations: set[int]) -> pd.DataFrame:
+    links = facts[(facts["split"] == split) & facts["relation"].isin(relations)]
+    return links[KEY].drop_duplicates().reset_index(drop=True)
+
+
+def _first_subject_atom(bank: pd.DataFrame) -> pd.DataFrame:
+    """Per rule: the body atom touching Entity1 (its relation, and whether it is inverse).
+
+    Oracle documents are the corpus documents about the query's subject through this atom.
+    """
+    rows = []
+    for rule_id, body in zip(bank["rule_id"], bank["body"], strict=True):
+        for relation, subject, obj in json.loads(body):
+            if 0 in (subject, obj):
+                rows.append((rule_id, int(relation), subject != 0))
+                break
+    return pd.DataFrame(rows, columns=["rule_id", "body_relation", "inverse"])
+
+
+def _atom_matches(items: pd.DataFrame, atoms: pd.DataFrame, corpus: pd.DataFrame) -> pd.DataFrame:
+    """Corpus documents matching each (query, rule) item's subject atom: columns item index,
+    doc id, the document's other entity and time."""
+    with_atom = items.merge(atoms, on="rule_id")
+    parts = []
+    for inverse, subject_col, other_col in ((False, "head", "tail"), (True, "tail", "head")):
+        side = with_atom[with_atom["inverse"] == inverse]
+        docs = corpus[["id", "head", "relation", "tail", "time", "fact_row"]].rename(
+            columns={subject_col: "subject", other_col: "other", "time": "doc_time"}
+        )
+        parts.append(
+            side.merge(
+                docs,
+                left_on=["head", "body_relation"],
+                right_on=["subject", "relation"],
+                suffixes=("", "_doc"),
+            )
+        )
+    return pd.concat(parts, ignore_index=True)
+
+
+def _oracles(
+    items: pd.DataFrame, atoms: pd.DataFrame, corpus: pd.DataFrame, temporal: bool, cap: int
+) -> pd.Series:
+    """Oracle document ids per F_R item, answer-bearing documents first, then the most recent."""
+    matches = _atom_matches(items, atoms, corpus)
+    if temporal:
+        matches = matches[matches["doc_time"] < matches["time"]]
+    answers = items[["item", "answer_ids"]].explode("answer_ids")
+    answers = answers.rename(columns={"answer_ids": "other"}).astype({"other": "int64"})
+    answers["is_answer"] = True
+    matches = matches.astype({"other": "int64"}).merge(answers, on=["item", "other"], how="left")
+    matches["is_answer"] = matches["is_answer"].fillna(False).astype(bool)
+    matches = matches.sort_values(
+        ["item", "is_answer", "doc_time", "fact_row"],
+        ascending=[True, False, False, True],
+        kind="stable",
+        na_position="last",
+    )
+    return matches.groupby("item", sort=True)["id"].agg(lambda s: list(s.head(cap)))
+
+
+def _filter_corpus(
+    corpus: pd.DataFrame,
+    how: str,
+    bank: pd.DataFrame,
+    queries: pd.DataFrame,
+    atoms: pd.DataFrame,
+) -> pd.DataFrame:
+    if how == "none":
+        return corpus
+    if how == "rule_relations":
+        relations = set(bank["head_relation"]) | {
+            int(r) for body in bank["body_relations"] for r in json.loads(body)
+        }
+        return corpus[corpus["relation"].isin(relations)]
+    if how == "query_entities":
+        subjects = set(queries["head"])
+        return corpus[corpus["head"].isin(subjects) | corpus["tail"].isin(subjects)]
+    items = queries[["head", "rule_ids"]].explode("rule_ids").dropna()
+    items = items.rename(columns={"rule_ids": "rule_id"}).drop_duplicates()
+    items = items.assign(item=np.arange(len(items)))
+    hits = _atom_matches(items, atoms, corpus)
+    return corpus[corpus["id"].isin(set(hits["id"]))]
+
+
+def build_benchmark(
+    kg: KnowledgeGraph,
+    bank: pd.DataFrame,
+    config: BenchmarkConfig,
+    encoder: Encoder | None = None,
+) -> Benchmark:
+    """Build corpus, Q, F_R and F_G deterministically from `config.seed`."""
+    facts = kg.facts.reset_index(drop=True).assign(fact_row=lambda f: np.arange(len(f)))
+    names = _Namer(kg)
+    temporal = kg.temporal
+    rng_test = np.random.default_rng([config.seed, 0])
+    rng_split = np.random.default_rng([config.seed, 1])
+    ruled = set(int(r) for r in bank["head_relation"])
+    answers = gold_answers(facts)
+    degree = popularity(facts)
+
+    def describe(frame: pd.DataFrame) -> pd.DataFrame:
+        """Names, query text and selected rules for candidate queries."""
+        frame = frame.reset_index(drop=True)
+        frame["popularity"] = frame["head"].map(degree).fillna(0).astype(int)
+        frame["head_name"] = frame["head"].map(names.entity)
+        frame["relation_name"] = frame["relation"].map(names.relation)
+        frame["time_text"] = names.times(frame["time"])
+        frame["query"] = [
+            query_text(h, r, t)
+            for h, r, t in zip(
+                frame["head_name"], frame["relation_name"], frame["time_text"], strict=True
+            )
+        ]
+        if config.selection == "head":
+            frame["rule_ids"] = select_by_head(list(frame["relation"]), bank, config.top_n)
+        else:
+            if encoder is None:
+                raise ValueError("rule selection 'similarity' needs an encoder")
+            frame["rule_ids"] = select_by_similarity(
+                list(frame["query"]), bank, encoder, config.top_n, config.threshold
+            )
+        return frame
+
+    def finalise(frame: pd.DataFrame, prefix: str) -> pd.DataFrame:
+        """Deterministic order, gold answers and query ids."""
+        frame = frame.sort_values(KEY, kind="stable", na_position="first").reset_index(drop=True)
+        frame = frame.merge(answers, on=KEY, how="left")
+        frame["qid"] = [f"{prefix}-{i + 1:05d}" for i in range(len(frame))]
+        if "stratum" not in frame:
+            frame["stratum"] = -1
+        return frame
+
+    # Candidate queries: test links whose relation has a bank rule; valid links likewise,
+    # minus any query the test split also asks.
+    candidates = describe(_query_keys(facts, "test", ruled))
+    test_keys = _query_keys(facts, "test", set(facts["relation"]))
+    valid = _query_keys(facts, "valid", ruled)
+    valid = valid.merge(test_keys, on=KEY, how="left", indicator=True)
+    valid = valid[valid["_merge"] == "left_only"].drop(columns="_merge")
+    moved = pd.DataFrame(columns=KEY)
+    if config.finetune_from_train:
+        train = _query_keys(facts, "train", ruled)
+        taken = pd.concat([test_keys, valid[KEY]]).drop_duplicates()
+        train = train.merge(taken, on=KEY, how="left", indicator=True)
+        train = train[train["_merge"] == "left_only"].drop(columns="_merge")
+        rng_train = np.random.default_rng([config.seed, 2])
+        count = min(config.finetune_from_train, len(train))
+        moved = train.iloc[np.sort(rng_train.choice(len(train), size=count, replace=False))]
+        valid = pd.concat([valid, moved], ignore_index=True)
+    valid = describe(valid)
+
+    # Q balanced over popularity strata; F_R / F_G the two seeded halves of the valid queries.
+    test = stratified_sample(candidates, config.test_size, config.strata_weights, rng_test)
+    shuffled = valid.iloc[rng_split.permutation(len(valid))]
+    half = (len(shuffled) + 1) // 2
+    test = finalise(test, "test")
+    f_r_q, f_g_q = finalise(shuffled.iloc[:half], "fr"), finalise(shuffled.iloc[half:], "fg")
+
+    # Corpus: configured splits, never a test link, then the configured filter.
+    atoms = _first_subject_atom(bank)
+    corpus = facts[facts["split"].isin(config.corpus_splits)]
+    test_links = facts.loc[facts["split"] == "test", ["head", "relation", "tail", "time"]]
+    corpus = corpus.merge(test_links.drop_duplicates(), how="left", indicator=True)
+    corpus = corpus[corpus["_merge"] == "left_only"].drop(columns="_merge")
+    if len(moved):  # queries moved into the F pool leave the corpus with all their links
+        corpus = corpus.merge(
+            moved.astype(corpus[KEY].dtypes.to_dict()), on=KEY, how="left", indicator=True
+        )
+        corpus = corpus[corpus["_merge"] == "left_only"].drop(columns="_merge")
+    corpus = corpus.sort_values("fact_row", kind="stable").reset_index(drop=True)
+    corpus["id"] = "D" + corpus["fact_row"].astype(str)
+    # Filters look at every candidate query, not only the sampled ones, so the corpus does not
+    # change with test_size.
+    pool = pd.concat([candidates, valid], ignore_index=True)
+    corpus = _filter_corpus(corpus, config.corpus_filter, bank, pool, atoms)
+    corpus = corpus.reset_index(drop=True)
+    corpus["contents"] = [
+        document_text(h, r, o, t)
+        for h, r, o, t in zip(
+            corpus["head"].map(names.entity),
+            corpus["relation"].map(names.relation),
+            corpus["tail"].map(names.entity),
+            names.times(corpus["time"]),
+            strict=True,
+        )
+    ]
+
+    # F_R items: one per (query, selected rule) with oracle documents; none -> dropped.
+    items = (
+        f_r_q[["qid", *KEY, "rule_ids", "answer_ids"]]
+        .explode("rule_ids")
+        .dropna(subset=["rule_ids"])
+    )
+    items = items.rename(columns={"rule_ids": "rule_id"}).reset_index(drop=True)
+    items["item"] = np.arange(len(items))
+    oracle = _oracles(items, atoms, corpus, temporal, config.max_oracle_docs)
+    items["oracle_doc_ids"] = items["item"].map(oracle)
+    dropped = int(items["oracle_doc_ids"].isna().sum())
+    items = items.dropna(subset=["oracle_doc_ids"])
+
+    rule_text = bank.set_index("rule_id")["text"]
+
+    def query_record(row: pd.Series) -> dict[str, Any]:
+        answer_names = list(dict.fromkeys(names.entity[a] for a in row["answer_ids"]))
+        return {
+            "qid": row["qid"],
+            "query": row["query"],
+            "answers": answer_names,
+            "answer_ids": [int(a) for a in row["answer_ids"]],
+            "head": int(row["head"]),
+            "head_name": row["head_name"],
+            "relation": int(row["relation"]),
+            "relation_name": row["relation_name"],
+            "time": None if pd.isna(row["time"]) else int(row["time"]),
+            "time_text": row["time_text"],
+            "rule_ids": list(row["rule_ids"]),
+            "popularity": int(row["popularity"]),
+            "stratum": int(row["stratum"]),
+        }
+
+    test_records = [query_record(r) for _, r in test.iterrows()]
+    f_g_records = [query_record(r) for _, r in f_g_q.iterrows()]
+    f_r_queries = {r["qid"]: query_record(r) for _, r in f_r_q.iterrows()}
+    f_r_records = []
+    for item in items.itertuples(index=False):
+        record = {k: v for k, v in f_r_queries[item.qid].items() if k != "rule_ids"}
+        record.update(
+            {
+                "item_id": f"{item.qid}#{item.rule_id}",
+                "rule_id": item.rule_id,
+                "rule_text": str(rule_text[item.rule_id]),
+                "oracle_doc_ids": list(item.oracle_doc_ids),
+            }
+        )
+        f_r_records.append(record)
+
+    stats = _stats(kg, bank, corpus, test_records, f_r_records, f_g_records, config)
+    stats["f_r_items_without_oracle"] = dropped
+    stats["f_r_queries"] = int(len(f_r_q))
+    stats["finetune_queries_from_train"] = int(len(moved))
+    out_corpus = corpus[["id", "contents", "head", "relation", "tail", "time", "split"]]
+    return Benchmark(out_corpus, test_records, f_r_records, f_g_records, stats)
+
+
+def _stats(
+    kg: KnowledgeGraph,
+    bank: pd.DataFrame,
+    corpus: pd.DataFrame,
+    test: list[dict],
+    f_r: list[dict],
+    f_g: list[dict],
+    config: BenchmarkConfig,
+) -> dict[str, Any]:
+    def mean(values: list[int]) -> float:
+        return round(float(np.mean(values)), 3) if values else 0.0
+
+    strata = pd.Series([q["stratum"] for q in test], dtype="int64").value_counts().sort_index()
+    return {
+        "rules": int(len(bank)),
+        "corpus": int(len(corpus)),
+        "f_r": len(f_r),
+        "f_g": len(f_g),
+        "test": len(test),
+        "answers_per_query": mean([len(q["answers"]) for q in test]),
+        "rules_per_query": mean([len(q["rule_ids"]) for q in test]),
+        "queries_without_rules": sum(1 for q in test + f_g if not q["rule_ids"]),
+        "oracle_docs_per_item": mean([len(i["oracle_doc_ids"]) for i in f_r]),
+        "strata": {str(k): int(v) for k, v in strata.items()},
+        "corpus_filter": config.corpus_filter,
+        "selection": config.selection,
+    }

@@ -1,0 +1,232 @@
+"""RuleQA benchmark construction on small synthetic KGs: text forms, no leakage, oracle
+documents, popularity balancing, rule selection, determinism."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rulerag.benchmark.build import BenchmarkConfig, build_benchmark, stratified_sample
+from rulerag.benchmark.text import document_text, query_text
+from rulerag.kg.schema import KnowledgeGraph, make_facts, make_vocab
+from rulerag.rules.bank import rules_frame
+from rulerag.rules.rule import Rule
+from rulerag.rules.selection import select_by_head, select_by_similarity
+
+RELATIONS = ["Make a visit", "Host a visit", "Consult", "Criticize"]
+
+
+def test_text_forms_match_the_paper() -> None:
+    assert (
+        document_text("Abdullah Abdullah", "Make a visit", "Afghanistan", "2014-06-23")
+        == "Time 2014-06-23 Abdullah Abdullah Make a visit Afghanistan."
+    )
+    assert (
+        query_text("Abdullah Abdullah", "Make a visit", "2014-12-01")
+        == "Time 2014-12-01 what does Abdullah Abdullah Make a visit ?"
+    )
+    assert document_text("Barack Obama", "profession", "lawyer", None) == (
+        "Barack Obama profession lawyer."
+    )
+    assert query_text("Barack Obama", "profession", None) == "what does Barack Obama profession ?"
+
+
+def synthetic_kg(temporal: bool, seed: int = 0, n_entities: int = 60, n_facts: int = 3000):
+    """Random links; relation 1 ("Host a visit") mirrors relation 0 often, so rules exist."""
+    rng = np.random.default_rng(seed)
+    # skewed subjects so popularity strata differ
+    heads = np.minimum(rng.zipf(1.6, n_facts) - 1, n_entities - 1)
+    tails = rng.integers(0, n_entities, n_facts)
+    rels = rng.choice([0, 2, 3], n_facts)
+    times = rng.integers(16000, 16300, n_facts) if temporal else np.zeros(n_facts, dtype=int)
+    rows = list(zip(heads, rels, tails, times, strict=True))
+    mirrored = [(t, 1, h, tm + 3) for h, r, t, tm in rows if r == 0 and rng.random() < 0.7]
+    rows = rows + mirrored
+    order = rng.permutation(len(rows))
+    rows = [rows[i] for i in order]
+    splits = rng.choice(["train", "valid", "test"], len(rows), p=[0.7, 0.15, 0.15])
+    facts = make_facts(
+        [int(r[0]) for r in rows],
+        [int(r[1]) for r in rows],
+        [int(r[2]) for r in rows],
+        [int(r[3]) if temporal else None for r in rows],
+        [str(s) for s in splits],
+    )
+    facts = facts.drop_duplicates().reset_index(drop=True)
+    entities = make_vocab(
+        list(range(n_entities)), [f"Entity {i}" for i in range(n_entities)],
+        [f"e{i}" for i in range(n_entities)],
+    )  # fmt: skip
+    relations = make_vocab(list(range(4)), RELATIONS, [f"r{i}" for i in range(4)])
+    kg = KnowledgeGraph(facts, entities, relations, "day" if temporal else None)
+    kg.lines_read = {s: int((facts["split"] == s).sum()) for s in ("train", "valid", "test")}
+    bank = rules_frame(
+        [
+            Rule.path(1, [(0, True)], temporal=temporal, confidence=0.7, support=50),
+            Rule.path(0, [(1, True)], temporal=temporal, confidence=0.6, support=40),
+            Rule.path(1, [(2, False)], temporal=temporal, confidence=0.1, support=5),
+        ],
+        RELATIONS,
+    )
+    return kg, bank
+
+
+@pytest.fixture(params=[True, False], ids=["temporal", "static"])
+def built(request):
+    kg, bank = synthetic_kg(request.param)
+    config = BenchmarkConfig(test_size=60, seed=3, max_oracle_docs=4)
+    return kg, bank, build_benchmark(kg, bank, config)
+
+
+def _key(q: dict) -> tuple:
+    return (q["head"], q["relation"], q["time"])
+
+
+def test_no_test_link_in_corpus(built) -> None:
+    kg, _, bench = built
+    test_links = kg.facts[kg.facts["split"] == "test"][["head", "relation", "tail", "time"]]
+    overlap = bench.corpus.merge(test_links, on=["head", "relation", "tail", "time"])
+    assert overlap.empty
+    assert set(bench.corpus["split"]) == {"train"}
+
+
+def test_query_sets_are_disjoint(built) -> None:
+    _, _, bench = built
+    q = {_key(x) for x in bench.test}
+    fr = {_key(x) for x in bench.f_r}
+    fg = {_key(x) for x in bench.f_g}
+    assert q and fr and fg
+    assert not q & fr and not q & fg and not fr & fg
+
+
+def test_oracle_documents_exist_precede_and_match_the_rule(built) -> None:
+    kg, bank, bench = built
+    corpus = bench.corpus.set_index("id")
+    atoms = {r: json.loads(b)[0] for r, b in zip(bank["rule_id"], bank["body"], strict=True)}
+    for item in bench.f_r:
+        assert item["oracle_doc_ids"]
+        relation, subject, _ = atoms[item["rule_id"]]
+        for doc_id in item["oracle_doc_ids"]:
+            doc = corpus.loc[doc_id]
+            assert doc["relation"] == relation
+            side = "head" if subject == 0 else "tail"
+            assert doc[side] == item["head"]
+            if kg.temporal:
+                assert doc["time"] < item["time"]
+
+
+def test_answer_bearing_oracles_come_first(built) -> None:
+    _, _, bench = built
+    corpus = bench.corpus.set_index("id")
+    for item in bench.f_r:
+        others = [
+            {corpus.loc[d, "head"], corpus.loc[d, "tail"]} - {item["head"]}
+            for d in item["oracle_doc_ids"]
+        ]
+        flags = [bool(o & set(item["answer_ids"])) for o in others]
+        assert flags == sorted(flags, reverse=True)
+
+
+def test_gold_answers_are_entity_names_and_complete(built) -> None:
+    kg, _, bench = built
+    names = set(kg.entities["name"])
+    facts = kg.facts
+    for q in bench.test + bench.f_g:
+        assert q["answers"] and set(q["answers"]) <= names
+        same = facts[(facts["head"] == q["head"]) & (facts["relation"] == q["relation"])]
+        if q["time"] is not None:
+            same = same[same["time"] == q["time"]]
+        assert sorted(q["answer_ids"]) == sorted(set(same["tail"]))
+
+
+def test_queries_only_for_relations_with_rules(built) -> None:
+    _, bank, bench = built
+    ruled = set(bank["head_relation"])
+    assert all(q["relation"] in ruled and q["rule_ids"] for q in bench.test)
+
+
+def test_query_text_forms(built) -> None:
+    kg, _, bench = built
+    q = bench.test[0]
+    if kg.temporal:
+        assert (
+            q["query"] == f"Time {q['time_text']} what does {q['head_name']} {q['relation_name']} ?"
+        )
+    else:
+        assert q["query"] == f"what does {q['head_name']} {q['relation_name']} ?"
+
+
+def test_same_seed_same_bytes_other_seed_differs() -> None:
+    kg, bank = synthetic_kg(True)
+
+    def dump(seed: int) -> str:
+        bench = build_benchmark(kg, bank, BenchmarkConfig(test_size=40, seed=seed))
+        return json.dumps([bench.test, bench.f_r, bench.f_g]) + bench.corpus.to_json()
+
+    assert dump(5) == dump(5)
+    assert dump(5) != dump(6)
+
+
+def test_long_tail_stratum_follows_the_weights() -> None:
+    rng = np.random.default_rng(0)
+    candidates = pd.DataFrame(
+        {
+            "head": np.arange(900),
+            "relation": 0,
+            "time": pd.array([None] * 900, dtype="Int64"),
+            "popularity": rng.integers(0, 1000, 900),
+        }
+    )
+    sample = stratified_sample(candidates, 200, (2.0, 1.0, 1.0), np.random.default_rng(1))
+    counts = sample["stratum"].value_counts().to_dict()
+    assert counts == {0: 100, 1: 50, 2: 50}
+    # the long-tail stratum really holds the least popular candidates
+    lows = sample[sample["stratum"] == 0]["popularity"].max()
+    assert lows <= sample[sample["stratum"] == 2]["popularity"].min()
+
+
+def test_short_stratum_gives_its_quota_to_the_others() -> None:
+    candidates = pd.DataFrame(
+        {"head": np.arange(30), "relation": 0, "time": pd.array([None] * 30, dtype="Int64"),
+         "popularity": np.arange(30)}
+    )  # fmt: skip
+    sample = stratified_sample(candidates, 25, (10.0, 1.0, 1.0), np.random.default_rng(0))
+    assert len(sample) == 25
+    assert (sample["stratum"] == 0).sum() == 10
+
+
+def test_select_by_head_and_by_similarity() -> None:
+    _, bank = synthetic_kg(False)
+    assert select_by_head([1, 0, 3], bank, top_n=1) == [
+        [bank[bank["head_relation"] == 1].iloc[0]["rule_id"]],
+        [bank[bank["head_relation"] == 0].iloc[0]["rule_id"]],
+        [],
+    ]
+
+    def encode(texts):  # bag of relation words: similar when they share relation names
+        return np.array([[t.count(r) for r in RELATIONS] for t in texts], dtype=float)
+
+    chosen = select_by_similarity(
+        ["what does X Host a visit ?", "what does X Criticize ?"], bank, encode, 3, 0.5
+    )
+    assert chosen[1] == []  # no rule is about Criticize: an empty list, not an error
+    assert chosen[0] and all(r in set(bank["rule_id"]) for r in chosen[0])
+
+
+def test_finetune_from_train_moves_links_out_of_the_corpus() -> None:
+    kg, bank = synthetic_kg(False)
+
+    def f_keys(bench) -> set:
+        return {(q["head"], q["relation"]) for q in bench.f_g + bench.f_r}
+
+    plain = build_benchmark(kg, bank, BenchmarkConfig(test_size=40))
+    bench = build_benchmark(kg, bank, BenchmarkConfig(test_size=40, finetune_from_train=8))
+    assert bench.stats["finetune_queries_from_train"] == 8
+    moved = f_keys(bench) - f_keys(plain)
+    assert moved
+    docs = set(zip(bench.corpus["head"], bench.corpus["relation"], strict=True))
+    assert not moved & docs, "a moved query's links must leave the corpus"
+    assert {_key(q) for q in bench.test}.isdisjoint({_key(q) for q in bench.f_g + bench.f_r})
