@@ -205,7 +205,7 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
 
 @pytest.mark.data
 def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mirror: Path) -> None:
-    """The real stages for nell995 through Airflow (ingest, then mine_rules on its output);
+    """The real stages for nell995 through Airflow (ingest, mine_rules, build_benchmark);
     other datasets skipped; DVC agrees."""
     project, home = airflow_project
     env = airflow_env(project, home, RULERAG_DATA_DIR=str(kg_mirror))
@@ -217,12 +217,13 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     assert tasks["apply_conf"] == "success"
     assert tasks["ingest__nell995"] == "success"
     assert tasks["mine_rules__nell995"] == "success"
+    assert tasks["build_benchmark__nell995"] == "success"
     others = {t: s for t, s in tasks.items() if t != "apply_conf" and not t.endswith("__nell995")}
     assert others and set(others.values()) == {"skipped"}, others
     assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
     assert not (project / "data" / "icews14").exists()
 
-    for stage in ("ingest@nell995", "mine_rules@nell995"):
+    for stage in ("ingest@nell995", "mine_rules@nell995", "build_benchmark@nell995"):
         status = run([str(BIN / "dvc"), "status", "--json", stage], project, env)
         assert json.loads(status.stdout) == {}, status.stdout
 
@@ -233,5 +234,6 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     experiment = client.get_experiment_by_name("rulerag/nell995")
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
-    assert {r.data.tags["rulerag.stage"] for r in runs} == {"ingest", "mine_rules"}
+    stages = {t.removesuffix("__nell995") for t in tasks if t.endswith("__nell995")}
+    assert {r.data.tags["rulerag.stage"] for r in runs} == stages
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {run_id}
