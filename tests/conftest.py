@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.http_fixtures import mirror_dir
 
@@ -45,6 +47,14 @@ def copy_project(dest: Path) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
     return dest
+
+
+@pytest.fixture
+def http() -> Iterator[requests.Session]:
+    """A session that ignores proxy settings from the environment (test servers are local)."""
+    with requests.Session() as session:
+        session.trust_env = False
+        yield session
 
 
 @pytest.fixture

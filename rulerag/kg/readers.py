@@ -160,6 +160,31 @@ def _each_split(
     return out, notes
 
 
+def _id_maps(
+    root: Path, folder: Path, builder: _FactBuilder, columns: tuple[int, ...]
+) -> dict[str, dict[str, int]]:
+    """`entity2id.txt` and `relation2id.txt` of an id-based format (xERTE, RE-Net)."""
+    maps = {}
+    for kind in ("entity", "relation"):
+        path = folder / f"{kind}2id.txt"
+        if not path.is_file():
+            raise KGFormatError(path, "id map is missing")
+        maps[kind] = read_id_map(path, columns=columns)
+        builder.record_input(root, path)
+    return maps
+
+
+def _id_triple(
+    fields: list[str], known: dict[str, set[int]], path: Path, line: int
+) -> tuple[int, int, int]:
+    """The subject, relation and object ids of a line, each checked against its id map."""
+    s, r, o = (_int_field(v, path, line, "id") for v in fields[:3])
+    for value, kind in ((s, "entity"), (r, "relation"), (o, "entity")):
+        if value not in known[kind]:
+            raise KGFormatError(path, f"{kind} id {value} is not in {kind}2id.txt", line)
+    return s, r, o
+
+
 def read_tlogic(root: Path, subdir: str = "TLogic_icews14") -> KnowledgeGraph:
     """TLogic's named temporal TSV: `subject<TAB>relation<TAB>object<TAB>YYYY-MM-DD`.
 
@@ -209,23 +234,14 @@ def read_xerte(
     """
     folder = root / subdir
     builder = _FactBuilder()
-    maps = {}
-    for kind in ("entity", "relation"):
-        path = folder / f"{kind}2id.txt"
-        if not path.is_file():
-            raise KGFormatError(path, "id map is missing")
-        maps[kind] = read_id_map(path)
-        builder.record_input(root, path)
-    valid_ids = {kind: set(m.values()) for kind, m in maps.items()}
+    maps = _id_maps(root, folder, builder, (2,))
+    known = {kind: set(m.values()) for kind, m in maps.items()}
     start = (dt.date.fromisoformat(origin) - EPOCH).days
     per_split, notes = _each_split(root, folder, (4, 5), builder)
     for split, path, rows in per_split:
         for line, fields in rows:
-            s, r, o = (_int_field(v, path, line, "id") for v in fields[:3])
+            s, r, o = _id_triple(fields, known, path, line)
             hours = _int_field(fields[3], path, line, "time")
-            for value, kind in ((s, "entity"), (r, "relation"), (o, "entity")):
-                if value not in valid_ids[kind]:
-                    raise KGFormatError(path, f"{kind} id {value} is not in {kind}2id.txt", line)
             if hours % 24:
                 raise KGFormatError(path, f"time {hours} h is not a whole day", line)
             builder.add(split, s, r, o, start + hours // 24, line)
@@ -246,22 +262,13 @@ def read_renet(root: Path, subdir: str, granularity: str = "year") -> KnowledgeG
     """
     folder = root / subdir
     builder = _FactBuilder()
-    maps = {}
-    for kind in ("entity", "relation"):
-        path = folder / f"{kind}2id.txt"
-        if not path.is_file():
-            raise KGFormatError(path, "id map is missing")
-        maps[kind] = read_id_map(path, columns=(2, 4))
-        builder.record_input(root, path)
-    valid_ids = {kind: set(m.values()) for kind, m in maps.items()}
+    maps = _id_maps(root, folder, builder, (2, 4))
+    known = {kind: set(m.values()) for kind, m in maps.items()}
     per_split, notes = _each_split(root, folder, (4, 5), builder)
     for split, path, rows in per_split:
         for line, fields in rows:
-            s, r, o = (_int_field(v, path, line, "id") for v in fields[:3])
+            s, r, o = _id_triple(fields, known, path, line)
             step = _int_field(fields[3], path, line, "time step")
-            for value, kind in ((s, "entity"), (r, "relation"), (o, "entity")):
-                if value not in valid_ids[kind]:
-                    raise KGFormatError(path, f"{kind} id {value} is not in {kind}2id.txt", line)
             builder.add(split, s, r, o, step, line)
     return builder.finish(
         _vocab_from_map(maps["entity"], names.readable),

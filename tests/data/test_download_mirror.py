@@ -35,13 +35,6 @@ def mirror_server() -> Iterator[FileServer]:
         yield srv
 
 
-@pytest.fixture
-def http() -> Iterator[requests.Session]:
-    with requests.Session() as session:
-        session.trust_env = False
-        yield session
-
-
 def get(files: list[RemoteFile], dest: Path, http: requests.Session, **kw) -> list[Path]:
     return fetch(files, dest, session=http, progress=False, backoff=0.0, timeout=30, **kw)
 

@@ -40,14 +40,6 @@ def server(www: Path) -> Iterator[FileServer]:
 
 
 @pytest.fixture
-def http() -> Iterator[requests.Session]:
-    """A session that ignores proxy settings from the environment (the server is local)."""
-    with requests.Session() as session:
-        session.trust_env = False
-        yield session
-
-
-@pytest.fixture
 def dest(tmp_path: Path) -> Path:
     return tmp_path / "dest"
 
