@@ -1,0 +1,113 @@
+"""Retrieval configuration names: `<index>-<mode>`, e.g. `bm25-rg`, `minilm-rgft`.
+
+The name alone says what to run, so DVC can iterate over datasets x index names x modes and
+each stage instance finds its inputs by path:
+
+    index   `bm25` (sparse; params `index.sparse`) or a dense encoder named in `index.dense`
+    mode    standard  the query alone, base encoder
+            rg        rule-guided (`q ∘ r` per rule, lists united), base encoder
+            ssft      the query alone, query encoder fine-tuned without rules
+            rgft      rule-guided, query encoder fine-tuned on `q ∘ r` (RGFT)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+MODES = ("standard", "rg", "ssft", "rgft")
+#: Dense encoders known without any params (params.yaml `index.dense` adds or overrides).
+DEFAULT_ENCODERS: dict[str, dict] = {
+    "minilm": {"model": "minilm", "max_length": 128, "batch_size": 32},
+    "mpnet": {"model": "mpnet", "max_length": 128, "batch_size": 32},
+}
+TRAINED_MODES = ("ssft", "rgft")
+SPARSE_INDEXES = ("bm25",)
+
+
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """One retrieval configuration, parsed from its name."""
+
+    name: str
+    index: str
+    mode: str
+
+    @property
+    def use_rules(self) -> bool:
+        return self.mode in ("rg", "rgft")
+
+    @property
+    def trained(self) -> bool:
+        return self.mode in TRAINED_MODES
+
+    @property
+    def sparse(self) -> bool:
+        return self.index in SPARSE_INDEXES
+
+    @property
+    def model_name(self) -> str | None:
+        """The trained query encoder's name (`minilm-rgft`), None for training-free modes."""
+        return f"{self.index}-{self.mode}" if self.trained else None
+
+
+def parse_config(name: str) -> RetrievalConfig:
+    """`minilm-rgft` -> RetrievalConfig(index="minilm", mode="rgft")."""
+    index, sep, mode = name.rpartition("-")
+    if not sep or not index or mode not in MODES:
+        raise ValueError(
+            f"retrieval config {name!r}: expected <index>-<mode> with mode one of {MODES}"
+        )
+    config = RetrievalConfig(name, index, mode)
+    if config.sparse and config.trained:
+        raise ValueError(f"retrieval config {name!r}: BM25 has no encoder to fine-tune")
+    return config
+
+
+@dataclass(frozen=True)
+class RetrievalPaths:
+    """Where retrieval inputs and outputs live under `data/<dataset>/` (DVC outs by name)."""
+
+    root: Path
+
+    @property
+    def benchmark(self) -> Path:
+        return self.root / "benchmark"
+
+    @property
+    def corpus(self) -> Path:
+        return self.benchmark / "corpus.jsonl"
+
+    def queries(self, split: str) -> Path:
+        """`test`, `f_g` (query sets) or `f_r` (training items)."""
+        return self.benchmark / f"{split}.jsonl"
+
+    @property
+    def rule_bank(self) -> Path:
+        return self.root / "rules" / "bank.parquet"
+
+    @property
+    def retrieval(self) -> Path:
+        return self.root / "retrieval"
+
+    def index(self, name: str) -> Path:
+        return self.retrieval / "index" / name
+
+    def index_stats(self, name: str) -> Path:
+        return self.retrieval / "stats" / f"index-{name}.json"
+
+    def cache(self, name: str) -> Path:
+        """Corpus-embedding chunks (persisted between runs, never part of the index out)."""
+        return self.retrieval / "cache" / name
+
+    def model(self, name: str) -> Path:
+        return self.retrieval / "models" / name
+
+    def training(self, name: str) -> Path:
+        return self.retrieval / "training" / name
+
+    def checkpoints(self, name: str) -> Path:
+        return self.retrieval / "checkpoints" / name
+
+    def output(self, config: str) -> Path:
+        return self.retrieval / config

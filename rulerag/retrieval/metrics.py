@@ -1,0 +1,113 @@
+"""Recall@k for retrieval runs: strict (equal-k) and the paper's looser union figure.
+
+A query is recalled at k when a gold answer string occurs (case-insensitively) in the contents
+of one of its top-k documents.
+
+* Strict `recall_at_k`: the query's per-rule lists are united (best score per document),
+  ranked by score and cut at k, so every configuration is judged on k documents; this is the
+  number to compare configurations with.
+* Loose `loose_recall_at_k`: the answer occurs anywhere in the union of the per-rule top-k
+  lists, which holds up to k x (number of rules) documents. This is how RuleRAG's paper counts
+  rule-guided recall; for query-only runs it equals the strict figure.
+
+Both are computed from the first rank at which a query's answer appears, so any list of k
+comes out of one pass over the run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from rulerag.retrieval.rule_guided import unite
+
+DEFAULT_KS = (1, 2, 5, 10, 20, 50)
+
+
+def answer_hits(
+    run: pd.DataFrame,
+    contents: Mapping[str, str],
+    answers: Mapping[str, Sequence[str]],
+) -> np.ndarray:
+    """For each row of `run`, whether the document holds one of its query's answers."""
+    if run.empty:
+        return np.zeros(0, dtype=bool)
+    gold = {qid: [a.casefold() for a in ans if a] for qid, ans in answers.items()}
+    folded: dict[str, str] = {}
+    pairs = run[["qid", "doc_id"]].drop_duplicates()
+    hit_pairs = set()
+    for qid, doc_id in pairs.itertuples(index=False):
+        wanted = gold.get(qid)
+        if not wanted:
+            continue
+        text = folded.get(doc_id)
+        if text is None:
+            text = folded[doc_id] = contents[doc_id].casefold()
+        if any(a in text for a in wanted):
+            hit_pairs.add((qid, doc_id))
+    if not hit_pairs:
+        return np.zeros(len(run), dtype=bool)
+    return np.fromiter(
+        ((q, d) in hit_pairs for q, d in zip(run["qid"], run["doc_id"], strict=True)),
+        dtype=bool,
+        count=len(run),
+    )
+
+
+def first_hit_ranks(
+    run: pd.DataFrame,
+    contents: Mapping[str, str],
+    answers: Mapping[str, Sequence[str]],
+) -> pd.DataFrame:
+    """Per query with answers: `strict` = rank of the first answer-bearing document in the
+    united list, `loose` = best per-rule rank of one (inf when none was retrieved)."""
+    qids = [q for q, a in answers.items() if any(a)]
+    out = pd.DataFrame(index=pd.Index(qids, name="qid"))
+    out["strict"] = np.inf
+    out["loose"] = np.inf
+    if run.empty or not qids:
+        return out
+    hits = answer_hits(run, contents, answers)
+    loose = run.loc[hits].groupby("qid")["rank"].min()
+    united = unite(run)
+    united_hits = answer_hits(united, contents, answers)
+    strict = united.loc[united_hits].groupby("qid")["rank"].min()
+    out.loc[out.index.intersection(loose.index), "loose"] = loose
+    out.loc[out.index.intersection(strict.index), "strict"] = strict
+    return out
+
+
+def recall_at_k(
+    run: pd.DataFrame,
+    contents: Mapping[str, str],
+    answers: Mapping[str, Sequence[str]],
+    ks: Iterable[int] = DEFAULT_KS,
+) -> dict[str, float]:
+    """`recall_at_{k}` (strict) and `loose_recall_at_{k}` for each k, plus `queries`.
+
+    The denominator is every query of `answers` that has an answer, retrieved or not.
+    """
+    ranks = first_hit_ranks(run, contents, answers)
+    n = len(ranks)
+    metrics: dict[str, float] = {"queries": float(n)}
+    for k in ks:
+        metrics[f"recall_at_{k}"] = float((ranks["strict"] <= k).sum() / n) if n else 0.0
+    for k in ks:
+        metrics[f"loose_recall_at_{k}"] = float((ranks["loose"] <= k).sum() / n) if n else 0.0
+    return metrics
+
+
+def recall_curve(metrics: Mapping[str, float], config: str, ks: Iterable[int]) -> pd.DataFrame:
+    """The DVC plot table: one row per k with strict and loose recall (fractions, as in
+    metrics.json)."""
+    ks = list(ks)
+    return pd.DataFrame(
+        {
+            "k": ks,
+            "recall": [round(metrics[f"recall_at_{k}"], 4) for k in ks],
+            "loose_recall": [round(metrics[f"loose_recall_at_{k}"], 4) for k in ks],
+            "config": config,
+        }
+    )

