@@ -11,8 +11,9 @@ benchmark (data/<dataset>/benchmark, when it is there) with `num_documents` corp
 and up to three of the query's rules; without a benchmark, ICEWS-like synthetic ones of the
 same shape. Retrieval quality does not matter here, only prompt length. Training runs one
 epoch of LoRA (`rulerag.generation.training.train_lora`, the stage's code) on (prompt, answer)
-pairs of the `rule` kind, once per `--lora-layers` setting (`all` = every layer, as the paper;
-N = the last N layers, the CPU profile's choice), without a dev slice.
+pairs of the `rule` kind with the stage's settings (params.yaml's `generation` section in its
+effective profile, else the library defaults), once per `--lora-layers` setting (`all` =
+every layer, as the paper; N = the last N layers, the CPU profile's choice), no dev slice.
 
 Numbers depend on what else runs on the machine: close other CPU-heavy jobs first. OpenMP's
 wait policy is set to PASSIVE as in the stages (pipeline_steps.generate.passive_openmp); run
@@ -28,7 +29,9 @@ import platform
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -118,6 +121,21 @@ def bench_generation(args: argparse.Namespace, items: list[dict]) -> list[dict]:
     return rows
 
 
+def stage_settings() -> Any:
+    """The train_generator stage's settings from params.yaml (its effective profile), or the
+    library defaults when params.yaml has no generation section."""
+    from pipeline_steps.common import load_params
+    from rulerag.generation.config import apply_profile
+    from rulerag.generation.training import TrainSettings
+
+    section = load_params().get("generation")
+    if not section:
+        return TrainSettings()
+    from pipeline_steps.train_generator import settings_from
+
+    return settings_from(apply_profile(section))
+
+
 def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:
     from rulerag.generation.models import load_causal_lm, load_tokenizer
     from rulerag.generation.prompts import render_prompt
@@ -127,13 +145,13 @@ def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:
         (render_prompt("rule", it["query"], it["documents"], it["rules"]), it["answer"])
         for it in items[: args.train_samples]
     ]
+    base_settings = stage_settings()
     rows = []
     for layers in args.lora_layers.split(","):
+        chosen = None if layers == "all" else int(layers)
+        lora = LoraSettings(**{**asdict(base_settings.lora), "layers": chosen})
         settings = TrainSettings(
-            lora=LoraSettings(layers=None if layers == "all" else int(layers)),
-            epochs=1,
-            batch_size=4,
-            logging_steps=1,
+            **{**asdict(base_settings), "lora": lora, "epochs": 1, "logging_steps": 1}
         )
         tokenizer = load_tokenizer(args.model, padding_side="right")
         model = load_causal_lm(args.model)
@@ -143,6 +161,8 @@ def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:
         rows.append(
             {
                 "lora_layers": layers,
+                "lora_modules": ",".join(settings.lora.target_modules),
+                "lora_r": settings.lora.r,
                 "samples": stats["train_samples"],
                 "steps": stats["steps"],
                 "train_seconds": stats["train_seconds"],
