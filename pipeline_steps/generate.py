@@ -33,6 +33,7 @@ from rulerag.generation.samples import (
     load_bank_texts,
     load_corpus,
     read_jsonl,
+    retrieved_only,
     sample_queries,
     united_documents,
 )
@@ -97,6 +98,8 @@ def api_examples(base: Path, grid: GridConfig, cfg: dict[str, Any], retrieval: s
     if shots <= 0:
         return []
     pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
+    if retrieval:
+        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
     chosen = sample_queries(pool, shots, int(cfg.get("seed", 12)))
     has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
     samples = load_samples(

@@ -7,7 +7,8 @@ encoder trained by `train_retriever` and search the same corpus index (the docum
 is frozen). Writes data/<dataset>/retrieval/<config>/:
 
     run.parquet       test queries: qid, rule, rank, doc_id, score (per-rule top-k lists)
-    f_g_run.parquet   the same for F_G (the generator's training data needs it)
+    run_fg.parquet    the same for F_G (the generator's training data needs it); a seeded
+                      sample of `retrieve.f_g_queries` of them (null: all)
     metrics.json      recall_at_{1,2,5,10,20,50} (strict: united list cut at k), the paper's
                       loose_recall_at_k (answer anywhere in the per-rule top-k union), F_G
                       recall, timings
@@ -28,9 +29,12 @@ from pipeline_steps.common import (
     load_params,
     numeric_metrics,
 )
+from rulerag.generation.samples import sample_queries
 from rulerag.io import atomic_open, write_json, write_parquet
 from rulerag.retrieval.configs import (
     DEFAULT_ENCODERS,
+    RUN_FG_FILENAME,
+    RUN_FILENAME,
     RetrievalConfig,
     RetrievalPaths,
     parse_config,
@@ -83,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     k = int(cfg.get("top_k", 50))
     ks = [int(x) for x in cfg.get("ks", DEFAULT_KS) if int(x) <= k]
     splits = list(cfg.get("splits", ["test", "f_g"]))
+    unknown = sorted(set(splits) - {"test", "f_g"})
+    if unknown:
+        raise SystemExit(f"retrieve.splits: {unknown} not among test, f_g")
+    seed = int(cfg.get("seed", 12))
     paths = RetrievalPaths(data_dir(dataset))
     out = paths.output(config.name)
     corpus = read_corpus(paths.corpus)
@@ -112,6 +120,10 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"retrieve@{dataset}: no {source.name}; skipped", file=sys.stderr)
                 continue
             queries = read_queries(source)
+            if split != "test" and cfg.get("f_g_queries") is not None:
+                # The generator trains on a few hundred F_G samples in the CPU profile: retrieve
+                # a seeded sample (train_generator draws only from queries the run holds).
+                queries = list(sample_queries(queries, int(cfg["f_g_queries"]), seed))
             started = time.perf_counter()
             frame, plan = retrieve(
                 queries, searcher, k, rules, config.use_rules, show_progress=True
@@ -127,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds": round(seconds, 2),
                 "queries_per_second": round(len(queries) / seconds, 1) if seconds else 0.0,
             }
-            name = "run.parquet" if split == "test" else f"{split}_run.parquet"
+            name = RUN_FILENAME if split == "test" else RUN_FG_FILENAME
             write_parquet(out / name, frame, {**provenance, "split": split})
             written.append(name)
             rounded = {key: round(v, 4) for key, v in figures.items() if key != "queries"}

@@ -20,7 +20,12 @@ from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_pa
 from pipeline_steps.generate import load_samples, passive_openmp
 from rulerag.generation.config import apply_profile, retrieval_name
 from rulerag.generation.prompts import render_prompt
-from rulerag.generation.samples import RUN_FG_FILENAME, read_jsonl, sample_queries
+from rulerag.generation.samples import (
+    RUN_FG_FILENAME,
+    read_jsonl,
+    retrieved_only,
+    sample_queries,
+)
 from rulerag.generation.training import TrainSettings
 from rulerag.io import atomic_open, write_json
 from rulerag.tracking import stage_run
@@ -72,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
+        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
         n_train = int(train_cfg.get("samples", 2048))
         n_dev = int(train_cfg.get("dev_samples", 0))
         seed = int(cfg.get("seed", 12))

@@ -60,3 +60,15 @@ def http() -> Iterator[requests.Session]:
 @pytest.fixture
 def project_copy(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread() -> Iterator[None]:
+    """One intra-op torch thread for a module of tests on tiny models: their many small
+    operations gain nothing from a second thread, and `make test` runs two workers on two
+    cores, where spinning OpenMP threads slow each other down several-fold."""
+    torch = pytest.importorskip("torch")
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

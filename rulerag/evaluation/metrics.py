@@ -118,22 +118,18 @@ def token_f1(prediction: str, golds: str | Iterable[str]) -> float:
 
 
 def recall_at_k(documents: Sequence[str], golds: str | Iterable[str], k: int) -> float:
-    """1.0 when a gold answer string occurs in one of the first k documents, else 0.0.
+    """1.0 when a gold answer occurs in one of the first k documents, else 0.0.
 
-    Case-insensitive substring, the definition the retrieval stage uses
-    (`rulerag.retrieval.metrics`), so the R@10 of the result table is the retrieval stage's
-    strict Recall@10 on the same queries.
+    Case-insensitive whole-word match, the retrieval stage's own test
+    (`rulerag.retrieval.metrics.answer_pattern`), so the R@10 of the result table is the
+    retrieval stage's strict Recall@10 on the same queries.
     """
+    from rulerag.retrieval.metrics import answer_pattern, contains_answer
+
     if k <= 0:
         raise ValueError(f"k must be positive, not {k}")
-    needles = [gold.casefold() for gold in _as_golds(golds) if gold]
-    if not needles:
-        return 0.0
-    for document in documents[:k]:
-        haystack = str(document).casefold()
-        if any(needle in haystack for needle in needles):
-            return 1.0
-    return 0.0
+    pattern = answer_pattern(_as_golds(golds))
+    return float(any(contains_answer(str(d), pattern) for d in documents[:k]))
 
 
 def score_prediction(

@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.generation.prompts import Sample
+from rulerag.retrieval.configs import RUN_FG_FILENAME, RUN_FILENAME
 
 __all__ = [
     "RUN_FG_FILENAME",
@@ -31,13 +32,11 @@ __all__ = [
     "load_bank_texts",
     "load_corpus",
     "read_jsonl",
+    "retrieved_only",
     "sample_queries",
     "united_documents",
 ]
 
-#: The retrieval stage's file names (one place to change them).
-RUN_FILENAME = "run.parquet"
-RUN_FG_FILENAME = "run_fg.parquet"
 
 RULE_FILTERS = ("all", "query_only", "rules_only")
 
@@ -61,6 +60,19 @@ def sample_queries(
     rng = np.random.default_rng(seed)
     keep = np.sort(rng.choice(len(records), size=int(n), replace=False))
     return [records[int(i)] for i in keep]
+
+
+def retrieved_only(records: Sequence[Mapping[str, Any]], run_path: Path) -> list[Mapping[str, Any]]:
+    """The records whose queries the retrieval run holds (all of them when there is no run).
+
+    The retrieval stage may search only a seeded sample of the F_G queries
+    (`retrieve.f_g_queries`); training samples must come from that sample, or they would
+    reach the generator without documents.
+    """
+    if not Path(run_path).is_file():
+        return list(records)
+    held = set(pd.read_parquet(run_path, columns=["qid"])["qid"].astype(str))
+    return [r for r in records if str(r["qid"]) in held]
 
 
 def united_documents(run: pd.DataFrame, rules: str = "all") -> dict[str, list[str]]:

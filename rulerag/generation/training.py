@@ -10,11 +10,13 @@ What the paper does and how it maps here:
 * The loss is on the answer tokens only: the prompt's labels are -100, so the model is not
   trained to reproduce documents it will be given anyway (`encode_example`).
 * LoRA through peft: rank, alpha, dropout and target modules are knobs. The defaults are those
-  of the authors' public training script (r=4, alpha=16, dropout 0.05 on q_proj/v_proj, lr 3e-4,
-  Adam betas (0.9, 0.95)), which is what the paper's hyper-parameter table reports as far as it
-  could be checked offline.
+  of the authors' public training script (chenzhongwu20/RuleRAG_ICL_FT, config.py / utils.py:
+  r=4, alpha=16, dropout 0.05 on q_proj/v_proj, lr 3e-4, Adam betas (0.9, 0.95), 4-bit NF4
+  with double quantisation). The paper's Table 7 itself could not be read offline; these are
+  taken as its values.
 * QLoRA: `quantization: nf4` loads the base in 4-bit NF4 with double quantisation and bf16
-  compute (bitsandbytes) and prepares it with `prepare_model_for_kbit_training`. GPU only.
+  compute (bitsandbytes) and prepares it with `prepare_model_for_kbit_training`. Meant for a
+  GPU; bitsandbytes also runs it on the CPU, slowly (the unit tests do, on a tiny model).
 * DeepSpeed: `deepspeed: <path>` hands a ZeRO config (configs/deepspeed_zero2.json, "auto"
   values filled by the Trainer) to the Trainer. GPU only; launch with `deepspeed` or
   `accelerate launch` for several GPUs.
@@ -86,7 +88,7 @@ class TrainSettings:
     """Trainer knobs. CPU-friendly defaults; the paper-scale profile overrides them."""
 
     lora: LoraSettings = field(default_factory=LoraSettings)
-    quantization: str | None = None  # None or "nf4" (QLoRA, GPU)
+    quantization: str | None = None  # None or "nf4" (QLoRA; GPU, or slowly on CPU)
     deepspeed: str | None = None  # path to a ZeRO config (GPU)
     epochs: float = 1.0
     learning_rate: float = 3e-4

@@ -351,6 +351,10 @@ def _yaml_rt() -> YAML:
     yaml.preserve_quotes = True
     yaml.width = 4096  # never re-wrap long strings or comments
     yaml.indent(mapping=2, sequence=4, offset=2)
+    # ruamel writes a null as nothing (`key:`), which would rewrite every `key: null` line
+    yaml.representer.add_representer(
+        type(None), lambda rep, _: rep.represent_scalar("tag:yaml.org,2002:null", "null")
+    )
     return yaml
 
 

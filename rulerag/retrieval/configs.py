@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 MODES = ("standard", "rg", "ssft", "rgft")
+#: The retrieval stage's run files, read by the generator stages (one place for the names).
+RUN_FILENAME = "run.parquet"  # test queries
+RUN_FG_FILENAME = "run_fg.parquet"  # F_G queries (the generator's training data)
 #: Dense encoders known without any params (params.yaml `index.dense` adds or overrides).
 DEFAULT_ENCODERS: dict[str, dict] = {
     "minilm": {"model": "minilm", "max_length": 128, "batch_size": 32},

@@ -1,7 +1,8 @@
 """Recall@k for retrieval runs: strict (equal-k) and the paper's looser union figure.
 
-A query is recalled at k when a gold answer string occurs (case-insensitively) in the contents
-of one of its top-k documents.
+A query is recalled at k when a gold answer occurs (case-insensitively, as whole words) in the
+contents of one of its top-k documents. Whole words, not substrings: NELL-995 has answers such
+as "k", which a substring test finds in almost every document.
 
 * Strict `recall_at_k`: the query's per-rule lists are united (best score per document),
   ranked by score and cut at k, so every configuration is judged on k documents; this is the
@@ -16,6 +17,7 @@ comes out of one pass over the run.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -26,6 +28,22 @@ from rulerag.retrieval.rule_guided import unite
 DEFAULT_KS = (1, 2, 5, 10, 20, 50)
 
 
+def answer_pattern(answers: Iterable[str]) -> re.Pattern[str] | None:
+    """A case-folded pattern matching any answer as whole words (None without answers).
+
+    Longer answers are tried first; a boundary is any non-word character or the text's end,
+    so "Police (China)" holds "China" but "Chinatown" does not.
+    """
+    needles = sorted({a.casefold() for a in answers if a and a.strip()}, key=len, reverse=True)
+    if not needles:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, needles)) + r")(?!\w)")
+
+
+def contains_answer(text: str, pattern: re.Pattern[str] | None) -> bool:
+    return pattern is not None and pattern.search(text.casefold()) is not None
+
+
 def answer_hits(
     run: pd.DataFrame,
     contents: Mapping[str, str],
@@ -34,18 +52,11 @@ def answer_hits(
     """For each row of `run`, whether the document holds one of its query's answers."""
     if run.empty:
         return np.zeros(0, dtype=bool)
-    gold = {qid: [a.casefold() for a in ans if a] for qid, ans in answers.items()}
-    folded: dict[str, str] = {}
+    patterns = {qid: answer_pattern(ans) for qid, ans in answers.items()}
     pairs = run[["qid", "doc_id"]].drop_duplicates()
     hit_pairs = set()
     for qid, doc_id in pairs.itertuples(index=False):
-        wanted = gold.get(qid)
-        if not wanted:
-            continue
-        text = folded.get(doc_id)
-        if text is None:
-            text = folded[doc_id] = contents[doc_id].casefold()
-        if any(a in text for a in wanted):
+        if contains_answer(contents[doc_id], patterns.get(qid)):
             hit_pairs.add((qid, doc_id))
     if not hit_pairs:
         return np.zeros(len(run), dtype=bool)

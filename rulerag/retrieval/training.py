@@ -55,7 +55,8 @@ class TrainConfig:
     lr: float = 1e-5
     batch_size: int = 32
     temperature: float = 0.01
-    epochs: int = 1
+    epochs: int = 3
+    min_steps: int = 0  # train at least this long: small F_R sets cycle through more epochs
     max_steps: int | None = None  # stop after this many steps even within an epoch
     max_items: int | None = None  # train on at most this many F_R items (CPU profile)
     max_positives: int = 4  # oracle documents per item put in the batch pool each step
@@ -397,7 +398,7 @@ def train_query_encoder(
         pick = np.random.default_rng(config.seed).permutation(len(train_items))
         train_items = [train_items[i] for i in sorted(pick[: config.max_items])]
     steps_per_epoch = max(1, math.ceil(len(train_items) / config.batch_size))
-    total = steps_per_epoch * config.epochs
+    total = max(steps_per_epoch * config.epochs, config.min_steps)
     if config.max_steps is not None:
         total = min(total, config.max_steps)
     metric, sign = {
@@ -438,6 +439,8 @@ def train_query_encoder(
             best_file.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(latest / "best.safetensors", best_file)
         resumed_from = int(state["step"])
+    elif best_file is not None:
+        best_file.unlink(missing_ok=True)  # a previous run's best must never be returned
 
     def remember_best() -> None:
         nonlocal best_memory

@@ -261,6 +261,7 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
         yield fake_run
 
     monkeypatch.setenv("RULERAG_API_KEY", KEY)
+    monkeypatch.setattr(stage, "passive_openmp", lambda: None)  # keep this process's OpenMP
     monkeypatch.setattr(stage, "data_dir", lambda name: tmp_path / "data" / name)
     monkeypatch.setattr(stage, "stage_run", fake_stage_run)
     with FakeOpenAI([]) as server:

@@ -23,6 +23,9 @@ from rulerag.generation.training import (  # noqa: E402
     train_lora,
 )
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
 ENTITIES = [f"e{i}" for i in range(8)]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 #: the "KG" the tiny model must learn: the answer of each subject
@@ -202,7 +205,6 @@ def test_lora_on_the_last_layers_only(tiny):
         LoraSettings(layers=31).layer_indices(30)
 
 
-@pytest.mark.slow
 def test_qlora_nf4_base_trains_and_reloads(tiny, tmp_path: Path):
     """QLoRA: a 4-bit NF4 base (bitsandbytes, which runs on the CPU too) with LoRA on top."""
     pytest.importorskip("bitsandbytes")

