@@ -20,7 +20,7 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv
+.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data
 
 setup: $(STAMP)
 
@@ -38,6 +38,21 @@ $(STAMP): pyproject.toml constraints.txt
 
 run: setup
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
+
+# The paper's Fig. 3 (retrieved documents per prompt) and Fig. 5 (generator fine-tuning data)
+# as DVC experiments, one per value, each a full `dvc repro` of what the value changes; then
+# `dvc exp show` lists their metrics and `dvc plots diff <exp>...` draws them side by side.
+EXP_K ?= 1 3 5 10
+EXP_SAMPLES ?= 24 48 96
+exp-k: setup
+	export PATH=$(abspath $(BIN)):$$PATH; for k in $(EXP_K); do \
+	  dvc exp run --name docs-$$k -S generation.num_documents=$$k || exit 1; done; \
+	dvc exp show --only-changed --md
+
+exp-data: setup
+	export PATH=$(abspath $(BIN)):$$PATH; for n in $(EXP_SAMPLES); do \
+	  dvc exp run --name samples-$$n -S generation.train.samples=$$n || exit 1; done; \
+	dvc exp show --only-changed --md
 
 test: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)

@@ -9,6 +9,8 @@ repository lock, hence one task at a time (``max_active_tasks=1``) and one run a
 Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
 
     {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}
+
+``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from rulerag.orchestration.dvc_graph import (  # noqa: E402
     StageInstance,
     build_graph,
     cmd_param_keys,
+    load_yaml,
     stage_edges,
     task_id_for,
 )
@@ -79,7 +82,11 @@ def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
     params = load_params(PARAMS_YAML)
     try:
         run_conf = validate_run_conf(
-            conf, params, known_datasets(params), cmd_keys=cmd_param_keys(DVC_YAML)
+            conf,
+            params,
+            known_datasets(params),
+            cmd_keys=cmd_param_keys(DVC_YAML),
+            stage_names=list(load_yaml(DVC_YAML).get("stages") or {}),
         )
     except ValueError as exc:
         raise AirflowFailException(f"invalid run conf: {exc}") from exc
@@ -90,16 +97,25 @@ def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
         "updated" if changed else "unchanged",
         ", ".join(map(str, selected)),
     )
-    return {"changed": changed, "datasets": list(selected), "params": dict(run_conf.params)}
+    stages = None if run_conf.stages is None else list(run_conf.stages)
+    return {
+        "changed": changed,
+        "datasets": list(selected),
+        "params": dict(run_conf.params),
+        "stages": stages,
+    }
 
 
-def run_stage(instance: StageInstance, run_id: str) -> None:
-    """Skip a stage instance the current params.yaml does not select, else ``dvc repro`` it.
+def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
+    """Skip a stage instance the current params.yaml does not select, or whose stage is not
+    among the run's ``stages`` (None: all), else ``dvc repro`` it.
 
     "Selected" means DVC itself would generate this instance from params.yaml as it is now
     (after apply_conf), e.g. ``ingest@nell995`` only while nell995 is in ``datasets``.
     Otherwise ``dvc repro --single-item`` would fail with an unknown stage.
     """
+    if stages is not None and instance.stage not in stages:
+        raise AirflowSkipException(f"{instance.name}: stage not in this run's stages {stages}")
     params = load_params(PARAMS_YAML)
     selected = [str(d) for d in params.get("datasets") or []]
     current = {i.name for i in build_graph(DVC_YAML, params, selected)}
@@ -174,7 +190,9 @@ def _build_dag() -> DAG:
                 doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
             )
             def stage() -> None:
-                run_stage(instance, str(get_current_context()["run_id"]))
+                context = get_current_context()
+                applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
+                run_stage(instance, str(context["run_id"]), applied.get("stages"))
 
             return stage()
 

@@ -11,6 +11,9 @@ import yaml
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
+#: models converted or downloaded by the stages (ignored by git; RULERAG_MODEL_CACHE overrides
+#: it for the generator, see rulerag/generation/models.py)
+MODEL_CACHE = PROJECT_DIR / ".models"
 
 
 def load_params(path: Path | None = None) -> dict[str, Any]:

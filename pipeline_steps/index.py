@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_steps.common import (
+    MODEL_CACHE,
     PROJECT_DIR,
     data_dir,
     dataset_parser,
@@ -28,8 +29,6 @@ from rulerag.io import write_json
 from rulerag.retrieval.configs import DEFAULT_ENCODERS, SPARSE_INDEXES, RetrievalPaths
 from rulerag.retrieval.data import publish_dir, read_corpus, read_queries, read_rule_texts
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
-
-MODEL_CACHE = PROJECT_DIR / ".models"
 
 
 def sparse_config(cfg: dict[str, Any]):

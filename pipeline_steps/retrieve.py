@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_steps.common import (
+    MODEL_CACHE,
     PROJECT_DIR,
     data_dir,
     dataset_parser,
@@ -43,8 +44,6 @@ from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import DEFAULT_KS, recall_at_k, recall_curve
 from rulerag.retrieval.rule_guided import retrieve
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
-
-MODEL_CACHE = PROJECT_DIR / ".models"
 
 
 def open_searcher(config: RetrievalConfig, paths: RetrievalPaths, index_cfg: dict[str, Any]):

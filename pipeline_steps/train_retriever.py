@@ -29,6 +29,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from pipeline_steps.common import (  # noqa: E402
+    MODEL_CACHE,
     PROJECT_DIR,
     data_dir,
     dataset_parser,
@@ -43,8 +44,6 @@ from rulerag.retrieval.configs import (  # noqa: E402
 )
 from rulerag.retrieval.data import publish_dir, read_corpus, read_rule_items  # noqa: E402
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run  # noqa: E402
-
-MODEL_CACHE = PROJECT_DIR / ".models"
 
 
 def plot_curves(losses, evaluations, metric: str, path: Path, title: str) -> None:

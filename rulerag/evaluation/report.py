@@ -37,6 +37,7 @@ TABLE2_ROWS: tuple[tuple[str, str, str], ...] = (
     ("rulerag_icl", "RuleRAG-ICL", "RG-retriever + RG-generator"),
     ("rulerag_ft", "RuleRAG-FT", "RGFT-retriever + RGFT-generator"),
     ("ssft_retriever_ssft_generator", "Rule ablation", "SSFT-retriever + SSFT-generator"),
+    ("rgft_retriever_ssft_generator", "Rule ablation", "RGFT-retriever + SSFT-generator"),
     ("rgft_retriever_rg_generator", "RGFT ablation", "RGFT-retriever + RG-generator"),
     ("rg_retriever_rgft_generator", "RGFT ablation", "RG-retriever + RGFT-generator"),
 )

@@ -48,7 +48,7 @@ PARAM_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
 SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
-_CONF_KEYS = ("datasets", "params")
+_CONF_KEYS = ("datasets", "params", "stages")
 _SCALARS = (str, bool, int, float, type(None))
 
 
@@ -58,6 +58,9 @@ class RunConf:
 
     datasets: tuple[str, ...] | None = None
     params: Mapping[str, Any] = field(default_factory=dict)
+    #: dvc.yaml stage names (``ingest``, ``retrieve``...) to run; None = every stage. The
+    #: others are skipped (their outputs stay as they are), e.g. to rerun only the early part.
+    stages: tuple[str, ...] | None = None
 
     @property
     def is_empty(self) -> bool:
@@ -151,6 +154,7 @@ def validate_run_conf(
     params: Mapping[str, Any],
     known_datasets: Collection[str],
     cmd_keys: Collection[str] = (),
+    stage_names: Collection[str] | None = None,
 ) -> RunConf:
     """Check a run's conf against params.yaml and the known datasets; ValueError if bad.
 
@@ -235,7 +239,20 @@ def validate_run_conf(
                 if "\x00" in s:
                     raise ValueError(f"run conf params: {key!r} holds a NUL character")
             overrides[key] = copy.deepcopy(list(value) if isinstance(value, tuple) else value)
-    return RunConf(datasets=datasets, params=overrides)
+    stages: tuple[str, ...] | None = None
+    if conf.get("stages") is not None:
+        raw = conf["stages"]
+        if not isinstance(raw, list | tuple) or not raw or not all(isinstance(x, str) for x in raw):
+            raise ValueError('run conf "stages" must be a non-empty list of stage names')
+        if stage_names is not None:
+            unknown_stages = sorted(set(raw) - set(stage_names))
+            if unknown_stages:
+                raise ValueError(
+                    f"run conf stages: unknown stage(s) {', '.join(map(repr, unknown_stages))};"
+                    f" dvc.yaml has {', '.join(stage_names)}"
+                )
+        stages = tuple(dict.fromkeys(raw))
+    return RunConf(datasets=datasets, params=overrides, stages=stages)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -214,3 +214,15 @@ def test_applying_the_same_conf_twice_is_idempotent(params_file: Path) -> None:
     once = params_file.read_text(encoding="utf-8")
     assert apply_run_conf(params_file, run_conf) is False
     assert params_file.read_text(encoding="utf-8") == once
+
+
+def test_stages_conf_is_checked_against_dvc_yaml():
+    params = {"datasets": ["icews14"]}
+    names = ["ingest", "mine_rules", "retrieve"]
+    conf = validate_run_conf({"stages": ["ingest", "ingest"]}, params, ["icews14"], (), names)
+    assert conf.stages == ("ingest",) and conf.is_empty  # params.yaml is left alone
+    with pytest.raises(ValueError, match="unknown stage"):
+        validate_run_conf({"stages": ["train"]}, params, ["icews14"], (), names)
+    with pytest.raises(ValueError, match="non-empty list"):
+        validate_run_conf({"stages": "ingest"}, params, ["icews14"], (), names)
+    assert validate_run_conf({}, params, ["icews14"], (), names).stages is None
