@@ -96,10 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
     rules = read_rule_texts(paths.rule_bank) if config.use_rules else {}
     logged = {"retrieve": cfg, "index": index_cfg, "config": config.name}
-    with stage_run("retrieve", dataset, project_dir=PROJECT_DIR, params=logged) as run:
+    # dvc.yaml runs the fine-tuned configurations as their own stage (they depend on a model)
+    stage = "retrieve_finetuned" if config.trained else "retrieve"
+    with stage_run(stage, dataset, project_dir=PROJECT_DIR, params=logged) as run:
         run.set_tags(
             {
-                TAG_STAGE_INSTANCE: f"retrieve@{dataset}-{config.name}",
+                TAG_STAGE_INSTANCE: f"{stage}@{dataset}-{config.name}",
                 "rulerag.config": config.name,
             }
         )
@@ -111,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
             "mode": config.mode,
             "top_k": k,
         }
-        provenance = {"stage": "retrieve", "dataset": dataset, "config": config.name, **logged}
+        provenance = {"stage": stage, "dataset": dataset, "config": config.name, **logged}
         written = []
         for split in splits:
             source = paths.queries(split)
@@ -156,9 +158,7 @@ def main(argv: list[str] | None = None) -> int:
             run.log_artifact(out / "recall.csv")
     r10 = metrics.get("recall_at_10")
     loose = metrics.get("loose_recall_at_10")
-    print(
-        f"retrieve@{dataset}-{config.name}: {', '.join(written)}; Recall@10 {r10} (loose {loose})"
-    )
+    print(f"{stage}@{dataset}-{config.name}: {', '.join(written)}; Recall@10 {r10} (loose {loose})")
     return 0
 
 

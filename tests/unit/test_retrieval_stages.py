@@ -104,7 +104,7 @@ def test_index_train_retrieve(project: Path) -> None:
         [
             "index@tiny-bm25", "index@tiny-minilm", "train_retriever@tiny-minilm-rgft",
             "retrieve@tiny-bm25-standard", "retrieve@tiny-bm25-rg", "retrieve@tiny-minilm-rg",
-            "retrieve@tiny-minilm-rgft",
+            "retrieve_finetuned@tiny-minilm-rgft",
         ]
     )  # fmt: skip
     trained = next(r for r in runs if r.data.tags["rulerag.stage"] == "train_retriever")
