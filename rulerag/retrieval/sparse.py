@@ -311,14 +311,15 @@ def parity(
     b: SparseIndex,
     texts: Sequence[str],
     k: int = 10,
-    tolerance: float = 1e-4,
+    tolerance: float = 1e-3,
 ) -> dict[str, float]:
     """How far two back ends agree on the top k of each text.
 
     `same_topk` counts texts with identical top-k sets. Scores tied at the k-th place may be
     cut differently (both are right), so `same_topk_up_to_ties` compares only the documents
     scored clearly above the k-th score (by more than `tolerance`, relative) and requires the
-    k-th scores to match. `mean_overlap` is the mean |A ∩ B| / k; `max_score_diff` the largest
+    k-th scores to match (relative `tolerance`: Lucene stores document lengths lossily, which
+    moves its scores by up to ~5e-4 on small corpora). `mean_overlap` is the mean |A ∩ B| / k; `max_score_diff` the largest
     relative score difference over documents both returned.
     """
     rows_a, scores_a = a.search(texts, k)
