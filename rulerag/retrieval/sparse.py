@@ -319,8 +319,8 @@ def parity(
     cut differently (both are right), so `same_topk_up_to_ties` compares only the documents
     scored clearly above the k-th score (by more than `tolerance`, relative) and requires the
     k-th scores to match (relative `tolerance`: Lucene stores document lengths lossily, which
-    moves its scores by up to ~5e-4 on small corpora). `mean_overlap` is the mean |A ∩ B| / k; `max_score_diff` the largest
-    relative score difference over documents both returned.
+    moves its scores by up to ~5e-4 on small corpora). `mean_overlap` is the mean |A ∩ B| / k;
+    `max_score_diff` the largest relative score difference over documents both returned.
     """
     rows_a, scores_a = a.search(texts, k)
     rows_b, scores_b = b.search(texts, k)

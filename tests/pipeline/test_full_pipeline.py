@@ -135,6 +135,29 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     )
     assert json.loads(status.stdout) == {}, status.stdout
 
+    # A DVC experiment on a generation knob reruns the grid, not the retrievers or adapters.
+    exp = subprocess.run(
+        [str(BIN / "dvc"), "exp", "run", "--name", "short", "-S", "generation.max_new_tokens=4"],
+        cwd=project_copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert exp.returncode == 0, exp.stdout[-4000:] + exp.stderr[-4000:]
+    assert "Running stage 'generate@slice-rulerag_ft'" in exp.stdout
+    for skipped in ("train_generator@slice-rgft", "train_retriever@slice-minilm-rgft"):
+        assert f"Running stage '{skipped}'" not in exp.stdout
+    listed = subprocess.run(
+        [str(BIN / "dvc"), "exp", "show", "--json"],
+        cwd=project_copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"short"' in listed.stdout
+
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=env["MLFLOW_TRACKING_URI"])
