@@ -8,41 +8,15 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pipeline_steps.build_benchmark import resolve_config, table1
-from pipeline_steps.common import load_params
-from pipeline_steps.mine_rules import mine
-from rulerag.benchmark.build import build_benchmark
-from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS
-from rulerag.rules.bank import BankConfig, rules_frame, select_bank
 
 pytestmark = [pytest.mark.data, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module", params=["icews14", "fb15k237", "nell995"])
-def real(request, kg_mirror: Path, tmp_path_factory: pytest.TempPathFactory):
-    name = request.param
-    params = load_params()
-    out = tmp_path_factory.mktemp(name)
-    kg, _ = ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
-    train = kg.facts[kg.facts["split"] == "train"]
-    cfg = params["mine_rules"]
-    rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, cfg)
-    names = kg.relations.set_index("id")["name"].to_dict()
-    bank_cfg = cfg["bank"]
-    bank = select_bank(
-        rules_frame(rules, names),
-        BankConfig(
-            lengths=tuple(bank_cfg["lengths"]),
-            min_confidence=bank_cfg["min_confidence"],
-            min_support=bank_cfg["min_support"],
-            top_n_per_head=bank_cfg["top_n_per_head"],
-        ),
-    )
-    config = resolve_config(name, params["build_benchmark"])
-    bench = build_benchmark(kg, bank, config)
-    print(f"\n{name}\n{table1(name, {**bench.stats})}")
-    return name, kg, bench
+def real(request, real_benchmark):
+    built = real_benchmark(request.param)
+    return built.name, built.kg, built.bench
 
 
 def test_sizes_and_no_leakage(real) -> None:

@@ -1,0 +1,62 @@
+"""Real benchmarks built from the KG mirror with the project's default params (ingest ->
+mine_rules -> build_benchmark in a temporary folder), once per test session and dataset."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from pipeline_steps.build_benchmark import resolve_config, table1
+from pipeline_steps.common import load_params
+from pipeline_steps.mine_rules import mine
+from rulerag.benchmark.build import build_benchmark
+from rulerag.kg.ingest import ingest
+from rulerag.kg.registry import DATASETS
+from rulerag.rules.bank import BankConfig, rules_frame, select_bank
+
+
+@dataclass
+class RealBenchmark:
+    name: str
+    kg: Any
+    bank: pd.DataFrame
+    bench: Any
+    folder: Path
+
+
+@pytest.fixture(scope="session")
+def real_benchmark(
+    kg_mirror: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Callable[[str], RealBenchmark]:
+    built: dict[str, RealBenchmark] = {}
+
+    def get(name: str) -> RealBenchmark:
+        if name not in built:
+            params = load_params()
+            out = tmp_path_factory.mktemp(name)
+            kg, _ = ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
+            train = kg.facts[kg.facts["split"] == "train"]
+            cfg = params["mine_rules"]
+            rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, cfg)
+            names = kg.relations.set_index("id")["name"].to_dict()
+            bank_cfg = cfg["bank"]
+            bank = select_bank(
+                rules_frame(rules, names),
+                BankConfig(
+                    lengths=tuple(bank_cfg["lengths"]),
+                    min_confidence=bank_cfg["min_confidence"],
+                    min_support=bank_cfg["min_support"],
+                    top_n_per_head=bank_cfg["top_n_per_head"],
+                ),
+            )
+            bench = build_benchmark(kg, bank, resolve_config(name, params["build_benchmark"]))
+            print(f"\n{name}\n{table1(name, {**bench.stats})}")
+            built[name] = RealBenchmark(name, kg, bank, bench, out)
+        return built[name]
+
+    return get
