@@ -44,7 +44,8 @@ def build_queries(dataset: str, n: int, num_documents: int, seed: int) -> list[d
     base = ROOT / "data" / dataset
     rng = np.random.default_rng(seed)
     if (base / "benchmark" / "test.jsonl").is_file():
-        from rulerag.generation.samples import load_bank_texts, read_jsonl, sample_queries
+        from rulerag.generation.samples import read_jsonl, sample_queries
+        from rulerag.retrieval.data import read_rule_texts
 
         queries = sample_queries(read_jsonl(base / "benchmark" / "test.jsonl"), n, seed)
         docs = []
@@ -53,7 +54,7 @@ def build_queries(dataset: str, n: int, num_documents: int, seed: int) -> list[d
                 if i % 50 == 0:
                     docs.append(json.loads(line)["contents"])
         bank = (
-            load_bank_texts(base / "rules" / "bank.parquet")
+            read_rule_texts(base / "rules" / "bank.parquet")
             if (base / "rules" / "bank.parquet").is_file()
             else {}
         )

@@ -7,12 +7,10 @@ beside the paper's Table 1 row for the KG.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +22,7 @@ from pipeline_steps.common import (
     numeric_metrics,
 )
 from rulerag.benchmark.build import BenchmarkConfig, build_benchmark
-from rulerag.io import atomic_open, write_json, write_parquet
+from rulerag.io import write_json, write_jsonl, write_parquet
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.store import read_kg
 from rulerag.tracking import stage_run
@@ -62,12 +60,6 @@ def resolve_config(name: str, cfg: dict[str, Any]) -> BenchmarkConfig:
         max_oracle_docs=int(cfg.get("max_oracle_docs", 5)),
         finetune_from_train=int(by_dataset(cfg.get("finetune_from_train"), name, 0)),
     )
-
-
-def write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    with atomic_open(path) as handle:
-        for record in records:
-            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
 
 
 def table1(name: str, stats: dict[str, Any]) -> str:

@@ -30,7 +30,6 @@ from rulerag.generation.samples import (
     RUN_FG_FILENAME,
     RUN_FILENAME,
     build_samples,
-    load_bank_texts,
     load_corpus,
     read_jsonl,
     retrieved_only,
@@ -38,6 +37,7 @@ from rulerag.generation.samples import (
     united_documents,
 )
 from rulerag.io import atomic_open, write_json
+from rulerag.retrieval.data import read_rule_texts
 from rulerag.tracking import stage_run
 
 #: where `train_generator` puts the adapters, under data/<dataset>/generation/
@@ -80,7 +80,7 @@ def load_samples(
     corpus = load_corpus(base / "benchmark" / "corpus.jsonl", needed) if needed else {}
     return build_samples(
         queries,
-        rule_texts=load_bank_texts(base / "rules" / "bank.parquet"),
+        rule_texts=read_rule_texts(base / "rules" / "bank.parquet"),
         documents=documents,
         corpus=corpus,
         num_documents=int(cfg["num_documents"]),

@@ -12,7 +12,7 @@ import contextlib
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,6 +46,14 @@ def atomic_open(path: Path, mode: str = "w", encoding: str | None = "utf-8") -> 
         encoding = None
     with atomic_path(path) as tmp, open(tmp, mode, encoding=encoding) as handle:
         yield handle
+
+
+def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """JSON lines (one object per line, UTF-8 kept as is), written atomically: the benchmark's
+    corpus and query files, Pyserini's JsonCollection input."""
+    with atomic_open(path) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def write_json(path: Path, obj: Any) -> None:

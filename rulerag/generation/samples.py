@@ -29,7 +29,6 @@ __all__ = [
     "RUN_FG_FILENAME",
     "RUN_FILENAME",
     "build_samples",
-    "load_bank_texts",
     "load_corpus",
     "read_jsonl",
     "retrieved_only",
@@ -109,12 +108,6 @@ def load_corpus(path: Path, ids: Iterable[str] | None = None) -> dict[str, str]:
             if wanted is None or doc_id in wanted:
                 corpus[doc_id] = str(record["contents"])
     return corpus
-
-
-def load_bank_texts(path: Path) -> dict[str, str]:
-    """Rule id -> rule text, from the rule bank."""
-    bank = pd.read_parquet(path, columns=["rule_id", "text"])
-    return dict(zip(bank["rule_id"].astype(str), bank["text"].astype(str), strict=True))
 
 
 def build_samples(

@@ -7,7 +7,7 @@ can be tested on a corpus written inline; the stage scripts are the only callers
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -111,13 +111,6 @@ def read_rule_texts(path: Path) -> dict[str, str]:
     """bank.parquet -> {rule_id: text}."""
     frame = pd.read_parquet(path, columns=["rule_id", "text"])
     return dict(zip(frame["rule_id"].astype(str), frame["text"].astype(str), strict=True))
-
-
-def write_jsonl(path: Path, rows: Sequence[dict]) -> None:
-    """Plain JSONL writer for fixtures and Pyserini input (callers make it atomic)."""
-    with open(path, "w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def publish_dir(staging: Path, target: Path) -> None:

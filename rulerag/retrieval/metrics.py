@@ -44,6 +44,31 @@ def contains_answer(text: str, pattern: re.Pattern[str] | None) -> bool:
     return pattern is not None and pattern.search(text.casefold()) is not None
 
 
+def _hit_pairs(
+    run: pd.DataFrame,
+    contents: Mapping[str, str],
+    answers: Mapping[str, Sequence[str]],
+) -> set[tuple[str, str]]:
+    """The (qid, doc_id) pairs of `run` whose document holds one of the query's answers."""
+    patterns = {qid: answer_pattern(ans) for qid, ans in answers.items()}
+    pairs = run[["qid", "doc_id"]].drop_duplicates()
+    return {
+        (qid, doc_id)
+        for qid, doc_id in pairs.itertuples(index=False)
+        if contains_answer(contents[doc_id], patterns.get(qid))
+    }
+
+
+def _is_hit(frame: pd.DataFrame, hit_pairs: set[tuple[str, str]]) -> np.ndarray:
+    if frame.empty or not hit_pairs:
+        return np.zeros(len(frame), dtype=bool)
+    return np.fromiter(
+        ((q, d) in hit_pairs for q, d in zip(frame["qid"], frame["doc_id"], strict=True)),
+        dtype=bool,
+        count=len(frame),
+    )
+
+
 def answer_hits(
     run: pd.DataFrame,
     contents: Mapping[str, str],
@@ -52,19 +77,7 @@ def answer_hits(
     """For each row of `run`, whether the document holds one of its query's answers."""
     if run.empty:
         return np.zeros(0, dtype=bool)
-    patterns = {qid: answer_pattern(ans) for qid, ans in answers.items()}
-    pairs = run[["qid", "doc_id"]].drop_duplicates()
-    hit_pairs = set()
-    for qid, doc_id in pairs.itertuples(index=False):
-        if contains_answer(contents[doc_id], patterns.get(qid)):
-            hit_pairs.add((qid, doc_id))
-    if not hit_pairs:
-        return np.zeros(len(run), dtype=bool)
-    return np.fromiter(
-        ((q, d) in hit_pairs for q, d in zip(run["qid"], run["doc_id"], strict=True)),
-        dtype=bool,
-        count=len(run),
-    )
+    return _is_hit(run, _hit_pairs(run, contents, answers))
 
 
 def first_hit_ranks(
@@ -80,11 +93,11 @@ def first_hit_ranks(
     out["loose"] = np.inf
     if run.empty or not qids:
         return out
-    hits = answer_hits(run, contents, answers)
-    loose = run.loc[hits].groupby("qid")["rank"].min()
+    # the united list holds only pairs of the run: test each document once
+    hit_pairs = _hit_pairs(run, contents, answers)
+    loose = run.loc[_is_hit(run, hit_pairs)].groupby("qid")["rank"].min()
     united = unite(run)
-    united_hits = answer_hits(united, contents, answers)
-    strict = united.loc[united_hits].groupby("qid")["rank"].min()
+    strict = united.loc[_is_hit(united, hit_pairs)].groupby("qid")["rank"].min()
     out.loc[out.index.intersection(loose.index), "loose"] = loose
     out.loc[out.index.intersection(strict.index), "strict"] = strict
     return out

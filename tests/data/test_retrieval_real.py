@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from rulerag.retrieval.configs import RetrievalPaths
-from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts, write_jsonl
+from rulerag.io import write_jsonl
+from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import recall_at_k
 from rulerag.retrieval.rule_guided import expand, retrieve
 from rulerag.retrieval.sparse import BM25sIndex, PyseriniIndex, parity
