@@ -31,12 +31,11 @@ from rulerag.generation.samples import (
     RUN_FILENAME,
     build_samples,
     load_corpus,
-    read_jsonl,
     retrieved_only,
     sample_queries,
     united_documents,
 )
-from rulerag.io import atomic_open, write_json
+from rulerag.io import atomic_open, read_jsonl, write_json
 from rulerag.retrieval.data import read_rule_texts
 from rulerag.tracking import stage_run
 

@@ -22,12 +22,11 @@ from rulerag.generation.config import apply_profile, retrieval_name
 from rulerag.generation.prompts import render_prompt
 from rulerag.generation.samples import (
     RUN_FG_FILENAME,
-    read_jsonl,
     retrieved_only,
     sample_queries,
 )
 from rulerag.generation.training import TrainSettings
-from rulerag.io import atomic_open, write_json
+from rulerag.io import atomic_open, read_jsonl, write_json
 from rulerag.tracking import stage_run
 
 #: keys of generation.train that are not Trainer settings

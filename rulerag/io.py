@@ -56,6 +56,24 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
+def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    """Records of a JSON-lines file, blank lines skipped; a bad line names `file:line`."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                yield json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(f"{path}:{number}: not JSON: {err}") from err
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """All records of a JSON-lines file (see `iter_jsonl`)."""
+    return list(iter_jsonl(path))
+
+
 def write_json(path: Path, obj: Any) -> None:
     """Write JSON atomically with sorted keys and a trailing newline (stable diffs)."""
     with atomic_open(path) as handle:

@@ -14,7 +14,6 @@ its pairs' lists: each document once with its best score, best first (`united_do
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.generation.prompts import Sample
+from rulerag.io import iter_jsonl
 from rulerag.retrieval.configs import RUN_FG_FILENAME, RUN_FILENAME
 
 __all__ = [
@@ -30,7 +30,6 @@ __all__ = [
     "RUN_FILENAME",
     "build_samples",
     "load_corpus",
-    "read_jsonl",
     "retrieved_only",
     "sample_queries",
     "united_documents",
@@ -38,12 +37,6 @@ __all__ = [
 
 
 RULE_FILTERS = ("all", "query_only", "rules_only")
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Records of a JSON-lines file (blank lines skipped)."""
-    with open(path, encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
 
 
 def sample_queries(
@@ -99,14 +92,10 @@ def load_corpus(path: Path, ids: Iterable[str] | None = None) -> dict[str, str]:
     """Document id -> text, only for `ids` when given (the corpus can be large)."""
     wanted = set(ids) if ids is not None else None
     corpus: dict[str, str] = {}
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            record = json.loads(line)
-            doc_id = str(record["id"])
-            if wanted is None or doc_id in wanted:
-                corpus[doc_id] = str(record["contents"])
+    for record in iter_jsonl(path):
+        doc_id = str(record["id"])
+        if wanted is None or doc_id in wanted:
+            corpus[doc_id] = str(record["contents"])
     return corpus
 
 

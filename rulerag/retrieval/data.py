@@ -6,12 +6,12 @@ can be tested on a corpus written inline; the stage scripts are the only callers
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+
+from rulerag.io import iter_jsonl
 
 
 @dataclass(frozen=True)
@@ -58,21 +58,10 @@ class RuleItem:
     answers: tuple[str, ...] = field(default=())
 
 
-def _jsonl(path: Path) -> Iterator[dict]:
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ValueError(f"{path}:{number}: not JSON: {err}") from err
-
-
 def read_corpus(path: Path) -> Corpus:
     """corpus.jsonl (`{"id", "contents"}` per line, Pyserini's JsonCollection format)."""
     ids, contents = [], []
-    for row in _jsonl(Path(path)):
+    for row in iter_jsonl(path):
         ids.append(str(row["id"]))
         contents.append(str(row["contents"]))
     return Corpus(tuple(ids), tuple(contents))
@@ -87,7 +76,7 @@ def read_queries(path: Path) -> list[Query]:
             answers=tuple(str(a) for a in row.get("answers") or ()),
             rule_ids=tuple(str(r) for r in row.get("rule_ids") or ()),
         )
-        for row in _jsonl(Path(path))
+        for row in iter_jsonl(path)
     ]
 
 
@@ -103,7 +92,7 @@ def read_rule_items(path: Path) -> list[RuleItem]:
             oracle_doc_ids=tuple(str(d) for d in row.get("oracle_doc_ids") or ()),
             answers=tuple(str(a) for a in row.get("answers") or ()),
         )
-        for row in _jsonl(Path(path))
+        for row in iter_jsonl(path)
     ]
 
 

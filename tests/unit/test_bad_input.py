@@ -263,3 +263,14 @@ def test_custom_dataset_with_unknown_key() -> None:
 def test_unknown_dataset_lists_known_ones() -> None:
     with pytest.raises(KeyError, match="icews14, yago, wiki, fb15k237, nell995"):
         get_spec("icews15")
+
+
+def test_broken_jsonl_line_names_file_and_line(tmp_path: Path) -> None:
+    from rulerag.generation.samples import load_corpus
+    from rulerag.retrieval.data import read_corpus
+
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('{"id": "D1", "contents": "a b"}\n\n{"id": "D2", "contents": \n')
+    for reader in (read_corpus, load_corpus):
+        with pytest.raises(ValueError, match=r"corpus\.jsonl:3: not JSON"):
+            reader(path)
