@@ -18,8 +18,11 @@ What the paper does and how it maps here:
   compute (bitsandbytes) and prepares it with `prepare_model_for_kbit_training`. Meant for a
   GPU; bitsandbytes also runs it on the CPU, slowly (the unit tests do, on a tiny model).
 * DeepSpeed: `deepspeed: <path>` hands a ZeRO config (configs/deepspeed_zero2.json, "auto"
-  values filled by the Trainer) to the Trainer. GPU only; launch with `deepspeed` or
-  `accelerate launch` for several GPUs.
+  values filled by the Trainer) to the Trainer. Meant for GPUs; it also runs on the CPU (its
+  CPU accelerator; torch's Adam instead of the fused CUDA one, `deepspeed_config`), which is how
+  the tests exercise it. One process needs no launcher (`single_process_rendezvous`); launch
+  with `deepspeed` or `accelerate launch` for several GPUs. Under ZeRO-2 the dev loss before
+  training is not measured (DeepSpeed evaluates only inside its engine, built by `train()`).
 * A dev slice is evaluated every `eval_steps`; checkpoints are saved at the same steps and the
   best by dev loss is loaded at the end (`load_best_model_at_end`), then only the adapter is
   saved (a few MB), atomically.
@@ -195,6 +198,48 @@ class _ListDataset:
         return self.items[index]
 
 
+def deepspeed_config(path: str | Path) -> dict[str, Any]:
+    """The ZeRO config at `path` as a dict, made runnable on this machine.
+
+    Without CUDA, DeepSpeed's CPU accelerator cannot build the fused Adam kernel, so an
+    optimizer section gets `torch_adam: true` (torch's own AdamW, same update rule).
+    """
+    path = Path(path)
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable DeepSpeed JSON config: {err}") from err
+    if not _cuda() and isinstance(config.get("optimizer"), dict):
+        config["optimizer"].setdefault("params", {})["torch_adam"] = True
+    return config
+
+
+def single_process_rendezvous() -> None:
+    """Give a process started without a launcher the rendezvous a one-process launch has.
+
+    The `deepspeed` launcher (or torchrun, accelerate) sets RANK / WORLD_SIZE / MASTER_*;
+    without them DeepSpeed falls back to MPI discovery, which needs mpi4py and an MPI run.
+    A DVC stage is one plain process, so it gets rank 0 of 1 on a free local port.
+    """
+    if "RANK" in os.environ or "OMPI_COMM_WORLD_RANK" in os.environ:
+        return
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    os.environ.update(
+        {
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_WORLD_SIZE": "1",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+    )
+
+
 def _cuda() -> bool:
     import torch
 
@@ -271,8 +316,9 @@ def train_lora(
 
     if not train:
         raise ValueError("no training samples")
-    if settings.deepspeed and not _cuda():
-        raise RuntimeError("DeepSpeed training needs CUDA GPUs; set deepspeed: null on CPU")
+    deepspeed = deepspeed_config(settings.deepspeed) if settings.deepspeed else None
+    if deepspeed is not None:
+        single_process_rendezvous()
     set_seed(settings.seed)
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -326,7 +372,8 @@ def train_lora(
             save_strategy="steps" if dev_set else "no",
             save_steps=eval_steps,
             save_total_limit=settings.save_total_limit,
-            save_only_model=True,
+            # DeepSpeed restores the best checkpoint from its own engine state
+            save_only_model=not settings.deepspeed,
             load_best_model_at_end=bool(dev_set),
             metric_for_best_model="eval_loss",
             greater_is_better=False,
@@ -336,7 +383,7 @@ def train_lora(
             data_seed=settings.seed,
             bf16=bool(bf16),
             gradient_checkpointing=False,  # set on the model above (peft needs it first)
-            deepspeed=settings.deepspeed or None,
+            deepspeed=deepspeed,
             optim="adamw_torch",
             use_cpu=not _cuda(),
             dataloader_num_workers=0,
@@ -352,7 +399,8 @@ def train_lora(
             data_collator=AnswerOnlyCollator(tokenizer.pad_token_id),
             callbacks=[_callback(log)],
         )
-        dev_before = trainer.evaluate()["eval_loss"] if dev_set else None
+        # ZeRO-2 builds its engine in train(): evaluating before it is refused (stage 3 only)
+        dev_before = trainer.evaluate()["eval_loss"] if dev_set and not settings.deepspeed else None
         started = time.perf_counter()
         output = trainer.train()
         seconds = time.perf_counter() - started
