@@ -3,6 +3,8 @@
 Reads data/<dataset>/generation/<config>/metrics.json for every configuration in
 `generation.configs` and writes data/<dataset>/report/results.md (Markdown, the paper's figures
 beside ours), results.csv (the same numbers) and results.png (bars of R@10 / EM / T-F1).
+Below the table, results.md checks the paper's claims row against row on the same queries
+(exact McNemar on predictions.jsonl, `rulerag.evaluation.claims`); claims.csv has the numbers.
 """
 
 from __future__ import annotations
@@ -16,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
+from rulerag.evaluation.claims import claims_table, claims_to_markdown
 from rulerag.evaluation.report import plot_results, results_table, to_markdown
 from rulerag.generation.config import apply_profile
-from rulerag.io import atomic_open
+from rulerag.io import atomic_open, iter_jsonl
 from rulerag.tracking import stage_run
 
 
@@ -29,13 +32,19 @@ def main(argv: list[str] | None = None) -> int:
     configs = list(cfg.get("configs") or [])
     base = data_dir(name)
     metrics: dict[str, dict[str, Any]] = {}
+    per_query_em: dict[str, dict[str, float]] = {}
     missing = []
     for config in configs:
         path = base / "generation" / config / "metrics.json"
         if path.is_file():
             metrics[config] = json.loads(path.read_text(encoding="utf-8"))
+            per_query_em[config] = {
+                str(r["qid"]): float(r["em"])
+                for r in iter_jsonl(path.with_name("predictions.jsonl"))
+            }
         else:
             missing.append(config)
+    claims = claims_table(per_query_em)
     table = results_table(metrics, name, order=configs)
     queries = sorted({int(m["queries"]) for m in metrics.values() if m.get("queries")})
     generators = sorted({str(m.get("generator")) for m in metrics.values()})
@@ -60,6 +69,10 @@ def main(argv: list[str] | None = None) -> int:
                 table.to_csv(handle, index=False)
             with atomic_open(staging / "results.md") as handle:
                 handle.write(to_markdown(table, f"{name}: RuleRAG result grid", notes))
+                if not claims.empty:
+                    handle.write("\n" + claims_to_markdown(claims))
+            with atomic_open(staging / "claims.csv") as handle:
+                claims.to_csv(handle, index=False)
             plot_results(table, staging / "results.png", f"{name}: R@10 / EM / T-F1 (%)")
             for item in sorted(staging.iterdir()):
                 os.replace(item, out_dir / item.name)
@@ -70,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
                 value = record[column]
                 if value is not None and value == value:  # not NaN
                     run.log_metrics({f"{record['config']}.{key}": float(value)})
-        for artifact in ("results.md", "results.csv", "results.png"):
+        for record in claims.to_dict("records"):
+            run.log_metrics({f"claim.{record['better']}_vs_{record['worse']}.p": record["p"]})
+        for artifact in ("results.md", "results.csv", "results.png", "claims.csv"):
             run.log_artifact(out_dir / artifact)
     print((out_dir / "results.md").read_text(encoding="utf-8"))
     return 0

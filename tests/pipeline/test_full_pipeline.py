@@ -124,6 +124,9 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
         record = json.loads(line)
         assert {"prompt", "prediction", "answers", "em", "token_f1"} <= set(record)
     assert (data / "report" / "results.png").stat().st_size > 0
+    claims = pd.read_csv(data / "report" / "claims.csv")
+    assert len(claims) == 7 and claims["p"].between(0, 1).all()
+    assert "paired on the same queries" in (data / "report" / "results.md").read_text()
 
     status = subprocess.run(
         [str(BIN / "dvc"), "status", "--json"],
