@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
@@ -96,17 +97,40 @@ def api_examples(base: Path, grid: GridConfig, cfg: dict[str, Any], retrieval: s
     shots = int(api.get("shots", 3))
     if shots <= 0:
         return []
+    has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
+    return fg_examples(
+        base, shots, int(cfg.get("seed", 12)), retrieval if has_run else None, grid, cfg
+    )
+
+
+def fg_examples(
+    base: Path,
+    n: int,
+    seed: int,
+    retrieval: str | None,
+    grid: GridConfig | dict[str, Any],
+    cfg: dict[str, Any],
+    shuffle: bool = False,
+) -> list[tuple[str, str]]:
+    """(prompt, first gold answer) pairs of a seeded sample of n answered F_G queries.
+
+    Shared by generator training and the API generator's shots, so both see F_G exactly as
+    the grid row will see a test query: documents from `retrieval`'s F_G run (only queries
+    that run holds; none when `retrieval` is None), the row's prompt kind and rule filter
+    (`grid`: a GridConfig or a training variant's {"prompt", "rules"}). `shuffle` reorders
+    the sample with seed + 1 (training splits dev off its head).
+    """
+    prompt = grid.prompt if isinstance(grid, GridConfig) else str(grid.get("prompt", "rule"))
+    rules = grid.rules if isinstance(grid, GridConfig) else str(grid.get("rules", "all"))
     pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
     if retrieval:
         pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
-    chosen = sample_queries(pool, shots, int(cfg.get("seed", 12)))
-    has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
-    samples = load_samples(
-        base, chosen, retrieval if has_run else None, RUN_FG_FILENAME, grid.rules, cfg
-    )
-    return [
-        (render_prompt(grid.prompt, s.query, s.documents, s.rules), s.answers[0]) for s in samples
-    ]
+    chosen = sample_queries(pool, n, seed)
+    if shuffle:
+        order = np.random.default_rng(seed + 1).permutation(len(chosen))
+        chosen = [chosen[int(i)] for i in order]
+    samples = load_samples(base, chosen, retrieval, RUN_FG_FILENAME, rules, cfg)
+    return [(render_prompt(prompt, s.query, s.documents, s.rules), s.answers[0]) for s in samples]
 
 
 def make_generator(base: Path, grid: GridConfig, cfg: dict[str, Any], retrieval: str | None):

@@ -14,19 +14,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-import numpy as np
-
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
-from pipeline_steps.generate import load_samples, passive_openmp
+from pipeline_steps.generate import fg_examples, passive_openmp
 from rulerag.generation.config import apply_profile, retrieval_name
-from rulerag.generation.prompts import render_prompt
-from rulerag.generation.samples import (
-    RUN_FG_FILENAME,
-    retrieved_only,
-    sample_queries,
-)
 from rulerag.generation.training import TrainSettings
-from rulerag.io import atomic_open, read_jsonl, write_json
+from rulerag.io import atomic_open, write_json
 from rulerag.tracking import stage_run
 
 #: keys of generation.train that are not Trainer settings
@@ -75,21 +67,10 @@ def main(argv: list[str] | None = None) -> int:
                 "rulerag.stage_instance": f"train_generator@{name}-{args.variant}",
             }
         )
-        pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
-        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
         n_train = int(train_cfg.get("samples", 2048))
         n_dev = int(train_cfg.get("dev_samples", 0))
         seed = int(cfg.get("seed", 12))
-        chosen = sample_queries(pool, n_train + n_dev, seed)
-        order = np.random.default_rng(seed + 1).permutation(len(chosen))
-        chosen = [chosen[int(i)] for i in order]
-        samples = load_samples(
-            base, chosen, retrieval, RUN_FG_FILENAME, str(spec.get("rules", "all")), cfg
-        )
-        pairs = [
-            (render_prompt(prompt_kind, s.query, s.documents, s.rules), s.answers[0])
-            for s in samples
-        ]
+        pairs = fg_examples(base, n_train + n_dev, seed, retrieval, spec, cfg, shuffle=True)
         dev, train = pairs[:n_dev], pairs[n_dev:]
         from rulerag.generation.models import load_causal_lm, load_tokenizer
         from rulerag.generation.training import train_lora
