@@ -99,7 +99,13 @@ def api_examples(base: Path, grid: GridConfig, cfg: dict[str, Any], retrieval: s
         return []
     has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
     return fg_examples(
-        base, shots, int(cfg.get("seed", 12)), retrieval if has_run else None, grid, cfg
+        base,
+        shots,
+        int(cfg.get("seed", 12)),
+        retrieval if has_run else None,
+        grid.prompt,
+        grid.rules,
+        cfg,
     )
 
 
@@ -108,7 +114,8 @@ def fg_examples(
     n: int,
     seed: int,
     retrieval: str | None,
-    grid: GridConfig | dict[str, Any],
+    prompt: str,
+    rules: str,
     cfg: dict[str, Any],
     shuffle: bool = False,
 ) -> list[tuple[str, str]]:
@@ -116,12 +123,9 @@ def fg_examples(
 
     Shared by generator training and the API generator's shots, so both see F_G exactly as
     the grid row will see a test query: documents from `retrieval`'s F_G run (only queries
-    that run holds; none when `retrieval` is None), the row's prompt kind and rule filter
-    (`grid`: a GridConfig or a training variant's {"prompt", "rules"}). `shuffle` reorders
-    the sample with seed + 1 (training splits dev off its head).
+    that run holds; none when `retrieval` is None), the prompt kind and the rule filter.
+    `shuffle` reorders the sample with seed + 1 (training splits dev off its head).
     """
-    prompt = grid.prompt if isinstance(grid, GridConfig) else str(grid.get("prompt", "rule"))
-    rules = grid.rules if isinstance(grid, GridConfig) else str(grid.get("rules", "all"))
     pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
     if retrieval:
         pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)

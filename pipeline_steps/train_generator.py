@@ -70,7 +70,10 @@ def main(argv: list[str] | None = None) -> int:
         n_train = int(train_cfg.get("samples", 2048))
         n_dev = int(train_cfg.get("dev_samples", 0))
         seed = int(cfg.get("seed", 12))
-        pairs = fg_examples(base, n_train + n_dev, seed, retrieval, spec, cfg, shuffle=True)
+        rules = str(spec.get("rules", "all"))
+        pairs = fg_examples(
+            base, n_train + n_dev, seed, retrieval, prompt_kind, rules, cfg, shuffle=True
+        )
         dev, train = pairs[:n_dev], pairs[n_dev:]
         from rulerag.generation.models import load_causal_lm, load_tokenizer
         from rulerag.generation.training import train_lora

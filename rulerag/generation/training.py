@@ -373,7 +373,7 @@ def train_lora(
             save_steps=eval_steps,
             save_total_limit=settings.save_total_limit,
             # DeepSpeed restores the best checkpoint from its own engine state
-            save_only_model=not settings.deepspeed,
+            save_only_model=deepspeed is None,
             load_best_model_at_end=bool(dev_set),
             metric_for_best_model="eval_loss",
             greater_is_better=False,
@@ -400,7 +400,7 @@ def train_lora(
             callbacks=[_callback(log)],
         )
         # ZeRO-2 builds its engine in train(): evaluating before it is refused (stage 3 only)
-        dev_before = trainer.evaluate()["eval_loss"] if dev_set and not settings.deepspeed else None
+        dev_before = trainer.evaluate()["eval_loss"] if dev_set and deepspeed is None else None
         started = time.perf_counter()
         output = trainer.train()
         seconds = time.perf_counter() - started

@@ -72,27 +72,24 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
         "RULERAG_MODEL_CACHE": str(Path(__file__).resolve().parents[2] / ".models"),
         "DVC_NO_ANALYTICS": "1",
     }
-    done = subprocess.run(
-        [str(BIN / "dvc"), "repro"],
-        cwd=project_copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-    )
-    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
 
-    data = project_copy / "data" / "slice"
-    stages = [
-        line.split()[0]
-        for line in subprocess.run(
-            [str(BIN / "dvc"), "stage", "list", "--name-only"],
+    def dvc(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
+        """`dvc <args>` in the project copy, output captured as text."""
+        return subprocess.run(
+            [str(BIN / "dvc"), *args],
             cwd=project_copy,
             env=env,
             capture_output=True,
             text=True,
-            check=True,
-        ).stdout.split()
+            **kwargs,
+        )
+
+    done = dvc("repro", timeout=1500)
+    assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
+
+    data = project_copy / "data" / "slice"
+    stages = [
+        line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
     assert len(stages) == 26, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 9 + 1
 
@@ -128,37 +125,16 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert len(claims) == 7 and claims["p"].between(0, 1).all()
     assert "paired on the same queries" in (data / "report" / "results.md").read_text()
 
-    status = subprocess.run(
-        [str(BIN / "dvc"), "status", "--json"],
-        cwd=project_copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    status = dvc("status", "--json", check=True)
     assert json.loads(status.stdout) == {}, status.stdout
 
     # A DVC experiment on a generation knob reruns the grid, not the retrievers or adapters.
-    exp = subprocess.run(
-        [str(BIN / "dvc"), "exp", "run", "--name", "short", "-S", "generation.max_new_tokens=4"],
-        cwd=project_copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    exp = dvc("exp", "run", "--name", "short", "-S", "generation.max_new_tokens=4", timeout=900)
     assert exp.returncode == 0, exp.stdout[-4000:] + exp.stderr[-4000:]
     assert "Running stage 'generate@slice-rulerag_ft'" in exp.stdout
     for skipped in ("train_generator@slice-rgft", "train_retriever@slice-minilm-rgft"):
         assert f"Running stage '{skipped}'" not in exp.stdout
-    listed = subprocess.run(
-        [str(BIN / "dvc"), "exp", "show", "--json"],
-        cwd=project_copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    listed = dvc("exp", "show", "--json", check=True)
     assert '"short"' in listed.stdout
 
     from mlflow import MlflowClient
