@@ -7,11 +7,7 @@ beside the paper's Table 1 row for the KG.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from pipeline_steps.common import (
@@ -22,7 +18,7 @@ from pipeline_steps.common import (
     numeric_metrics,
 )
 from rulerag.benchmark.build import BenchmarkConfig, build_benchmark
-from rulerag.io import write_json, write_jsonl, write_parquet
+from rulerag.io import staged_outputs, write_json, write_jsonl, write_parquet
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.store import read_kg
 from rulerag.tracking import stage_run
@@ -94,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if name in DATASETS:
             stats["paper"] = dict(DATASETS[name].paper)
         provenance = {"stage": "build_benchmark", "dataset": name, "params": cfg}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".bench-", dir=out_dir))
-        try:
+        with staged_outputs(out_dir, "bench") as staging:
             write_jsonl(
                 staging / "corpus.jsonl", bench.corpus[["id", "contents"]].to_dict("records")
             )
@@ -105,10 +99,6 @@ def main(argv: list[str] | None = None) -> int:
             write_jsonl(staging / "f_r.jsonl", bench.f_r)
             write_jsonl(staging / "f_g.jsonl", bench.f_g)
             write_json(staging / "stats.json", stats)
-            for item in sorted(staging.iterdir()):
-                os.replace(item, out_dir / item.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         summary = table1(name, stats)
         run.log_params({"corpus_filter": config.corpus_filter, "test_size": config.test_size})
         run.log_metrics(numeric_metrics({k: v for k, v in stats.items() if k != "paper"}))

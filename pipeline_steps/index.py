@@ -10,9 +10,7 @@ Statistics (sizes, timings, parity) go to retrieval/stats/index-<name>.json and 
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -25,9 +23,9 @@ from pipeline_steps.common import (
     load_params,
     numeric_metrics,
 )
-from rulerag.io import write_json
+from rulerag.io import staged_dir, write_json
 from rulerag.retrieval.configs import DEFAULT_ENCODERS, SPARSE_INDEXES, RetrievalPaths
-from rulerag.retrieval.data import publish_dir, read_corpus, read_queries, read_rule_texts
+from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
 
 
@@ -167,8 +165,7 @@ def main(argv: list[str] | None = None) -> int:
     paths.cache(name).mkdir(parents=True, exist_ok=True)
     with stage_run("index", dataset, project_dir=PROJECT_DIR, params={"index": cfg}) as run:
         run.set_tags({TAG_STAGE_INSTANCE: f"index@{dataset}-{name}", "rulerag.index": name})
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
-        try:
+        with staged_dir(target) as staging:
             started = time.perf_counter()
             if name in SPARSE_INDEXES:
                 stats = build_sparse(paths, cfg, staging)
@@ -176,9 +173,6 @@ def main(argv: list[str] | None = None) -> int:
                 stats = build_dense(name, paths, cfg, staging)
             stats.update(dataset=dataset, index=name)
             stats["seconds"] = round(time.perf_counter() - started, 2)
-            publish_dir(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         write_json(paths.index_stats(name), stats)
         run.log_metrics(numeric_metrics(stats))
         run.log_artifact(paths.index_stats(name))

@@ -10,8 +10,6 @@ import os
 import sys
 from pathlib import Path
 
-from rulerag.tracking import stage_run
-
 from pipeline_steps.common import (
     PROJECT_DIR,
     data_dir,
@@ -22,6 +20,7 @@ from pipeline_steps.common import (
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
 from rulerag.kg.ingest import MIRROR_ENV, ingest
 from rulerag.kg.registry import get_spec
+from rulerag.tracking import stage_run
 
 
 def main(argv: list[str] | None = None) -> int:

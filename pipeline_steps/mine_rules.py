@@ -8,10 +8,7 @@ rules.txt, stats.json, confidence.csv (DVC plot) and confidence.png.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -28,7 +25,7 @@ from pipeline_steps.common import (  # noqa: E402
     load_params,
     numeric_metrics,
 )
-from rulerag.io import atomic_open, write_json, write_parquet  # noqa: E402
+from rulerag.io import atomic_open, staged_outputs, write_json, write_parquet  # noqa: E402
 from rulerag.kg.store import read_kg  # noqa: E402
 from rulerag.rules.bank import (  # noqa: E402
     BankConfig,
@@ -177,9 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             stats["paper_bank_size"] = DATASETS[name].paper.get("rules")
         hist = confidence_histogram(frame, bank)
         provenance = {"stage": "mine_rules", "dataset": name, "params": cfg}
-        out_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".mine-", dir=out_dir))
-        try:
+        with staged_outputs(out_dir, "mine") as staging:
             write_parquet(staging / "rules.parquet", frame, provenance)
             write_parquet(staging / "bank.parquet", bank, provenance)
             with atomic_open(staging / "rules.txt") as handle:
@@ -188,10 +183,6 @@ def main(argv: list[str] | None = None) -> int:
                 hist.to_csv(handle, index=False)
             plot_confidence(hist, staging / "confidence.png", f"{name}: rule confidence")
             write_json(staging / "stats.json", stats)
-            for item in sorted(staging.iterdir()):
-                os.replace(item, out_dir / item.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         run.log_metrics(numeric_metrics(stats))
         for artifact in ("stats.json", "rules.txt", "confidence.png", "confidence.csv"):
             run.log_artifact(out_dir / artifact)

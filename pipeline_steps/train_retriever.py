@@ -17,9 +17,7 @@ Loss curves, held-out figures and the trained encoder are logged to MLflow.
 
 from __future__ import annotations
 
-import shutil
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +34,13 @@ from pipeline_steps.common import (  # noqa: E402
     load_params,
     numeric_metrics,
 )
-from rulerag.io import atomic_open, write_json  # noqa: E402
+from rulerag.io import atomic_open, staged_dir, write_json  # noqa: E402
 from rulerag.retrieval.configs import (  # noqa: E402
     DEFAULT_ENCODERS,
     TRAINED_MODES,
     RetrievalPaths,
 )
-from rulerag.retrieval.data import publish_dir, read_corpus, read_rule_items  # noqa: E402
+from rulerag.retrieval.data import read_corpus, read_rule_items  # noqa: E402
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run  # noqa: E402
 
 
@@ -151,13 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             on_log=lambda metrics, step: run.log_metrics(metrics, step=step),
         )
         target = paths.model(name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=target.parent))
-        try:
+        with staged_dir(target) as staging:
             model.save(str(staging), create_model_card=False)
-            publish_dir(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
 
         metric = result.metric
         losses = result.losses()

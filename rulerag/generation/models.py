@@ -15,7 +15,6 @@ load reads that folder.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -26,6 +25,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rulerag.io import sha256_file
 
 logger = logging.getLogger(__name__)
 
@@ -87,14 +88,6 @@ def find_package_file(package: str, filename: str) -> Path:
     raise FileNotFoundError(f"{filename} not found in package {package!r}")
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def _is_converted(folder: Path) -> bool:
     return (folder / "config.json").is_file() and (folder / SOURCE_FILE).is_file()
 
@@ -127,7 +120,7 @@ def convert_gguf(gguf_path: Path, dest: Path) -> Path:
     try:
         model.save_pretrained(staging, safe_serialization=True)
         tokenizer.save_pretrained(staging)
-        source = {"gguf": gguf_path.name, "sha256": _sha256(gguf_path), "dtype": "float32"}
+        source = {"gguf": gguf_path.name, "sha256": sha256_file(gguf_path), "dtype": "float32"}
         (staging / SOURCE_FILE).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
         try:
             os.replace(staging, dest)

@@ -45,6 +45,8 @@ from urllib.parse import urlsplit
 import requests
 from tqdm import tqdm
 
+from rulerag.io import sha256_file
+
 __all__ = ["DownloadError", "RemoteFile", "fetch"]
 
 logger = logging.getLogger(__name__)
@@ -211,7 +213,7 @@ def _is_present(file: RemoteFile, target: Path) -> bool:
         return False
     if file.sha256 is None:
         return True
-    actual = _sha256_of(target)
+    actual = sha256_file(target)
     if actual == file.sha256.lower():
         return True
     logger.warning(
@@ -229,7 +231,7 @@ def _fetch_plain(http: requests.Session, file: RemoteFile, target: Path, opts: _
     target.parent.mkdir(parents=True, exist_ok=True)
     part = _part_of(target)
     _download(http, file.url, part, opts, label=file.name)
-    _verify_and_place(part, target, file, _sha256_of(part))
+    _verify_and_place(part, target, file, sha256_file(part))
 
 
 def _download(http: requests.Session, url: str, part: Path, opts: _Options, *, label: str) -> None:
@@ -458,15 +460,6 @@ def _verify_and_place(part: Path, target: Path, file: RemoteFile, actual: str) -
 def _part_of(path: Path) -> Path:
     """The temporary name a file is written under before its atomic rename."""
     return path.with_name(path.name + _PART_SUFFIX)
-
-
-def _sha256_of(path: Path) -> str:
-    """Hash a file in chunks, so large KG files never sit in memory whole."""
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _bar(opts: _Options, label: str, total: int | None, initial: int) -> tqdm:

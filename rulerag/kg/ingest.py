@@ -7,9 +7,6 @@ together at the end, so bad input leaves the previous outputs (or none) untouche
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -17,7 +14,7 @@ from typing import Any
 import pandas as pd
 
 from rulerag import __version__
-from rulerag.io import write_json, write_parquet
+from rulerag.io import staged_outputs, write_json, write_parquet
 from rulerag.kg.download import DownloadError, RemoteFile, fetch
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
 from rulerag.kg.registry import DatasetSpec, Source
@@ -162,16 +159,11 @@ def write_outputs(kg: KnowledgeGraph, stats: Mapping[str, Any], out_dir: Path, p
         "time_granularity": kg.time_granularity,
         "rulerag_version": __version__,
     }
-    staging = Path(tempfile.mkdtemp(prefix=".ingest-", dir=out_dir))
-    try:
+    with staged_outputs(out_dir, "ingest") as staging:
         write_parquet(staging / "facts.parquet", kg.facts, provenance)
         write_parquet(staging / "entities.parquet", kg.entities, provenance)
         write_parquet(staging / "relations.parquet", kg.relations, provenance)
         write_json(staging / "stats.json", stats)
-        for name in ("facts.parquet", "entities.parquet", "relations.parquet", "stats.json"):
-            os.replace(staging / name, out_dir / name)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
 
 
 def ingest(

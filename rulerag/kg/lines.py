@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import io
 import json
 from collections.abc import Collection
@@ -99,12 +98,3 @@ def _check_unique_ids(path: Path, mapping: dict[str, int]) -> None:
         if ident in seen:
             raise KGFormatError(path, f"id {ident} is used by both {seen[ident]!r} and {name!r}")
         seen[ident] = name
-
-
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file, streamed (provenance of what a stage read)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from rulerag.io import sha256_file
 from rulerag.kg import names
 from rulerag.kg.errors import KGFormatError
-from rulerag.kg.lines import Row, read_id_map, read_json_map, read_rows, sha256_file
+from rulerag.kg.lines import Row, read_id_map, read_json_map, read_rows
 from rulerag.kg.schema import EPOCH, SPLITS, KnowledgeGraph, TimeUnit, make_facts, make_vocab
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")

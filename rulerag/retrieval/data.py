@@ -100,22 +100,3 @@ def read_rule_texts(path: Path) -> dict[str, str]:
     """bank.parquet -> {rule_id: text}."""
     frame = pd.read_parquet(path, columns=["rule_id", "text"])
     return dict(zip(frame["rule_id"].astype(str), frame["text"].astype(str), strict=True))
-
-
-def publish_dir(staging: Path, target: Path) -> None:
-    """Move a finished folder onto `target`, replacing what was there.
-
-    Rename is atomic for a single folder; the old one is first renamed aside, so at every
-    moment `target` is either the old complete folder or the new one, and a crash in
-    between leaves the old folder under a `.old-` name beside it, never half of one.
-    """
-    import shutil
-    import uuid
-
-    staging, target = Path(staging), Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    old = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
-    if target.exists():
-        target.rename(old)
-    staging.rename(target)
-    shutil.rmtree(old, ignore_errors=True)

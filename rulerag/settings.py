@@ -1,0 +1,95 @@
+"""One strict way from a `params.yaml` section to a typed settings object.
+
+Every stage reads its knobs through `load_settings(SettingsClass, params["section"],
+"section")`. The settings class (a frozen dataclass next to the code it configures) is the one
+place each default lives; params.yaml shows every field (a test checks that no knob is hidden).
+
+Strict, because a typo in params.yaml must not silently fall back to a default:
+
+* an unknown key fails, naming the key, its section and the known keys;
+* a value of the wrong type fails, naming the key and the value (pydantic validates and
+  converts, so `1e-5`, which YAML reads as a string, still becomes a float);
+* nested dataclasses (and `dict[str, Dataclass]`, `Dataclass | None`) are checked the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+__all__ = ["SettingsError", "load_settings", "settings_fields"]
+
+T = TypeVar("T")
+
+
+class SettingsError(ValueError):
+    """A params.yaml section that does not fit its settings class."""
+
+
+def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) -> T:
+    """`values` (a params.yaml section, None = all defaults) as an instance of `cls`."""
+    values = {} if values is None else values
+    if not isinstance(values, Mapping):
+        raise SettingsError(f"params.yaml: {section} must be a mapping, not {values!r}")
+    _check_keys(cls, values, section)
+    import pydantic
+
+    try:
+        return _adapter(cls).validate_python(dict(values))
+    except pydantic.ValidationError as err:
+        problems = []
+        for error in err.errors():
+            where = ".".join(str(part) for part in (section, *error["loc"]))
+            problems.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+        raise SettingsError("params.yaml: " + "; ".join(problems)) from None
+
+
+def settings_fields(cls: type) -> dict[str, Any]:
+    """Field name -> resolved type of a settings dataclass."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+
+
+@functools.cache
+def _adapter(cls: type) -> Any:
+    import pydantic
+
+    return pydantic.TypeAdapter(cls)
+
+
+def _dataclass_in(annotation: Any) -> type | None:
+    """The dataclass an annotation holds (`X`, `X | None`), else None."""
+    if dataclasses.is_dataclass(annotation) and isinstance(annotation, type):
+        return annotation
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        found = [a for a in typing.get_args(annotation) if dataclasses.is_dataclass(a)]
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def _check_keys(cls: type, values: Mapping[str, Any], section: str) -> None:
+    fields = settings_fields(cls)
+    unknown = sorted(str(k) for k in values if k not in fields)
+    if unknown:
+        raise SettingsError(
+            f"params.yaml: {section}: unknown key {', '.join(repr(k) for k in unknown)} "
+            f"(known: {', '.join(sorted(fields))})"
+        )
+    for name, annotation in fields.items():
+        value = values.get(name)
+        if not isinstance(value, Mapping):
+            continue
+        nested = _dataclass_in(annotation)
+        if nested is not None:
+            _check_keys(nested, value, f"{section}.{name}")
+        elif typing.get_origin(annotation) in (dict, Mapping, typing.Mapping):
+            args = typing.get_args(annotation)
+            inner = _dataclass_in(args[1]) if len(args) == 2 else None
+            if inner is not None:
+                for key, item in value.items():
+                    if isinstance(item, Mapping):
+                        _check_keys(inner, item, f"{section}.{name}.{key}")

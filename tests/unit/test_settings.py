@@ -1,0 +1,58 @@
+"""The strict params.yaml section loader: unknown keys and bad values fail, naming them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+
+from rulerag.settings import SettingsError, load_settings
+
+
+@dataclass(frozen=True)
+class Inner:
+    walks: int = 200
+    lr: float = 1e-5
+    lengths: tuple[int, ...] = (1, 2, 3)
+
+
+@dataclass(frozen=True)
+class Outer:
+    seed: int = 12
+    inner: Inner = field(default_factory=Inner)
+    maybe: Inner | None = None
+    named: dict[str, Inner] = field(default_factory=dict)
+    label: str | None = None
+
+
+def test_defaults_and_values_are_typed() -> None:
+    assert load_settings(Outer, None, "x") == Outer()
+    got = load_settings(Outer, {"inner": {"lr": "1e-4", "lengths": [1]}, "seed": 3}, "x")
+    assert got.inner == Inner(walks=200, lr=1e-4, lengths=(1,))
+    assert got.seed == 3
+    got = load_settings(Outer, {"named": {"a": {"walks": 5}}, "maybe": {}}, "x")
+    assert got.named == {"a": Inner(walks=5)}
+    assert got.maybe == Inner()
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"sead": 1}, "mine_rules: unknown key 'sead'"),
+        ({"inner": {"walk": 1}}, "mine_rules.inner: unknown key 'walk'"),
+        ({"maybe": {"x": 1}}, "mine_rules.maybe: unknown key 'x'"),
+        ({"named": {"a": {"y": 1}}}, "mine_rules.named.a: unknown key 'y'"),
+    ],
+)
+def test_unknown_keys_fail_naming_key_and_section(values, named) -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(Outer, values, "mine_rules")
+    assert named in str(err.value)
+    assert "known:" in str(err.value)
+
+
+def test_bad_values_fail_naming_the_key() -> None:
+    with pytest.raises(SettingsError, match=r"mine_rules\.inner\.walks: .*'many'"):
+        load_settings(Outer, {"inner": {"walks": "many"}}, "mine_rules")
+    with pytest.raises(SettingsError, match="must be a mapping"):
+        load_settings(Outer, [1, 2], "mine_rules")
