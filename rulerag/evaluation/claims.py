@@ -49,6 +49,11 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
     ),
     Claim(
         "rulerag_ft",
+        "ssft_retriever_rgft_generator",
+        "rule ablation: RGFT- above SSFT-retriever (RGFT-generator for both)",
+    ),
+    Claim(
+        "rulerag_ft",
         "ssft_retriever_ssft_generator",
         "rule ablation: rules in both fine-tunings above neither",
     ),

@@ -35,10 +35,17 @@ _ARTICLES = re.compile(r"\b(a|an|the)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 _WS = re.compile(r"\s+")
 
-#: Where a generation stops being the answer: the model starting the next prompt section, a
-#: chat-turn marker, or an end-of-text token that was decoded as text.
+#: Where a generation stops being the answer: the model starting the next prompt section (the
+#: paper style's `# Query:` ..., the legacy style's `Query:` ...), a chat-turn marker, or an
+#: end-of-text token that was decoded as text.
 _STOP_MARKERS = (
     "\n",
+    "# Instruct:",
+    "# Retrieved documents:",
+    "# Rules:",
+    "# Query:",
+    "# Answer:",
+    "Final Query:",
     "Query:",
     "Instruct:",
     "Retrieved documents:",
@@ -53,7 +60,7 @@ _STOP_MARKERS = (
 )
 #: Lead-ins models put before the answer itself ("Answer: X", "The answer is X").
 _LEAD_INS = re.compile(
-    r"^\s*(?:(?:final\s+)?answer\s*[:：]\s*"
+    r"^\s*(?:#?\s*(?:final\s+)?answer\s*[:：]\s*"
     r"|the\s+(?:final\s+|correct\s+)?answer(?:\s+to\s+(?:the|this)\s+(?:question|query))?"
     r"\s+is\s*[:：]?\s*)",
     re.IGNORECASE,
@@ -74,7 +81,9 @@ def extract_answer(generation: str) -> str:
     "The answer is"), continue into the next prompt section, or repeat chat markers. This keeps
     the text after any lead-in up to the first line break or section marker, without quotes,
     brackets and punctuation at either end. The rule is deliberately simple and the same for
-    every configuration, so it cannot favour one row of the table.
+    every configuration, so it cannot favour one row of the table. The paper's answers end with
+    a full stop (`# Answer: Afghanistan.`, the `paper` style's training target); it is dropped
+    with the other end punctuation, so `Afghanistan.` and `Afghanistan` are the same answer.
     """
     text = str(generation).strip()
     text = _LEAD_INS.sub("", text, count=1).lstrip()
@@ -85,7 +94,26 @@ def extract_answer(generation: str) -> str:
             cut = at
     text = text[:cut].strip()
     text = _LEAD_INS.sub("", text, count=1).strip()
-    return text.strip(" \t\"'`*[]().;,:")
+    return _strip_ends(text)
+
+
+_END_PUNCT = " \t\"'`*.;,:"
+_PAIRS = {")": "(", "]": "["}
+
+
+def _strip_ends(text: str) -> str:
+    """Quotes and punctuation off both ends; a bracket only when it has no partner, so
+    `Citizen (Nigeria).` keeps its closing parenthesis and `(Iran` loses its opening one."""
+    while True:
+        before = text
+        text = text.strip(_END_PUNCT)
+        for close, open_ in _PAIRS.items():
+            if text.endswith(close) and text.count(close) > text.count(open_):
+                text = text[:-1]
+            if text.startswith(open_) and text.count(open_) > text.count(close):
+                text = text[1:]
+        if text == before:
+            return text
 
 
 def _as_golds(golds: str | Iterable[str]) -> list[str]:

@@ -10,9 +10,11 @@ server), with the paper's 3-shot prompt in place of fine-tuning.
 * Retries: 429, 5xx and connection errors are retried with exponential backoff (base * 2^n,
   capped, plus jitter), honouring `Retry-After`; other 4xx fail at once (a bad key or model
   name does not become right by waiting).
-* Prompt: the closed models in the paper get three fixed F_G examples as demonstrations; here
-  each is a user turn (its `render_prompt` text) answered by an assistant turn (its gold
-  answer), then the query (`prompts.few_shot_messages`). Temperature 0 for reproducibility.
+* Prompt: the closed models in the paper get three fixed F_G examples as demonstrations
+  instead of fine-tuning. In the `paper` prompt style they are the paper's Table 10 prompt, one
+  user message ("Answer the Final Query by referring to the three cases below." / `Case 1:` ...
+  / `Final Query:`); in `legacy` each example is a user turn answered by an assistant turn
+  (`PromptFormat.few_shot_messages`). Temperature 0 for reproducibility.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from rulerag.generation.prompts import few_shot_messages
+from rulerag.generation.prompts import PromptFormat
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class ApiGenerator:
         key_env: Sequence[str] = DEFAULT_KEY_ENV,
         airflow_conn_id: str | None = None,
         examples: Sequence[tuple[str, str]] = (),
+        prompt_format: PromptFormat | None = None,
         system: str | None = None,
         max_tokens: int = 16,
         temperature: float = 0.0,
@@ -110,6 +113,7 @@ class ApiGenerator:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.examples = [(str(p), str(a)) for p, a in examples]
+        self.prompt_format = prompt_format or PromptFormat()
         self.system = system
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
@@ -133,7 +137,7 @@ class ApiGenerator:
 
     def messages(self, prompt: str) -> list[dict[str, str]]:
         """The chat turns sent for one prompt: the fixed examples, then the prompt."""
-        return few_shot_messages(self.examples, prompt, system=self.system)
+        return self.prompt_format.few_shot_messages(self.examples, prompt, system=self.system)
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
         """One completion per prompt, in order (`concurrency` requests in flight)."""

@@ -1,27 +1,43 @@
-"""The generation section of params.yaml: profiles and the Table 2 grid.
+"""The generation section of params.yaml: typed settings, profiles and the Table 2 grid.
 
+* Settings: `generation_settings(section)` applies the chosen profile and loads the result
+  strictly (`rulerag.settings.load_settings`): an unknown key anywhere in the section, a
+  profile or a grid row fails naming it. The dataclasses below are the one place the defaults
+  live.
 * Profiles: the section's own values are the default (CPU) profile; `profiles.<name>` holds
   overrides merged over them, deeply, when `profile: <name>` is chosen, so
   `dvc exp run -S generation.profile=paper` switches every knob of the paper-scale run at once.
 * Grid: each row of the paper's Table 2 is a named configuration saying which retrieval run
   feeds it, which generator answers (the base model, an adapter trained by `train_generator`,
   or the API) and which prompt it reads.
+* Rules per prompt: `max_rules` takes the first N of each query's selected rules, for the
+  retrieval lists united into its documents and for the rules printed in its prompt alike
+  (`samples.load_samples`). The benchmark selects at most `build_benchmark.rule_selection.top_n`
+  rules per query, so a larger `max_rules` is an error (`check_max_rules`), not a silent cap.
 """
 
 from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from rulerag.generation.prompts import PROMPT_KINDS
+from rulerag.generation.prompts import PROMPT_KINDS, PROMPT_STYLES
+from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSettings
+from rulerag.settings import SettingsError, load_settings
 
 __all__ = [
     "GENERATOR_KINDS",
+    "ApiSettings",
+    "GenerationSettings",
     "GridConfig",
+    "TrainSection",
+    "VariantSpec",
     "apply_profile",
+    "check_max_rules",
     "deep_merge",
+    "generation_settings",
     "grid_config",
     "retrieval_name",
 ]
@@ -29,6 +45,115 @@ __all__ = [
 #: base: the model as it is (ICL); api: the chat API with k-shot examples; any other name is a
 #: variant trained by `train_generator` (rgft, ssft).
 GENERATOR_KINDS = ("base", "api")
+#: which rows of a retrieval run are united into a query's documents
+RULE_FILTERS = ("all", "query_only", "rules_only")
+
+
+@dataclass
+class GridConfig:
+    """One row of Table 2 (a `generation.grid` entry)."""
+
+    name: str = ""
+    retrieval: str | None = None  # retrieval mode or config; None: no retrieval
+    generator: str = "base"  # base | api | a trained variant (rgft, ssft)
+    prompt: str = "rule"  # rule | plain | query
+    rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
+
+    @property
+    def trained(self) -> bool:
+        return self.generator not in GENERATOR_KINDS
+
+
+@dataclass
+class VariantSpec:
+    """A generator variant trained by `train_generator`: its retriever and prompt."""
+
+    retrieval: str = "rgft"
+    prompt: str = "rule"
+    rules: str = "all"
+
+
+@dataclass
+class ApiSettings:
+    """An OpenAI-compatible chat API as generator (see `rulerag.generation.api`)."""
+
+    base_url: str | None = None
+    model: str = "gpt-4o-mini"
+    key_env: tuple[str, ...] = ("RULERAG_API_KEY", "OPENAI_API_KEY")
+    airflow_conn_id: str | None = None
+    shots: int = 3
+    timeout: float = 60.0
+    max_retries: int = 5
+    backoff: float = 1.0
+    concurrency: int = 4
+
+
+def _default_variants() -> dict[str, VariantSpec]:
+    return {
+        "rgft": VariantSpec(retrieval="rgft", prompt="rule"),
+        "ssft": VariantSpec(retrieval="ssft", prompt="plain"),
+    }
+
+
+@dataclass
+class TrainSection(TrainerSettings):
+    """params' `generation.train`: the Trainer's knobs plus what data it trains on."""
+
+    samples: int = 2048  # F_G training samples (the paper's 2,048)
+    dev_samples: int = 128
+    variants: dict[str, VariantSpec] = field(default_factory=_default_variants)
+
+
+@dataclass
+class GenerationSettings(ModelSettings):
+    """params' `generation` section, with the chosen profile applied."""
+
+    profile: str = "cpu"
+    model: str = "smollm2"
+    prompt_style: str = "paper"
+    retriever: str = "minilm"
+    num_documents: int = 5
+    max_rules: int | None = None
+    max_new_tokens: int = 10
+    batch_size: int = 8
+    recall_k: tuple[int, ...] = (10,)
+    test_queries: int | None = 100
+    train: TrainSection = field(default_factory=TrainSection)
+    api: ApiSettings = field(default_factory=ApiSettings)
+    configs: tuple[str, ...] = ()
+    grid: dict[str, GridConfig] = field(default_factory=dict)
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.prompt_style not in PROMPT_STYLES:
+            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}")
+        if self.max_rules is not None and self.max_rules < 1:
+            raise ValueError("max_rules must be at least 1 (or null: every selected rule)")
+        if not self.recall_k:
+            raise ValueError("recall_k must name at least one k")
+        for name, entry in self.grid.items():
+            entry.name = name
+            _check_prompt(f"grid.{name}", entry.prompt, entry.rules)
+        for name, variant in self.train.variants.items():
+            _check_prompt(f"train.variants.{name}", variant.prompt, variant.rules)
+
+    def trainer_settings(self) -> TrainSettings:
+        """What `train_lora` needs: the `train` knobs plus the model-level ones."""
+        knobs = {f: getattr(self.train, f) for f in TrainerSettings.__dataclass_fields__}
+        model = {f: getattr(self, f) for f in ModelSettings.__dataclass_fields__}
+        return TrainSettings(**knobs, **model)
+
+    @property
+    def keep_retrieved(self) -> int:
+        """Documents kept per query: the prompt's and the largest Recall@k's."""
+        return max(self.num_documents, *self.recall_k)
+
+
+def _check_prompt(where: str, prompt: str, rules: str) -> None:
+    if prompt not in PROMPT_KINDS:
+        raise ValueError(f"{where}: prompt must be one of {PROMPT_KINDS}, not {prompt!r}")
+    if rules not in RULE_FILTERS:
+        raise ValueError(f"{where}: rules must be one of {RULE_FILTERS}, not {rules!r}")
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -43,48 +168,49 @@ def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str
 
 
 def apply_profile(section: Mapping[str, Any]) -> dict[str, Any]:
-    """The effective settings: the section without `profiles`, with the chosen profile's
-    overrides merged in. An unknown profile name fails, listing the known ones."""
+    """The effective section: the chosen profile's overrides merged over the section (which
+    keeps its `profiles`, so the result loads as `GenerationSettings`). An unknown profile name
+    fails, listing the known ones."""
     section = dict(section or {})
-    profiles = section.pop("profiles", None) or {}
+    profiles = section.get("profiles") or {}
     name = section.get("profile") or "cpu"
     if name not in profiles and name != "cpu":
-        raise ValueError(f"generation.profile {name!r} is not one of {sorted(profiles)}")
-    return deep_merge(section, profiles.get(name) or {})
+        raise SettingsError(f"generation.profile {name!r} is not one of {sorted(profiles)}")
+    merged = deep_merge({k: v for k, v in section.items() if k != "profiles"}, profiles.get(name))
+    merged["profiles"] = profiles
+    return merged
 
 
-@dataclass(frozen=True)
-class GridConfig:
-    """One row of Table 2."""
-
-    name: str
-    retrieval: str | None  # retrieval config folder, None: no retrieval (Standard Prompting)
-    generator: str  # base | api | a trained variant (rgft, ssft)
-    prompt: str  # rule | plain | query
-    rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
-
-    @property
-    def trained(self) -> bool:
-        return self.generator not in GENERATOR_KINDS
+def generation_settings(section: Mapping[str, Any] | None) -> GenerationSettings:
+    """params.yaml's `generation` section as typed settings, profile applied, strictly."""
+    try:
+        return load_settings(GenerationSettings, apply_profile(section or {}), "generation")
+    except ValueError as err:
+        if isinstance(err, SettingsError):
+            raise
+        raise SettingsError(f"params.yaml: generation: {err}") from None
 
 
-def grid_config(name: str, grid: Mapping[str, Any]) -> GridConfig:
-    """The named configuration from params' grid, checked."""
-    if name not in grid:
-        raise ValueError(f"configuration {name!r} is not in generation.grid ({sorted(grid)})")
-    spec = dict(grid[name] or {})
-    config = GridConfig(
-        name=name,
-        retrieval=spec.get("retrieval") or None,
-        generator=str(spec.get("generator", "base")),
-        prompt=str(spec.get("prompt", "rule")),
-        rules=str(spec.get("rules", "all")),
-    )
-    if config.prompt not in PROMPT_KINDS:
-        raise ValueError(f"{name}: prompt must be one of {PROMPT_KINDS}, not {config.prompt!r}")
+def grid_config(name: str, settings: GenerationSettings) -> GridConfig:
+    """The named configuration of the grid, checked."""
+    if name not in settings.grid:
+        raise ValueError(
+            f"configuration {name!r} is not in generation.grid ({sorted(settings.grid)})"
+        )
+    config = settings.grid[name]
     if config.retrieval is None and config.prompt != "query":
         raise ValueError(f"{name}: a configuration without retrieval must use prompt 'query'")
     return config
+
+
+def check_max_rules(max_rules: int | None, selection_top_n: int) -> None:
+    """`generation.max_rules` may only take fewer rules than the benchmark selected."""
+    if max_rules is not None and max_rules > selection_top_n:
+        raise SettingsError(
+            f"params.yaml: generation.max_rules is {max_rules}, but the benchmark selects at "
+            f"most build_benchmark.rule_selection.top_n = {selection_top_n} rules per query; "
+            "lower max_rules (null takes every selected rule) or raise top_n and rebuild"
+        )
 
 
 def retrieval_name(value: str, retriever: str) -> str:

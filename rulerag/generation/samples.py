@@ -21,22 +21,25 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rulerag.generation.prompts import Sample
-from rulerag.io import iter_jsonl
+from rulerag.generation.config import RULE_FILTERS, GenerationSettings
+from rulerag.generation.prompts import PromptFormat, Sample
+from rulerag.io import iter_jsonl, read_jsonl
 from rulerag.retrieval.configs import RUN_FG_FILENAME, RUN_FILENAME
+from rulerag.retrieval.data import read_rule_texts
 
 __all__ = [
     "RUN_FG_FILENAME",
     "RUN_FILENAME",
     "build_samples",
+    "fg_examples",
     "load_corpus",
+    "load_samples",
+    "prompt_format",
     "retrieved_only",
     "sample_queries",
+    "selected_rules",
     "united_documents",
 ]
-
-
-RULE_FILTERS = ("all", "query_only", "rules_only")
 
 
 def sample_queries(
@@ -67,24 +70,38 @@ def retrieved_only(records: Sequence[Mapping[str, Any]], run_path: Path) -> list
     return [r for r in records if str(r["qid"]) in held]
 
 
-def united_documents(run: pd.DataFrame, rules: str = "all") -> dict[str, list[str]]:
+def united_documents(
+    run: pd.DataFrame,
+    rules: str = "all",
+    rule_ids: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, list[str]]:
     """Each query's documents: the union over its (query, rule) lists, best score first.
 
     The union is the retrieval stage's own (`rulerag.retrieval.rule_guided.unite`: best score
     per document, ties by per-rule rank, then id). `rules` keeps `all` rows, only the
     query-alone rows (`query_only`, rule == "") or only the rule-guided ones (`rules_only`).
+    `rule_ids` (qid -> the rules the prompt will show) keeps only the lists retrieved with
+    those rules (and the query-alone list), so `max_rules: 1` gives one rule and that rule's
+    documents, not one rule with three rules' documents.
     """
-    from rulerag.retrieval.rule_guided import unite
+    from rulerag.retrieval.rule_guided import NO_RULE, unite
 
     if rules not in RULE_FILTERS:
         raise ValueError(f"rules must be one of {RULE_FILTERS}, not {rules!r}")
-    frame = run
-    if rules != "all" and "rule" in frame:
-        is_query = frame["rule"].fillna("").astype(str) == ""
-        frame = frame[is_query if rules == "query_only" else ~is_query]
+    frame = run.astype({"qid": str, "doc_id": str})
+    if "rule" in frame:
+        frame = frame.assign(rule=frame["rule"].fillna(NO_RULE).astype(str))
+        is_query = frame["rule"] == NO_RULE
+        if rules != "all":
+            frame = frame[is_query if rules == "query_only" else ~is_query]
+            is_query = is_query[frame.index]
+        if rule_ids is not None:
+            allowed = {(str(q), str(r)) for q, ids in rule_ids.items() for r in ids}
+            pairs = pd.Series(list(zip(frame["qid"], frame["rule"], strict=True)), frame.index)
+            frame = frame[is_query | pairs.isin(allowed)]
     if frame.empty:
         return {}
-    united = unite(frame.astype({"qid": str, "doc_id": str}))
+    united = unite(frame)
     return {str(q): list(g["doc_id"]) for q, g in united.groupby("qid", sort=False)}
 
 
@@ -97,6 +114,16 @@ def load_corpus(path: Path, ids: Iterable[str] | None = None) -> dict[str, str]:
         if wanted is None or doc_id in wanted:
             corpus[doc_id] = str(record["contents"])
     return corpus
+
+
+def selected_rules(
+    record: Mapping[str, Any], rule_texts: Mapping[str, str], max_rules: int | None
+) -> list[str]:
+    """The rule ids a query's prompt shows and its documents come from: its selected rules that
+    the bank holds, in the benchmark's order (best first), the first `max_rules` (None: all).
+    The retrieval stage searched with the same bank rules in the same order."""
+    ids = [str(r) for r in dict.fromkeys(record.get("rule_ids") or []) if str(r) in rule_texts]
+    return ids if max_rules is None else ids[: int(max_rules)]
 
 
 def build_samples(
@@ -113,15 +140,13 @@ def build_samples(
 
     `documents` maps qid -> ranked doc ids (None: the configuration retrieves nothing). The
     prompt gets the first `num_documents`; the first `keep_retrieved` are kept (text and ids)
-    for Recall@k and the predictions file. Rules are the query's `rule_ids` that are in the
-    bank, in the order the benchmark selected them, at most `max_rules`.
+    for Recall@k and the predictions file. Rules: `selected_rules`. A record with a `time` is
+    a temporal query (the paper instruction's forms depend on it).
     """
     samples = []
     for record in queries:
         qid = str(record["qid"])
-        rule_ids = [str(r) for r in record.get("rule_ids") or [] if str(r) in rule_texts]
-        if max_rules is not None:
-            rule_ids = rule_ids[: int(max_rules)]
+        rule_ids = selected_rules(record, rule_texts, max_rules)
         extra: dict[str, Any] = {"rule_ids": rule_ids}
         retrieved: tuple[str, ...] = ()
         prompt_docs: tuple[str, ...] = ()
@@ -138,7 +163,76 @@ def build_samples(
                 answers=tuple(str(a) for a in record.get("answers") or []),
                 documents=prompt_docs,
                 rules=tuple(rule_texts[r] for r in rule_ids),
+                temporal=record.get("time") is not None,
                 extra=extra,
             )
         )
     return samples
+
+
+def load_samples(
+    base: Path,
+    queries: Sequence[Mapping[str, Any]],
+    retrieval: str | None,
+    run_file: str,
+    rules: str,
+    settings: GenerationSettings,
+) -> list[Sample]:
+    """The generator inputs of `queries` under data/<dataset>/ (`base`): their documents from
+    the retrieval run `retrieval/<retrieval>/<run_file>` (none when `retrieval` is None), united
+    over the lists of the rules the prompt shows (`selected_rules`, filter `rules`), their rules
+    from the bank, the document texts from the corpus."""
+    rule_texts = read_rule_texts(base / "rules" / "bank.parquet")
+    documents = None
+    needed: set[str] = set()
+    if retrieval:
+        path = base / "retrieval" / retrieval / run_file
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
+        run = pd.read_parquet(path)
+        run = run[run["qid"].astype(str).isin({str(q["qid"]) for q in queries})]
+        shown = {str(q["qid"]): selected_rules(q, rule_texts, settings.max_rules) for q in queries}
+        documents = united_documents(run, rules, shown)
+        needed = {d for ids in documents.values() for d in ids[: settings.keep_retrieved]}
+    corpus = load_corpus(base / "benchmark" / "corpus.jsonl", needed) if needed else {}
+    return build_samples(
+        queries,
+        rule_texts=rule_texts,
+        documents=documents,
+        corpus=corpus,
+        num_documents=settings.num_documents,
+        max_rules=settings.max_rules,
+        keep_retrieved=max(settings.recall_k),
+    )
+
+
+def fg_examples(
+    base: Path,
+    n: int,
+    retrieval: str | None,
+    prompt: str,
+    rules: str,
+    settings: GenerationSettings,
+    shuffle: bool = False,
+) -> list[tuple[str, str]]:
+    """(prompt, first gold answer) pairs of a seeded sample of n answered F_G queries.
+
+    Shared by generator training and the API generator's shots, so both see F_G exactly as
+    the grid row will see a test query: documents from `retrieval`'s F_G run (only queries
+    that run holds; none when `retrieval` is None), the prompt kind, style and rule filter.
+    `shuffle` reorders the sample with seed + 1 (training splits dev off its head).
+    """
+    pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
+    if retrieval:
+        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
+    chosen = sample_queries(pool, n, settings.seed)
+    if shuffle:
+        order = np.random.default_rng(settings.seed + 1).permutation(len(chosen))
+        chosen = [chosen[int(i)] for i in order]
+    samples = load_samples(base, chosen, retrieval, RUN_FG_FILENAME, rules, settings)
+    return [(prompt_format(settings, s).render_sample(prompt, s), s.answers[0]) for s in samples]
+
+
+def prompt_format(settings: GenerationSettings, sample: Sample) -> PromptFormat:
+    """How `sample` is prompted under `settings` (the style, and the KG's kind)."""
+    return PromptFormat(settings.prompt_style, sample.temporal)

@@ -37,19 +37,21 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rulerag.generation.prompts import prompt_token_ids, target_text, use_chat_template
+from rulerag.generation.prompts import prompt_token_ids, use_chat_template
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "AnswerOnlyCollator",
     "LoraSettings",
+    "ModelSettings",
     "TrainResult",
+    "TrainerSettings",
     "TrainSettings",
     "encode_example",
     "load_adapter_model",
@@ -87,11 +89,23 @@ class LoraSettings:
 
 
 @dataclass
-class TrainSettings:
-    """Trainer knobs. CPU-friendly defaults; the paper-scale profile overrides them."""
+class ModelSettings:
+    """How the base model is loaded, prompted and seeded: shared by generator training and
+    inference (params' top-level `generation` keys), so both read one value."""
+
+    dtype: str | None = None  # base weights' dtype when not quantised; None = the checkpoint's
+    quantization: str | None = None  # None or "nf4" (QLoRA; GPU, or slowly on CPU)
+    chat_template: bool | str | None = "auto"
+    max_prompt_tokens: int | None = 768  # longer prompts are cut from the left
+    seed: int = 12
+
+
+@dataclass
+class TrainerSettings:
+    """The Trainer's knobs (params' `generation.train`). CPU-friendly defaults; the paper
+    profile overrides them."""
 
     lora: LoraSettings = field(default_factory=LoraSettings)
-    quantization: str | None = None  # None or "nf4" (QLoRA; GPU, or slowly on CPU)
     deepspeed: str | None = None  # path to a ZeRO config (GPU)
     epochs: float = 1.0
     learning_rate: float = 3e-4
@@ -100,27 +114,24 @@ class TrainSettings:
     warmup: float = 0.1  # steps, or a ratio of all steps when < 1
     weight_decay: float = 0.0
     adam_beta2: float = 0.95
-    max_prompt_tokens: int = 512
     max_answer_tokens: int = 32
     eval_steps: int = 20
     logging_steps: int = 5
     save_total_limit: int = 2
-    seed: int = 12
-    chat_template: bool | str | None = "auto"
     bf16: bool | str = "auto"  # auto: on CUDA with bf16 support
     gradient_checkpointing: bool = False
-    dtype: str | None = None  # base weights' dtype when not quantised
+
+
+@dataclass
+class TrainSettings(TrainerSettings, ModelSettings):
+    """Everything `train_lora` needs: the Trainer's knobs and the model's."""
 
     @classmethod
     def from_dict(cls, cfg: dict[str, Any]) -> TrainSettings:
-        """From params.yaml's section (unknown keys rejected, so a typo is not silently unused)."""
-        cfg = dict(cfg or {})
-        lora = LoraSettings(**(cfg.pop("lora", None) or {}))
-        names = {f for f in cls.__dataclass_fields__ if f != "lora"}
-        unknown = sorted(set(cfg) - names)
-        if unknown:
-            raise ValueError(f"unknown training settings: {unknown}")
-        return cls(lora=lora, **cfg)
+        """From a mapping, strictly (unknown keys fail, so a typo is not silently unused)."""
+        from rulerag.settings import load_settings
+
+        return load_settings(cls, cfg, "generation.train")
 
 
 @dataclass
@@ -138,22 +149,26 @@ def encode_example(
     answer: str,
     *,
     chat_template: bool,
-    max_prompt_tokens: int = 512,
-    max_answer_tokens: int = 32,
+    max_prompt_tokens: int | None = None,
+    max_answer_tokens: int | None = None,
 ) -> dict[str, list[int]]:
-    """Token ids and labels of one (prompt, answer) pair, loss on the answer only.
+    """Token ids and labels of one (prompt, target) pair, loss on the target only.
+
+    `answer` is the target text as the prompt style writes it (`PromptFormat.target`: the
+    paper's `Afghanistan.`); only its whitespace is normalised here.
 
     The prompt is tokenised exactly as at inference (`prompt_token_ids`), cut from the left when
     too long (as `LocalGenerator.encode` does), then the answer and the end-of-sequence token
-    follow. Without a chat template the answer starts after a space (`Answer: Paris`).
+    follow. Without a chat template the answer starts after a space (`Answer: Paris`). None
+    limits nothing (the stage passes the settings' limits).
     """
     prompt_ids = prompt_token_ids(tokenizer, prompt, chat_template)
     if max_prompt_tokens and len(prompt_ids) > max_prompt_tokens:
         prompt_ids = prompt_ids[-max_prompt_tokens:]
-    text = target_text(answer)
+    text = " ".join(str(answer).split())
     answer_ids = tokenizer(text if chat_template else " " + text, add_special_tokens=False)[
         "input_ids"
-    ][:max_answer_tokens]
+    ][: max_answer_tokens or None]
     if tokenizer.eos_token_id is not None:
         answer_ids = [*answer_ids, tokenizer.eos_token_id]
     return {
@@ -303,6 +318,7 @@ def train_lora(
     output_dir: Path,
     *,
     base_model: str = "",
+    metadata: Mapping[str, Any] | None = None,
 ) -> TrainResult:
     """Fine-tune `model` with LoRA on (prompt, answer) pairs; save the best adapter.
 
@@ -310,6 +326,8 @@ def train_lora(
     wrapped with peft here. Checkpoints go to a temporary folder beside `output_dir` and are
     removed at the end; `output_dir` receives the adapter (the best by dev loss when `dev` is
     given, else the last) and train_stats.json, replacing any previous one atomically.
+    `metadata` (e.g. the prompt style) is stored in train_stats.json, so inference can check
+    that it prompts the adapter the way it was trained.
     """
     import torch
     from transformers import Trainer, TrainingArguments, set_seed
@@ -428,6 +446,7 @@ def train_lora(
             "trainable_parameters": int(trainable),
             "total_parameters": int(total),
             "chat_template": chat,
+            **dict(metadata or {}),
             "settings": asdict(settings),
             "loss_curve": log.train,
             "dev_curve": log.eval,

@@ -1,5 +1,6 @@
 """The OpenAI-compatible API generator against a fake server on 127.0.0.1: retries on 429 and
-500 then succeeds, sends the few-shot turns, fails fast on 401, and never logs the key."""
+500 then succeeds, sends the paper's 3-shot prompt (or the legacy few-shot turns), fails fast on
+401, and never logs the key."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from rulerag.generation.api import ApiError, ApiGenerator, resolve_api_key
+from rulerag.generation.prompts import PromptFormat
 
 KEY = "sk-test-SECRET-0123456789"
 
@@ -67,6 +69,7 @@ class FakeOpenAI:
 
 def make(server: FakeOpenAI, **kwargs) -> tuple[ApiGenerator, list[float]]:
     sleeps: list[float] = []
+    kwargs.setdefault("prompt_format", PromptFormat("legacy"))  # one turn per example
     generator = ApiGenerator(
         base_url=server.url,
         model="fake-model",
@@ -99,6 +102,19 @@ def test_retries_429_and_500_then_succeeds(caplog):
     assert "429" in caplog.text and "500" in caplog.text  # retries are logged...
     assert KEY not in caplog.text  # ...never the key
     assert KEY not in repr(generator)
+
+
+def test_paper_style_sends_table10_as_one_message():
+    with FakeOpenAI([]) as server:
+        generator, _ = make(server, prompt_format=PromptFormat("paper"))
+        generator.generate(["# Query: q?\n# Answer:"])
+    (message,) = server.requests[0]["body"]["messages"]
+    assert message == {
+        "role": "user",
+        "content": "Answer the Final Query by referring to the three cases below.\n"
+        "Case 1:\nex1 a1.\nCase 2:\nex2 a2.\nCase 3:\nex3 a3.\n"
+        "Final Query:\n# Query: q?\n# Answer:",
+    }
 
 
 def test_gives_up_after_max_retries_without_leaking_the_key(caplog):
@@ -210,7 +226,13 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
         path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
     queries = [
-        {"qid": f"t{i}", "query": f"what does X{i} visit ?", "answers": [ans], "rule_ids": ["R1"]}
+        {
+            "qid": f"t{i}",
+            "query": f"what does X{i} visit ?",
+            "answers": [ans],
+            "rule_ids": ["R1"],
+            "time": None,
+        }
         for i, ans in enumerate(["Kabul", "Iran", "Kabul", "Paris"])
     ]
     f_g = [
@@ -241,7 +263,7 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
             "model": "smollm2",
             "retriever": "bm25",
             "num_documents": 2,
-            "max_rules": 3,
+            "max_rules": 1,
             "max_new_tokens": 8,
             "batch_size": 2,
             "recall_k": [10],
@@ -252,6 +274,7 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
             "grid": {"gpt_icl": {"retrieval": "rg", "generator": "api", "prompt": "rule"}},
         }
     }
+    params["build_benchmark"] = {"rule_selection": {"top_n": 3}}
     fake_run = _FakeRun()
 
     @contextlib.contextmanager
@@ -281,12 +304,18 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
     rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
     assert [r["qid"] for r in rows] == ["t0", "t1", "t2", "t3"]
     assert rows[0]["prediction"] == "Kabul" and rows[0]["doc_ids"] == ["D0", "D1"]
-    assert "Rules:\n[E1, visits, E2] leads to [E1, meets, E2]\n" in rows[0]["prompt"]
-    assert "1. X0 visits Kabul .\n2. X1 visits Kabul ." in rows[0]["prompt"]
+    prompt = rows[0]["prompt"]
+    assert (
+        "# Rules: Use the following One rule to answer the given Query. Rule One: [E1, " in prompt
+    )
+    assert "Documents related to the Query. X0 visits Kabul . X1 visits Kabul .\n" in prompt
+    assert "what does {subject} {relation} ?" in prompt  # the static instruction
     assert rows[3]["doc_ids"] == [] and rows[3]["recall_at_10"] == 0.0
-    sent = server.requests[0]["body"]["messages"]
-    assert len(sent) == 7  # 3 fixed F_G examples (user + assistant) and the query
-    assert sent[1]["content"].startswith("A") and sent[-1]["content"] == rows[0]["prompt"]
+    (sent,) = server.requests[0]["body"]["messages"]  # Table 10: one message, 3 cases
+    assert sent["content"].startswith("Answer the Final Query by referring to the three cases")
+    assert "Case 3:" in sent["content"] and "# Answer: A" in sent["content"]
+    sent_all = [r["body"]["messages"][-1]["content"] for r in server.requests]
+    assert any(text.endswith("Final Query:\n" + prompt) for text in sent_all)
     assert fake_run.metrics["em"] == 0.5 and fake_run.tags["rulerag.config"] == "gpt_icl"
     for path in out.iterdir():
         assert KEY not in path.read_text()

@@ -1,0 +1,126 @@
+"""Which generator answers a grid row, built from the settings and the stage outputs.
+
+* `base`: the model as it is (`generation.model`), batched greedy decoding (`local.py`);
+* a trained variant (`rgft`, `ssft`): the same model with the LoRA adapter `train_generator`
+  wrote to `generation/adapters/<variant>/`, checked against what it was trained with (base
+  model, chat template, prompt style), so it is never prompted differently from its training;
+* `api`: an OpenAI-compatible chat endpoint with the paper's fixed F_G examples as a k-shot
+  prompt (`api.py`).
+
+Nothing here imports torch at module level: `passive_openmp` must run before it is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rulerag.generation.config import GenerationSettings, GridConfig
+from rulerag.generation.prompts import PromptFormat
+from rulerag.generation.samples import RUN_FG_FILENAME, fg_examples
+
+__all__ = ["ADAPTERS_DIR", "adapter_dir", "api_examples", "make_generator", "passive_openmp"]
+
+#: where `train_generator` puts the adapters, under data/<dataset>/generation/
+ADAPTERS_DIR = "adapters"
+
+
+def adapter_dir(base: Path, variant: str) -> Path:
+    """data/<dataset>/generation/adapters/<variant>/ (`base` = data/<dataset>)."""
+    return Path(base) / "generation" / ADAPTERS_DIR / variant
+
+
+def passive_openmp() -> None:
+    """Make OpenMP threads sleep rather than spin while they wait, before torch loads.
+
+    With the default (spinning) policy, a CPU shared with any other busy process slows small
+    operations such as a decoding step by 10-25x (measured with benchmarks/bench_generation.py
+    on 2 cores: 24 query-only prompts took 79 s, 7 s with this). Only effective before torch
+    is first imported; a value set by the user wins.
+    """
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+
+def api_examples(
+    base: Path, grid: GridConfig, settings: GenerationSettings, retrieval: str | None
+) -> list[tuple[str, str]]:
+    """The paper's fixed k-shot demonstrations for closed models: the first `api.shots` F_G
+    queries of a seeded sample, rendered with the row's own prompt and documents from its
+    retriever's F_G run (none when that run is missing), with their first answer."""
+    if settings.api.shots <= 0:
+        return []
+    has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
+    return fg_examples(
+        base,
+        settings.api.shots,
+        retrieval if has_run else None,
+        grid.prompt,
+        grid.rules,
+        settings,
+    )
+
+
+def make_generator(
+    base: Path,
+    grid: GridConfig,
+    settings: GenerationSettings,
+    retrieval: str | None,
+) -> Any:
+    """The row's generator (see the module docstring)."""
+    prompt_format = PromptFormat(settings.prompt_style)
+    if grid.generator == "api":
+        from rulerag.generation.api import ApiGenerator
+
+        api = settings.api
+        return ApiGenerator(
+            base_url=api.base_url,
+            model=api.model,
+            key_env=api.key_env,
+            airflow_conn_id=api.airflow_conn_id,
+            examples=api_examples(base, grid, settings, retrieval),
+            prompt_format=prompt_format,
+            max_tokens=settings.max_new_tokens,
+            timeout=api.timeout,
+            max_retries=api.max_retries,
+            backoff=api.backoff,
+            concurrency=api.concurrency,
+        )
+    from rulerag.generation.local import LocalGenerator
+
+    adapter = None
+    trained: dict[str, Any] = {}
+    if grid.trained:
+        adapter = adapter_dir(base, grid.generator)
+        if not (adapter / "adapter_config.json").is_file():
+            raise FileNotFoundError(f"{adapter}: run train_generator for {grid.generator}")
+        trained = json.loads((adapter / "train_stats.json").read_text(encoding="utf-8"))
+        if trained.get("base_model") != settings.model:
+            raise ValueError(
+                f"{adapter} was trained on {trained.get('base_model')!r}, not on "
+                f"generation.model {settings.model!r}: run train_generator again"
+            )
+        if trained.get("prompt_style", "legacy") != prompt_format.style:
+            raise ValueError(
+                f"{adapter} was trained with prompt_style {trained.get('prompt_style')!r}, "
+                f"generation would prompt it with {prompt_format.style!r}: run train_generator"
+            )
+    generator = LocalGenerator.from_pretrained(
+        settings.model,
+        adapter=adapter,
+        quantization=settings.quantization,
+        dtype=settings.dtype,
+        max_new_tokens=settings.max_new_tokens,
+        batch_size=settings.batch_size,
+        chat_template=settings.chat_template,
+        max_prompt_tokens=settings.max_prompt_tokens,
+    )
+    if adapter is not None and trained.get("chat_template") != generator.chat_template:
+        raise ValueError(
+            f"{adapter} was trained with chat_template={trained.get('chat_template')}, "
+            f"generation would use {generator.chat_template}: the prompts would differ"
+        )
+    return generator

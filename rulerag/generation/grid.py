@@ -1,0 +1,89 @@
+"""One row of the Table 2 grid on one dataset: prompts in, scored answers out.
+
+The same seeded sample of test queries for every row (`generation.test_queries`, `seed`), so
+rows are compared on the same queries; each query's documents come from the row's retrieval
+run, united over the lists of the rules its prompt shows (`samples.load_samples`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rulerag.evaluation.metrics import aggregate, score_prediction
+from rulerag.generation.config import GenerationSettings, GridConfig, retrieval_name
+from rulerag.generation.generators import make_generator
+from rulerag.generation.samples import RUN_FILENAME, load_samples, prompt_format, sample_queries
+from rulerag.io import read_jsonl
+
+__all__ = ["RowResult", "run_row"]
+
+
+@dataclass
+class RowResult:
+    """Per-query records (for predictions.jsonl) and the row's metrics (metrics.json)."""
+
+    records: list[dict[str, Any]]
+    metrics: dict[str, Any]
+
+
+def run_row(base: Path, dataset: str, grid: GridConfig, settings: GenerationSettings) -> RowResult:
+    """Answer and score the row's test queries (data/<dataset>/ is `base`)."""
+    retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
+    test = read_jsonl(base / "benchmark" / "test.jsonl")
+    queries = sample_queries(test, settings.test_queries, settings.seed)
+    samples = load_samples(base, queries, retrieval, RUN_FILENAME, grid.rules, settings)
+    formats = [prompt_format(settings, s) for s in samples]
+    prompts = [f.render_sample(grid.prompt, s) for f, s in zip(formats, samples, strict=True)]
+    started = time.perf_counter()
+    generator = make_generator(base, grid, settings, retrieval)
+    loaded = time.perf_counter()
+    generations = generator.generate(prompts)
+    seconds = time.perf_counter() - loaded
+    ks = settings.recall_k
+    records = []
+    for sample, prompt, generation in zip(samples, prompts, generations, strict=True):
+        scores = score_prediction(
+            generation,
+            sample.answers,
+            sample.extra.get("retrieved") if retrieval else None,
+            ks,
+        )
+        records.append(
+            {
+                "qid": sample.qid,
+                "query": sample.query,
+                "answers": list(sample.answers),
+                **scores,
+                "generation": generation,
+                "rule_ids": sample.extra.get("rule_ids", []),
+                "doc_ids": sample.extra.get("doc_ids", []),
+                "prompt": prompt,
+            }
+        )
+    metrics: dict[str, Any] = aggregate(
+        records, ["em", "token_f1", *[f"recall_at_{k}" for k in ks]]
+    )
+    metrics.update(
+        {
+            "dataset": dataset,
+            "config": grid.name,
+            "retrieval": retrieval,
+            "generator": generator.name,
+            "prompt": grid.prompt,
+            "prompt_style": settings.prompt_style,
+            "max_rules": settings.max_rules,
+            "profile": settings.profile,
+            "seed": settings.seed,
+            "load_seconds": round(loaded - started, 2),
+            "generate_seconds": round(seconds, 2),
+            "prompts_per_second": round(len(prompts) / seconds, 3) if seconds else None,
+        }
+    )
+    stats = getattr(generator, "stats", None)
+    if stats is not None:
+        metrics["new_tokens_per_second"] = round(stats.new_tokens_per_second, 2)
+        metrics["mean_prompt_tokens"] = round(stats.prompt_tokens / max(1, stats.prompts), 1)
+    return RowResult(records, metrics)

@@ -1,0 +1,70 @@
+"""`load_samples` on a synthetic data folder: the rules a prompt shows and the retrieval lists
+its documents come from are the same first N selected rules (`generation.max_rules`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rulerag.generation.config import generation_settings
+from rulerag.generation.samples import RUN_FILENAME, load_samples
+
+RULES = ["R1", "R2", "R3"]
+
+
+@pytest.fixture()
+def base(tmp_path: Path) -> Path:
+    """Two queries with three rules each; every rule's search finds documents of its own (the
+    first rule's score lowest, so a union over all rules would push its documents out)."""
+    (tmp_path / "benchmark").mkdir()
+    (tmp_path / "rules").mkdir()
+    run_dir = tmp_path / "retrieval" / "minilm-rg"
+    run_dir.mkdir(parents=True)
+    pd.DataFrame(
+        {"rule_id": RULES, "text": [f"[Entity1, r{i}, Entity2] leads to [Entity1, h, Entity2]"
+                                    for i in range(3)]}
+    ).to_parquet(tmp_path / "rules" / "bank.parquet")  # fmt: skip
+    rows, corpus = [], []
+    for q in ("q0", "q1"):
+        for r, rule in enumerate(RULES):
+            for rank in range(1, 5):
+                doc = f"{q}-{rule}-{rank}"
+                rows.append((q, rule, rank, doc, 10.0 * r + 5 - rank))
+                corpus.append({"id": doc, "contents": f"document {doc}."})
+    pd.DataFrame(rows, columns=["qid", "rule", "rank", "doc_id", "score"]).to_parquet(
+        run_dir / RUN_FILENAME
+    )
+    (tmp_path / "benchmark" / "corpus.jsonl").write_text(
+        "".join(json.dumps(c) + "\n" for c in corpus), encoding="utf-8"
+    )
+    return tmp_path
+
+
+QUERIES = [
+    {"qid": q, "query": f"what does {q} h ?", "answers": ["x"], "rule_ids": RULES, "time": None}
+    for q in ("q0", "q1")
+]
+
+
+def test_one_rule_per_prompt_takes_only_that_rules_documents(base: Path) -> None:
+    settings = generation_settings({"max_rules": 1, "num_documents": 3, "recall_k": [10]})
+    samples = load_samples(base, QUERIES, "minilm-rg", RUN_FILENAME, "all", settings)
+    assert len(samples) == 2
+    for sample in samples:
+        assert sample.extra["rule_ids"] == ["R1"]
+        assert len(sample.rules) == 1 and "r0" in sample.rules[0]
+        assert len(sample.documents) == 3
+        assert all("-R1-" in doc for doc in sample.documents)
+        assert sample.extra["doc_ids"] and all("-R1-" in d for d in sample.extra["doc_ids"])
+
+
+def test_every_selected_rule_by_default(base: Path) -> None:
+    settings = generation_settings({"num_documents": 3, "recall_k": [10]})
+    (sample, _) = load_samples(base, QUERIES, "minilm-rg", RUN_FILENAME, "all", settings)
+    assert sample.extra["rule_ids"] == RULES
+    # the union ranks by score: the third rule's documents first
+    assert [d.split("-")[1] for d in sample.extra["doc_ids"][:4]] == ["R3"] * 4
+    assert {d.split("-")[1] for d in sample.extra["doc_ids"]} == set(RULES)
