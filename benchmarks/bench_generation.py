@@ -16,7 +16,7 @@ effective profile, else the library defaults), once per `--lora-layers` setting 
 every layer, as the paper; N = the last N layers, the CPU profile's choice), no dev slice.
 
 Numbers depend on what else runs on the machine: close other CPU-heavy jobs first. OpenMP's
-wait policy is set to PASSIVE as in the stages (pipeline_steps.generate.passive_openmp); run
+wait policy is set to PASSIVE as in the stages (rulerag.generation.generators.passive_openmp); run
 with OMP_WAIT_POLICY=ACTIVE to see the spinning default.
 """
 
@@ -124,18 +124,11 @@ def bench_generation(args: argparse.Namespace, items: list[dict]) -> list[dict]:
 
 
 def stage_settings() -> Any:
-    """The train_generator stage's settings from params.yaml (its effective profile), or the
-    library defaults when params.yaml has no generation section."""
+    """The train_generator stage's settings from params.yaml (its effective profile)."""
     from pipeline_steps.common import load_params
-    from rulerag.generation.config import apply_profile
-    from rulerag.generation.training import TrainSettings
+    from rulerag.generation.config import generation_settings
 
-    section = load_params().get("generation")
-    if not section:
-        return TrainSettings()
-    from pipeline_steps.train_generator import settings_from
-
-    return settings_from(apply_profile(section))
+    return generation_settings(load_params().get("generation")).trainer_settings()
 
 
 def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:
@@ -190,7 +183,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=12)
     parser.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     args = parser.parse_args()
-    from pipeline_steps.generate import passive_openmp
+    from rulerag.generation.generators import passive_openmp
 
     passive_openmp()  # as the stages do; OMP_WAIT_POLICY=ACTIVE in the environment overrides
     import torch

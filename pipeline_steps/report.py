@@ -10,26 +10,22 @@ Below the table, results.md checks the paper's claims row against row on the sam
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
 from typing import Any
 
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
 from rulerag.evaluation.claims import claims_table, claims_to_markdown
 from rulerag.evaluation.report import plot_results, results_table, to_markdown
-from rulerag.generation.config import apply_profile
-from rulerag.io import atomic_open, iter_jsonl
+from rulerag.generation.config import generation_settings
+from rulerag.io import atomic_open, iter_jsonl, staged_outputs
 from rulerag.tracking import stage_run
 
 
 def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
     name = args.dataset
-    cfg = apply_profile(load_params().get("generation") or {})
-    configs = list(cfg.get("configs") or [])
+    settings = generation_settings(load_params().get("generation"))
+    configs = list(settings.configs)
     base = data_dir(name)
     metrics: dict[str, dict[str, Any]] = {}
     per_query_em: dict[str, dict[str, float]] = {}
@@ -49,12 +45,14 @@ def main(argv: list[str] | None = None) -> int:
     queries = sorted({int(m["queries"]) for m in metrics.values() if m.get("queries")})
     generators = sorted({str(m.get("generator")) for m in metrics.values()})
     notes = [
-        f"profile `{cfg.get('profile', 'cpu')}`, generator model `{cfg.get('model')}`, "
-        f"retriever `{cfg.get('retriever')}`, test queries per row: "
+        f"profile `{settings.profile}`, generator model `{settings.model}`, prompt style "
+        f"`{settings.prompt_style}`, rules per prompt `{settings.max_rules or 'all selected'}`, "
+        f"retriever `{settings.retriever}`, test queries per row: "
         f"{', '.join(map(str, queries)) or '–'}",
         f"generators: {', '.join(generators) or '–'}",
-        "R@10, EM and T-F1 in percent; `paper` columns: RuleRAG (Chen et al.) Table 2 where "
-        "known (7B generators, all test queries; blank: not checked offline).",
+        "R@10, EM and T-F1 in percent; `paper` columns: RuleRAG (Chen et al., arXiv) Table 2, "
+        "DPR retrievers and LLAMA2_7B generators on all test queries (–: the paper reports "
+        "none).",
     ]
     if missing:
         notes.append(f"no results yet for: {', '.join(missing)}")
@@ -62,9 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     with stage_run(
         "report", name, project_dir=PROJECT_DIR, params={"generation.configs": configs}
     ) as run:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=".report-", dir=out_dir))
-        try:
+        with staged_outputs(out_dir, "report") as staging:
             with atomic_open(staging / "results.csv") as handle:
                 table.to_csv(handle, index=False)
             with atomic_open(staging / "results.md") as handle:
@@ -74,10 +70,6 @@ def main(argv: list[str] | None = None) -> int:
             with atomic_open(staging / "claims.csv") as handle:
                 claims.to_csv(handle, index=False)
             plot_results(table, staging / "results.png", f"{name}: R@10 / EM / T-F1 (%)")
-            for item in sorted(staging.iterdir()):
-                os.replace(item, out_dir / item.name)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
         for record in table.to_dict("records"):
             for column, key in (("R@10", "recall_at_10"), ("EM", "em"), ("T-F1", "token_f1")):
                 value = record[column]

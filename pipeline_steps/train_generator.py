@@ -12,29 +12,21 @@ generation/train_<variant>.json (DVC metrics) and the loss curves to train_<vari
 from __future__ import annotations
 
 import sys
-from typing import Any
+from dataclasses import asdict
 
-from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
-from pipeline_steps.generate import fg_examples, passive_openmp
-from rulerag.generation.config import apply_profile, retrieval_name
-from rulerag.generation.training import TrainSettings
+from pipeline_steps.common import (
+    PROJECT_DIR,
+    data_dir,
+    dataset_parser,
+    load_params,
+    selection_top_n,
+)
+from rulerag.generation.config import check_max_rules, generation_settings, retrieval_name
+from rulerag.generation.generators import adapter_dir, passive_openmp
+from rulerag.generation.prompts import PromptFormat
+from rulerag.generation.samples import fg_examples
 from rulerag.io import atomic_open, write_json
-from rulerag.tracking import stage_run
-
-#: keys of generation.train that are not Trainer settings
-_DATA_KEYS = ("samples", "dev_samples", "variants")
-#: model-level keys of the generation section the Trainer needs as well
-_MODEL_KEYS = ("quantization", "dtype", "chat_template", "max_prompt_tokens")
-
-
-def settings_from(cfg: dict[str, Any]) -> TrainSettings:
-    """TrainSettings from the effective generation section."""
-    train = {k: v for k, v in (cfg.get("train") or {}).items() if k not in _DATA_KEYS}
-    for key in _MODEL_KEYS:
-        if cfg.get(key) is not None and key not in train:
-            train[key] = cfg[key]
-    train.setdefault("seed", int(cfg.get("seed", 12)))
-    return TrainSettings.from_dict(train)
+from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,53 +35,60 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--variant", required=True, help="a name in generation.train.variants")
     args = parser.parse_args(argv)
     name = args.dataset
-    cfg = apply_profile(load_params().get("generation") or {})
-    train_cfg = cfg.get("train") or {}
-    variants = train_cfg.get("variants") or {}
+    params = load_params()
+    settings = generation_settings(params.get("generation"))
+    check_max_rules(settings.max_rules, selection_top_n(params))
+    variants = settings.train.variants
     if args.variant not in variants:
         print(f"train_generator: unknown variant {args.variant!r} ({sorted(variants)})")
         return 2
     spec = variants[args.variant]
-    retrieval = retrieval_name(str(spec["retrieval"]), cfg["retriever"])
-    prompt_kind = str(spec.get("prompt", "rule"))
-    settings = settings_from(cfg)
+    retrieval = retrieval_name(spec.retrieval, settings.retriever)
+    trainer = settings.trainer_settings()
+    target = PromptFormat(settings.prompt_style).target
     base = data_dir(name)
     out_dir = base / "generation"
-    adapter_dir = out_dir / "adapters" / args.variant
+    adapter = adapter_dir(base, args.variant)
     tracked = {
-        "generation": {k: v for k, v in cfg.items() if k not in {"grid", "api"}},
-        "variant": {"name": args.variant, "retrieval": retrieval, "prompt": prompt_kind},
+        "generation": {k: v for k, v in asdict(settings).items() if k not in {"grid", "api"}},
+        "variant": {"name": args.variant, "retrieval": retrieval, "prompt": spec.prompt},
     }
     with stage_run("train_generator", name, project_dir=PROJECT_DIR, params=tracked) as run:
         run.set_tags(
             {
                 "rulerag.variant": args.variant,
-                "rulerag.stage_instance": f"train_generator@{name}-{args.variant}",
+                TAG_STAGE_INSTANCE: f"train_generator@{name}-{args.variant}",
             }
         )
-        n_train = int(train_cfg.get("samples", 2048))
-        n_dev = int(train_cfg.get("dev_samples", 0))
-        seed = int(cfg.get("seed", 12))
-        rules = str(spec.get("rules", "all"))
+        n_train, n_dev = settings.train.samples, settings.train.dev_samples
         pairs = fg_examples(
-            base, n_train + n_dev, seed, retrieval, prompt_kind, rules, cfg, shuffle=True
+            base, n_train + n_dev, retrieval, spec.prompt, spec.rules, settings, shuffle=True
         )
+        pairs = [(prompt, target(answer)) for prompt, answer in pairs]
         dev, train = pairs[:n_dev], pairs[n_dev:]
         from rulerag.generation.models import load_causal_lm, load_tokenizer
         from rulerag.generation.training import train_lora
 
-        model_name = str(cfg["model"])
-        tokenizer = load_tokenizer(model_name, padding_side="right")
-        model = load_causal_lm(model_name, quantization=settings.quantization, dtype=settings.dtype)
+        tokenizer = load_tokenizer(settings.model, padding_side="right")
+        model = load_causal_lm(
+            settings.model, quantization=settings.quantization, dtype=settings.dtype
+        )
         result = train_lora(
-            model, tokenizer, train, dev, settings, adapter_dir, base_model=model_name
+            model,
+            tokenizer,
+            train,
+            dev,
+            trainer,
+            adapter,
+            base_model=settings.model,
+            metadata={"prompt_style": settings.prompt_style},
         )
         stats = {
             k: v
             for k, v in result.stats.items()
             if k not in {"loss_curve", "dev_curve", "settings"}
         }
-        stats.update({"variant": args.variant, "retrieval": retrieval, "prompt": prompt_kind})
+        stats.update({"variant": args.variant, "retrieval": retrieval, "prompt": spec.prompt})
         write_json(out_dir / f"train_{args.variant}.json", stats)
         with atomic_open(out_dir / f"train_{args.variant}_loss.csv") as handle:
             handle.write("step,loss,split\n")
@@ -107,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(v, int | float) and not isinstance(v, bool)
             }
         )
-        run.log_artifact(adapter_dir, "adapter")
+        run.log_artifact(adapter, "adapter")
         run.log_artifact(out_dir / f"train_{args.variant}.json")
     print(
         f"train_generator@{name}-{args.variant}: {stats['train_samples']} samples, "

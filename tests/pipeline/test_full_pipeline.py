@@ -91,7 +91,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
-    assert len(stages) == 26, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 9 + 1
+    assert len(stages) == 27, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 1
 
     for config in (
         "bm25-standard",
@@ -116,13 +116,14 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     for variant in ("rgft", "ssft"):
         assert (data / "generation" / "adapters" / variant / "adapter_config.json").is_file()
     table = pd.read_csv(data / "report" / "results.csv")
-    assert len(table) == 9 and table["EM"].between(0, 100).all()
+    assert len(table) == 10 and table["EM"].between(0, 100).all()
     for line in (data / "generation" / "rulerag_ft" / "predictions.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert {"prompt", "prediction", "answers", "em", "token_f1"} <= set(record)
+        assert record["prompt"].startswith("# Instruct: For the query in the form of")
     assert (data / "report" / "results.png").stat().st_size > 0
     claims = pd.read_csv(data / "report" / "claims.csv")
-    assert len(claims) == 7 and claims["p"].between(0, 1).all()
+    assert len(claims) == 8 and claims["p"].between(0, 1).all()
     assert "paired on the same queries" in (data / "report" / "results.md").read_text()
 
     status = dvc("status", "--json", check=True)
