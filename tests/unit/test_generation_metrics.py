@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pandas as pd
 import pytest
 
 from rulerag.evaluation.metrics import (
@@ -29,10 +30,31 @@ from rulerag.evaluation.report import plot_results, results_table, to_markdown
         ("Iran<|im_end|>", "Iran"),
         ("Iran Rules: [Entity1", "Iran"),
         ("", ""),
+        # the paper style: answers end with a full stop, sections open with "# "
+        ("Afghanistan.", "Afghanistan"),
+        ("# Answer: Citizen (Nigeria).", "Citizen (Nigeria)"),
+        ("Media (Africa). # Query: Time 2014-12-01", "Media (Africa)"),
+        ("Iran.\n# Rules: Use the following", "Iran"),
+        ('"(Iran"', "Iran"),
     ],
 )
 def test_extract_answer(raw, expected):
     assert extract_answer(raw) == expected
+
+
+@pytest.mark.parametrize(
+    "answer", ["Afghanistan", "Citizen (Nigeria)", "Washington, D.C.", "St. Louis Cardinals", "k"]
+)
+def test_training_targets_and_extraction_agree(answer):
+    """What a fine-tuned generator learns to write (`PromptFormat.target`, with the paper's
+    full stop) is extracted back into an answer that matches the gold exactly."""
+    from rulerag.generation.prompts import PromptFormat
+
+    for style in ("paper", "legacy"):
+        written = PromptFormat(style).target(answer)
+        assert written.endswith(".") or style == "legacy"
+        assert exact_match(extract_answer(written), [answer]) == 1.0
+        assert exact_match(extract_answer(written + "\n# Query: next"), [answer]) == 1.0
 
 
 def test_normalize_answer():
@@ -139,6 +161,9 @@ def test_results_table_and_markdown(tmp_path):
     ]
     ft = table.set_index("config").loc["rulerag_ft"]
     assert ft["EM"] == 20.5 and ft["paper EM"] == 20.5 and ft["R@10"] == 50.0
+    assert ft["paper T-F1"] == 38.9 and ft["paper R@10"] == 45.1  # Table 2, RuleQA-I
+    prompting = table.set_index("config").loc["standard_prompting"]
+    assert pd.isna(prompting["paper R@10"]) and prompting["paper EM"] == 1.5
     assert table.set_index("config").loc["gpt_icl", "group"] == "Other"
     ordered = results_table(metrics, "icews14", order=["rulerag_ft", "rulerag_icl"])
     assert list(ordered["config"]) == ["rulerag_ft", "rulerag_icl"]
