@@ -115,7 +115,7 @@ def experiment_name(dataset: str) -> str:
 def sanitize_name(name: str) -> str:
     """Turn `name` into a key MLflow accepts for a metric, param or tag.
 
-    `@` becomes `_at_` (`recall@10` -> `recall_at_10`, as DESIGN.md names metrics); any other
+    `@` becomes `_at_` (`recall@10` -> `recall_at_10`, as docs/layout.md names metrics); any other
     character outside letters, digits, `_ . - /` becomes `_` (MLflow also allows spaces and, off
     Windows, colons; both are replaced so names stay portable and shell-friendly). MLflow treats
     names as file paths, so empty, `.` and `..` segments and a leading `/` are removed too, and

