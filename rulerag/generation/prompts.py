@@ -31,7 +31,7 @@ Three kinds, one per family of rows in the paper's Table 2:
 * `rule`  - all five parts (RuleRAG-ICL's RG-generator, RuleRAG-FT's RGFT-generator);
 * `plain` - without the Rules part (Standard RAG, SSFT generators, "RG-retriever + generator":
             the paper's SSFT instruction "consists only of the queries and retrieved documents
-            without rules", Sec. 4);
+            without rules", Sec. 4.1);
 * `query` - the query alone and the answer cue (Standard Prompting; the paper prints no prompt
             for it, so no instruction about documents that are not there).
 
