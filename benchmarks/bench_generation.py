@@ -44,7 +44,7 @@ def build_queries(dataset: str, n: int, num_documents: int, seed: int) -> list[d
     base = ROOT / "data" / dataset
     rng = np.random.default_rng(seed)
     if (base / "benchmark" / "test.jsonl").is_file():
-        from rulerag.generation.samples import sample_queries
+        from rulerag.benchmark.sampling import sample_queries
         from rulerag.io import read_jsonl
         from rulerag.retrieval.data import read_rule_texts
 

@@ -30,7 +30,7 @@ from pipeline_steps.common import (
     load_params,
     numeric_metrics,
 )
-from rulerag.generation.samples import sample_queries
+from rulerag.benchmark.sampling import sample_queries
 from rulerag.io import atomic_open, write_json, write_parquet
 from rulerag.retrieval.configs import (
     DEFAULT_ENCODERS,

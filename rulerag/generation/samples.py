@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rulerag.benchmark.sampling import sample_queries
 from rulerag.generation.config import RULE_FILTERS, GenerationSettings
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.io import iter_jsonl, read_jsonl
@@ -40,21 +41,6 @@ __all__ = [
     "selected_rules",
     "united_documents",
 ]
-
-
-def sample_queries(
-    records: Sequence[Mapping[str, Any]], n: int | None, seed: int
-) -> list[Mapping[str, Any]]:
-    """A seeded sample of n records in file order (all when n is None or large enough).
-
-    Every configuration of the grid draws the same sample (same file, n and seed), so the rows
-    of the result table are compared on the same queries.
-    """
-    if n is None or n >= len(records):
-        return list(records)
-    rng = np.random.default_rng(seed)
-    keep = np.sort(rng.choice(len(records), size=int(n), replace=False))
-    return [records[int(i)] for i in keep]
 
 
 def retrieved_only(records: Sequence[Mapping[str, Any]], run_path: Path) -> list[Mapping[str, Any]]:
