@@ -57,8 +57,10 @@ def test_smollm2_conversion_and_batched_greedy_decoding():
     generator = LocalGenerator.from_pretrained("smollm2", max_new_tokens=8, batch_size=2)
     assert getattr(generator.model, "hf_quantizer", None) is None
     assert generator.chat_template  # SmolLM2-Instruct ships a chat template
+    # a plain question checks the converted weights; the paper's "# Query:" frame makes this
+    # 135M model echo the frame instead of answering, which says nothing about the conversion
     prompts = [
-        render_prompt("query", "What is the capital of France?"),
+        render_prompt("query", "What is the capital of France?", style="legacy"),
         render_prompt("plain", "Which country is Kabul the capital of?", ["Kabul is a city."]),
     ]
     batched = generator.generate(prompts)
