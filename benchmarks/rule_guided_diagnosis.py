@@ -1,0 +1,261 @@
+"""Why rule-guided retrieval helps or hurts on a dataset: the measurements behind the README's
+"Rules and retrieval" paragraph.
+
+Run by hand after `retrieve` built the indexes (`dvc repro retrieve`):
+
+    .venv/bin/python benchmarks/rule_guided_diagnosis.py [--datasets nell995,fb15k237,icews14]
+        [--indexes bm25,minilm] [--out benchmarks/results/rule_guided_diagnosis.json]
+
+For every test query and index it searches the query alone (`q`), every selected rule's
+`q ∘ r` (the paper's text, what the `rg` configuration does) and `q ∘ body`, the rule's body
+relation names without the `[Entity1, ..., Entity2] leads to [...]` frame, then reports:
+
+* Recall@10 of each way of turning those lists into ten documents: `standard` (q alone),
+  `rg` (the pipeline's union of the q∘r lists by best score), `rg_loose` (the paper's count:
+  the answer anywhere in the per-rule top-10 lists), the union with the query's own list
+  added (`rg+q`), reciprocal-rank fusion of the lists (`rrf`, `rrf+q`), `body` (q∘body lists
+  united) and a single q∘r list (`rule_1` = the best-ranked rule's list alone);
+* each against `standard` on the same queries: queries only one side recalls and an exact
+  McNemar p-value;
+* how many of the top 10 documents name the query's subject (`subject_share`): a query-only
+  search stays on the subject's links, a search the rule text pulls elsewhere does not;
+* for dense indexes, how close the `q ∘ r` embedding is to the query's and to the rule's
+  embedding alone (cosine): when the rule text dominates, every query of a relation searches
+  almost the same vector;
+* the share of test queries whose answer the selected rules' bodies reach from the subject
+  in the corpus (see retrieval_ceiling.py), i.e. what rules could add at best.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rulerag.evaluation.claims import paired_em  # noqa: E402
+from rulerag.retrieval.data import read_corpus, read_queries  # noqa: E402
+from rulerag.retrieval.metrics import answer_pattern, contains_answer  # noqa: E402
+from rulerag.retrieval.rule_guided import compose, unite  # noqa: E402
+
+K = 10
+DEPTH = 50
+RRF_K = 60  # Cormack et al.'s constant
+
+
+def open_index(data: Path, name: str):
+    """The `index` stage's searcher for `name` (bm25 through bm25s, dense through FAISS)."""
+    folder = data / "retrieval" / "index" / name
+    if name == "bm25":
+        from rulerag.retrieval.sparse import load_sparse
+
+        return load_sparse("bm25s", folder, 2)
+    from rulerag.retrieval.configs import DEFAULT_ENCODERS
+    from rulerag.retrieval.dense import DenseIndex, DenseRetriever
+    from rulerag.retrieval.encoders import EncoderSpec, load_encoder
+
+    spec = EncoderSpec.from_params(DEFAULT_ENCODERS[name])
+    index = DenseIndex.load(folder)
+    model = load_encoder(spec.query_name, "cpu", spec.max_length, ROOT / ".models")
+    return DenseRetriever(model, index, True, spec.batch_size)
+
+
+def body_text(rule_text: str) -> str:
+    """`[Entity1, r1, Entity2] leads to [Entity1, r, Entity2]` -> `r1` (the body's relation
+    names only, joined by spaces)."""
+    body = rule_text.split(" leads to ")[0]
+    names = re.findall(r"\[[^,\]]+, ([^\]]+), [^,\]]+\]", body)
+    return " ".join(names) if names else body
+
+
+def search_frame(searcher, qids: Sequence[str], rules: Sequence[str], texts: Sequence[str]):
+    rows, scores = searcher.search(list(texts), DEPTH)
+    ids = np.asarray(searcher.corpus_ids, dtype=object)
+    n, k = rows.shape
+    keep = rows >= 0
+    return pd.DataFrame(
+        {
+            "qid": np.repeat(np.asarray(qids, object), k)[keep.ravel()],
+            "rule": np.repeat(np.asarray(rules, object), k)[keep.ravel()],
+            "rank": np.tile(np.arange(1, k + 1), n)[keep.ravel()],
+            "doc_id": ids[rows[keep]],
+            "score": scores[keep].astype(np.float64),
+        }
+    )
+
+
+def rrf(run: pd.DataFrame) -> pd.DataFrame:
+    """Reciprocal-rank fusion of each query's lists: score = sum 1 / (60 + rank)."""
+    fused = run.assign(score=1.0 / (RRF_K + run["rank"]))
+    fused = fused.groupby(["qid", "doc_id"], as_index=False)["score"].sum()
+    fused = fused.assign(rule="", rank=1)
+    return unite(fused)
+
+
+def recalled(united: pd.DataFrame, hit, qids: Sequence[str], k: int = K) -> dict[str, int]:
+    top = united[united["rank"] <= k]
+    found = {q for q, d in zip(top["qid"], top["doc_id"], strict=True) if hit(q, d)}
+    return {q: int(q in found) for q in qids}
+
+
+def diagnose(data: Path, index: str, limit: int | None) -> dict:
+    queries = read_queries(data / "benchmark" / "test.jsonl")
+    rows = {
+        json.loads(line)["qid"]: json.loads(line)
+        for line in (data / "benchmark" / "test.jsonl").read_text().splitlines()
+    }
+    queries = [q for q in queries if q.answers and q.rule_ids][:limit]
+    corpus = read_corpus(data / "benchmark" / "corpus.jsonl")
+    contents = dict(zip(corpus.ids, corpus.contents, strict=True))
+    bank = pd.read_parquet(data / "rules" / "bank.parquet").set_index("rule_id")
+    patterns = {q.qid: answer_pattern(q.answers) for q in queries}
+    subjects = {q.qid: answer_pattern([rows[q.qid]["head_name"]]) for q in queries}
+    cache: dict[tuple[str, str], bool] = {}
+
+    def hit(qid: str, doc: str) -> bool:
+        key = (qid, doc)
+        if key not in cache:
+            cache[key] = contains_answer(contents[doc], patterns[qid])
+        return cache[key]
+
+    searcher = open_index(data, index)
+    qids = [q.qid for q in queries]
+    alone = search_frame(searcher, qids, [""] * len(qids), [q.text for q in queries])
+    pairs = [(q, r) for q in queries for r in dict.fromkeys(q.rule_ids) if r in bank.index]
+    pair_qids = [q.qid for q, _ in pairs]
+    pair_rules = [r for _, r in pairs]
+    with_rule = search_frame(
+        searcher, pair_qids, pair_rules, [compose(q.text, bank.at[r, "text"]) for q, r in pairs]
+    )
+    with_body = search_frame(
+        searcher,
+        pair_qids,
+        pair_rules,
+        [compose(q.text, body_text(bank.at[r, "text"])) for q, r in pairs],
+    )
+    first_rule = {q.qid: next(r for r in q.rule_ids if r in bank.index) for q in queries}
+    first = with_rule[with_rule["rule"] == with_rule["qid"].map(first_rule)]
+    loose = with_rule[with_rule["rank"] <= K].assign(rank=1)  # every per-rule top-10 document
+    variants = {
+        "standard": unite(alone),
+        "rg": unite(with_rule),
+        "rg_loose": unite(loose),
+        "rg+q": unite(pd.concat([with_rule, alone])),
+        "rrf": rrf(with_rule),
+        "rrf+q": rrf(pd.concat([with_rule, alone])),
+        "body": unite(with_body),
+        "rule_1": unite(first),
+    }
+    recall = {
+        name: recalled(frame, hit, qids, K if name != "rg_loose" else 10**9)
+        for name, frame in variants.items()
+    }
+    report: dict = {"queries": len(qids), "searches_with_rules": len(pairs), "variants": {}}
+    for name, per_query in recall.items():
+        paired = paired_em(per_query, recall["standard"])
+        report["variants"][name] = {
+            "recall_at_10": round(100 * paired.em_a, 1),
+            "only_this": paired.a_only,
+            "only_standard": paired.b_only,
+            "p_value": round(paired.p_value, 4),
+        }
+
+    def subject_share(frame: pd.DataFrame) -> float:
+        top = frame[frame["rank"] <= K]
+        named = [
+            contains_answer(contents[d], subjects[q])
+            for q, d in zip(top["qid"], top["doc_id"], strict=True)
+        ]
+        return round(100 * float(np.mean(named)), 1) if named else 0.0
+
+    report["subject_share"] = {
+        "standard": subject_share(alone),
+        "q∘r lists": subject_share(with_rule),
+        "q∘body lists": subject_share(with_body),
+    }
+    if index != "bm25":
+        from rulerag.retrieval.encoders import encode
+
+        model = searcher.query_model
+        sample = pairs[:2000]
+        e_q = encode(model, [q.text for q, _ in sample], 64, True)
+        e_r = encode(model, [bank.at[r, "text"] for _, r in sample], 64, True)
+        e_qr = encode(model, [compose(q.text, bank.at[r, "text"]) for q, r in sample], 64, True)
+        report["cosine"] = {
+            "q∘r vs q": round(float(np.mean(np.sum(e_qr * e_q, axis=1))), 3),
+            "q∘r vs r": round(float(np.mean(np.sum(e_qr * e_r, axis=1))), 3),
+        }
+    return report
+
+
+def rule_reach(data: Path) -> float:
+    """% of test queries whose answer a selected rule's body reaches from the subject."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from retrieval_ceiling import reachability
+
+    return round(reachability(data)["rule_body"], 1)
+
+
+def to_markdown(results: Mapping[str, Mapping[str, dict]]) -> str:
+    lines = [
+        "| dataset | index | "
+        + " | ".join(next(iter(next(iter(results.values())).values()))["variants"])
+        + " | subject share q / q∘r | cos(q∘r, q) / cos(q∘r, r) |",
+    ]
+    lines.append("|" + "---|" * (len(lines[0].split("|")) - 2))
+    for dataset, by_index in results.items():
+        for index, rep in by_index.items():
+            if index == "rule_body_reach":
+                continue
+            cells = []
+            for name, v in rep["variants"].items():
+                mark = "" if name == "standard" else f" ({v['only_this']}/{v['only_standard']})"
+                cells.append(f"{v['recall_at_10']}{mark}")
+            share = rep["subject_share"]
+            cos = rep.get("cosine")
+            cos_text = f"{cos['q∘r vs q']} / {cos['q∘r vs r']}" if cos else ""
+            lines.append(
+                f"| {dataset} | {index} | "
+                + " | ".join(cells)
+                + f" | {share['standard']} / {share['q∘r lists']} | {cos_text} |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--datasets", default="icews14,fb15k237,nell995")
+    parser.add_argument("--indexes", default="bm25,minilm")
+    parser.add_argument("--data", type=Path, default=ROOT / "data")
+    parser.add_argument("--limit", type=int, default=None, help="first N test queries only")
+    parser.add_argument("--out", type=Path, default=None, help="write the figures as JSON")
+    args = parser.parse_args(argv)
+    results: dict[str, dict] = {}
+    for dataset in args.datasets.split(","):
+        data = args.data / dataset
+        if not (data / "retrieval" / "index").is_dir():
+            print(f"{dataset}: no indexes under {data}; run `dvc repro retrieve` first")
+            continue
+        results[dataset] = {}
+        for index in args.indexes.split(","):
+            results[dataset][index] = diagnose(data, index, args.limit)
+            print(dataset, index, json.dumps(results[dataset][index], ensure_ascii=False))
+        results[dataset]["rule_body_reach"] = rule_reach(data)
+    if results:
+        print(to_markdown(results))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
