@@ -13,11 +13,11 @@ import pytest
 
 from pipeline_steps.build_benchmark import resolve_config, table1
 from pipeline_steps.common import load_params
-from pipeline_steps.mine_rules import mine
 from rulerag.benchmark.build import build_benchmark
 from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS
-from rulerag.rules.bank import BankConfig, rules_frame, select_bank
+from rulerag.rules.bank import rules_frame, select_bank
+from rulerag.rules.mining import mine, mine_rules_settings
 
 
 @dataclass
@@ -41,19 +41,10 @@ def real_benchmark(
             out = tmp_path_factory.mktemp(name)
             kg, _ = ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
             train = kg.facts[kg.facts["split"] == "train"]
-            cfg = params["mine_rules"]
-            rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, cfg)
+            settings = mine_rules_settings(params["mine_rules"])
+            rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, settings)
             names = kg.relations.set_index("id")["name"].to_dict()
-            bank_cfg = cfg["bank"]
-            bank = select_bank(
-                rules_frame(rules, names),
-                BankConfig(
-                    lengths=tuple(bank_cfg["lengths"]),
-                    min_confidence=bank_cfg["min_confidence"],
-                    min_support=bank_cfg["min_support"],
-                    top_n_per_head=bank_cfg["top_n_per_head"],
-                ),
-            )
+            bank = select_bank(rules_frame(rules, names), settings.bank)
             bench = build_benchmark(kg, bank, resolve_config(name, params["build_benchmark"]))
             print(f"\n{name}\n{table1(name, {**bench.stats})}")
             built[name] = RealBenchmark(name, kg, bank, bench, out)
