@@ -11,9 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipeline_steps.build_benchmark import resolve_config, table1
 from pipeline_steps.common import load_params
-from rulerag.benchmark.build import build_benchmark
+from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
+from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS
 from rulerag.rules.bank import rules_frame, select_bank
@@ -45,8 +45,10 @@ def real_benchmark(
             rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, settings)
             names = kg.relations.set_index("id")["name"].to_dict()
             bank = select_bank(rules_frame(rules, names), settings.bank)
-            bench = build_benchmark(kg, bank, resolve_config(name, params["build_benchmark"]))
-            print(f"\n{name}\n{table1(name, {**bench.stats})}")
+            paper = DATASETS[name].paper
+            settings = build_benchmark_settings(params["build_benchmark"])
+            bench = build_benchmark(kg, bank, benchmark_config(settings, name, paper))
+            print(f"\n{name}\n{table1(bench.stats, paper)}")
             built[name] = RealBenchmark(name, kg, bank, bench, out)
         return built[name]
 
