@@ -45,10 +45,3 @@ def numeric_metrics(stats: Mapping[str, Any], prefix: str = "") -> dict[str, flo
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = float(value)
     return out
-
-
-def selection_top_n(params: Mapping[str, Any]) -> int:
-    """How many rules the benchmark selects per query at most
-    (`build_benchmark.rule_selection.top_n`): the ceiling of `generation.max_rules`."""
-    selection = (params.get("build_benchmark") or {}).get("rule_selection") or {}
-    return int(selection["top_n"])

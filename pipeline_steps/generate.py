@@ -17,8 +17,8 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
-    selection_top_n,
 )
+from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import check_max_rules, generation_settings, grid_config
 from rulerag.generation.generators import passive_openmp
 from rulerag.generation.grid import run_row
@@ -34,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.dataset
     params = load_params()
     settings = generation_settings(params.get("generation"))
-    check_max_rules(settings.max_rules, selection_top_n(params))
+    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
+    check_max_rules(settings.max_rules, selection.top_n)
     grid = grid_config(args.config, settings)
     out_dir = data_dir(name) / "generation" / grid.name
     tracked = {"generation": {**asdict(settings), "grid": None}, "config": asdict(grid)}

@@ -19,27 +19,28 @@ from pipeline_steps.common import (
 )
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
 from rulerag.kg.ingest import MIRROR_ENV, ingest
-from rulerag.kg.registry import get_spec
+from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.tracking import stage_run
 
 
 def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
     params = load_params()
-    settings = params.get("ingest") or {}
+    section = params.get("ingest") or {}
+    settings = ingest_settings(section)
     name = args.dataset
     spec = get_spec(name, params)
     mirror = os.environ.get(MIRROR_ENV)
     out_dir = data_dir(name) / "kg"
     try:
-        with stage_run("ingest", name, project_dir=PROJECT_DIR, params={"ingest": settings}) as run:
+        with stage_run("ingest", name, project_dir=PROJECT_DIR, params={"ingest": section}) as run:
             kg, stats = ingest(
                 spec,
                 out_dir,
                 data_dir=Path(mirror).expanduser() if mirror else None,
                 download_dir=data_dir(name) / "download",
-                duplicates=settings.get("duplicates", "drop"),
-                source=(settings.get("source") or {}).get(name),
+                duplicates=settings.duplicates,
+                source=settings.source.get(name),
             )
             run.log_params({"source": stats["source"], "origin": stats["origin"]})
             run.log_metrics(numeric_metrics(stats))

@@ -14,25 +14,18 @@ import sys
 
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
 from rulerag.io import atomic_open, atomic_path
-from rulerag.retrieval.configs import RetrievalPaths
-from rulerag.retrieval.metrics import DEFAULT_KS
+from rulerag.retrieval.configs import RetrievalPaths, retrieve_settings
 from rulerag.retrieval.report import plot_recall, recall_table, to_markdown
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
 
 
-def configured(cfg: dict) -> list[str]:
-    """The configuration names the retrieve stages produce, in dvc.yaml's order."""
-    names = [f"{i}-{m}" for i in cfg.get("indexes", ["bm25", "minilm"]) for m in ("standard", "rg")]
-    return names + [f"{e}-{m}" for e in cfg.get("finetune", ["minilm"]) for m in ("ssft", "rgft")]
-
-
 def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
-    cfg = load_params().get("retrieve") or {}
-    ks = [int(k) for k in cfg.get("ks", DEFAULT_KS)]
+    settings = retrieve_settings(load_params().get("retrieve"))
+    ks = list(settings.ks)
     paths = RetrievalPaths(data_dir(args.dataset))
     metrics = {}
-    for name in configured(cfg):
+    for name in settings.config_names():
         source = paths.output(name) / "metrics.json"
         if not source.is_file():
             print(f"retrieval_report@{args.dataset}: {source} missing", file=sys.stderr)

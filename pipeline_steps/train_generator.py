@@ -19,8 +19,8 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
-    selection_top_n,
 )
+from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import check_max_rules, generation_settings, retrieval_name
 from rulerag.generation.generators import adapter_dir, passive_openmp
 from rulerag.generation.prompts import PromptFormat
@@ -37,7 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     name = args.dataset
     params = load_params()
     settings = generation_settings(params.get("generation"))
-    check_max_rules(settings.max_rules, selection_top_n(params))
+    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
+    check_max_rules(settings.max_rules, selection.top_n)
     variants = settings.train.variants
     if args.variant not in variants:
         print(f"train_generator: unknown variant {args.variant!r} ({sorted(variants)})")

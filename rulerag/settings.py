@@ -10,6 +10,9 @@ Strict, because a typo in params.yaml must not silently fall back to a default:
 * a value of the wrong type fails, naming the key and the value (pydantic validates and
   converts, so `1e-5`, which YAML reads as a string, still becomes a float);
 * nested dataclasses (and `dict[str, Dataclass]`, `Dataclass | None`) are checked the same way.
+
+A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
+whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-__all__ = ["SettingsError", "load_settings", "settings_fields"]
+__all__ = ["SettingsError", "load_settings", "param_key", "settings_fields"]
 
 T = TypeVar("T")
 
@@ -49,9 +52,29 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
 
 
 def settings_fields(cls: type) -> dict[str, Any]:
-    """Field name -> resolved type of a settings dataclass."""
+    """params.yaml key (the field's name, or the key `param_key` gives it) -> resolved type of
+    each field of a settings dataclass."""
     hints = typing.get_type_hints(cls)
-    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init}
+    extras = typing.get_type_hints(cls, include_extras=True)
+    return {
+        _alias(extras[f.name]) or f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init
+    }
+
+
+def param_key(key: str) -> Any:
+    """`Annotated` metadata reading a field from params.yaml key `key` (for keys that are
+    Python keywords: `import_: Annotated[dict[str, X], param_key("import")]`)."""
+    import pydantic
+
+    return pydantic.Field(alias=key)
+
+
+def _alias(annotation: Any) -> str | None:
+    for meta in getattr(annotation, "__metadata__", ()):
+        alias = getattr(meta, "alias", None)
+        if isinstance(alias, str):
+            return alias
+    return None
 
 
 @functools.cache

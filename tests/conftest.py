@@ -62,6 +62,16 @@ def project_copy(tmp_path: Path) -> Path:
     return copy_project(tmp_path / "project")
 
 
+@pytest.fixture
+def clean_tracking_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tracking settings from the developer's shell (store, pipeline run, fail-fast) leak
+    into a test of rulerag.tracking."""
+    from rulerag import tracking
+
+    for key in ("MLFLOW_TRACKING_URI", tracking.PIPELINE_RUN_ENV, *tracking.FAIL_FAST_ENV):
+        monkeypatch.delenv(key, raising=False)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """One intra-op torch thread for a module of tests on tiny models: their many small

@@ -13,13 +13,20 @@ No query (subject, relation[, time]) of F_R or F_G is also a test query.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rulerag.benchmark.settings import (
+    BuildBenchmarkSettings,
+    CorpusSettings,
+    RuleSelectionSettings,
+    StrataSettings,
+    by_dataset,
+)
 from rulerag.benchmark.text import document_text, query_text
 from rulerag.kg.schema import KnowledgeGraph, format_time
 from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
@@ -30,18 +37,19 @@ CORPUS_FILTERS = ("none", "rule_relations", "query_entities", "rule_neighbourhoo
 
 @dataclass(frozen=True)
 class BenchmarkConfig:
-    """params.yaml `build_benchmark`, resolved for one dataset."""
+    """params.yaml `build_benchmark`, resolved for one dataset (`benchmark_config`); the
+    defaults are `BuildBenchmarkSettings`'."""
 
-    seed: int = 12
-    corpus_splits: tuple[str, ...] = ("train",)
+    seed: int = BuildBenchmarkSettings.seed
+    corpus_splits: tuple[str, ...] = CorpusSettings.splits
     corpus_filter: str = "none"
-    test_size: int | None = None
-    n_strata: int = 3
-    strata_weights: tuple[float, ...] = (1.0, 1.0, 1.0)
-    selection: str = "head"
-    top_n: int = 3
-    threshold: float = 0.7
-    max_oracle_docs: int = 5
+    test_size: int | None = None  # None = every candidate query
+    n_strata: int = StrataSettings.count
+    strata_weights: tuple[float, ...] = (1.0,) * StrataSettings.count
+    selection: str = RuleSelectionSettings.method
+    top_n: int = RuleSelectionSettings.top_n
+    threshold: float = RuleSelectionSettings.threshold
+    max_oracle_docs: int = BuildBenchmarkSettings.max_oracle_docs
     #: train queries moved out of the corpus into the F_R / F_G pool (for KGs whose valid
     #: split is too small, e.g. NELL-995's 543 links)
     finetune_from_train: int = 0
@@ -55,6 +63,49 @@ class BenchmarkConfig:
             raise ValueError(f"rule selection must be 'head' or 'similarity': {self.selection!r}")
         if len(self.strata_weights) != self.n_strata or min(self.strata_weights) < 0:
             raise ValueError("strata_weights needs one non-negative weight per stratum")
+
+
+def benchmark_config(
+    settings: BuildBenchmarkSettings, dataset: str, paper: Mapping[str, int] | None = None
+) -> BenchmarkConfig:
+    """The settings resolved for one dataset: its corpus filter and fine-tuning pool, and
+    `test_size: paper` as the paper's |Q| for the KG (`paper`: its Table 1 row; none = all)."""
+    size = settings.test_size
+    if size == "paper":
+        size = (paper or {}).get("test")
+    count = settings.strata.count
+    selection = settings.rule_selection
+    return BenchmarkConfig(
+        seed=settings.seed,
+        corpus_splits=settings.corpus.splits,
+        corpus_filter=by_dataset(settings.corpus.filter, dataset, CorpusSettings.filter),
+        test_size=None if size is None else int(size),
+        n_strata=count,
+        strata_weights=settings.strata.weights or (1.0,) * count,
+        selection=selection.method,
+        top_n=selection.top_n,
+        threshold=selection.threshold,
+        max_oracle_docs=settings.max_oracle_docs,
+        finetune_from_train=int(
+            by_dataset(
+                settings.finetune_from_train, dataset, BuildBenchmarkSettings.finetune_from_train
+            )
+        ),
+    )
+
+
+#: the benchmark's sizes beside the paper's Table 1 (stats key, label)
+TABLE1_KEYS = (("rules", "rules"), ("corpus", "corpus docs"), ("f_r", "F_R"), ("f_g", "F_G"),
+               ("test", "test queries"))  # fmt: skip
+
+
+def table1(stats: Mapping[str, Any], paper: Mapping[str, int] | None = None) -> str:
+    """The built sizes beside the paper's Table 1 row for the KG, as aligned text."""
+    paper = paper or {}
+    lines = [f"{'':14}{'built':>10}{'paper':>10}"]
+    for key, label in TABLE1_KEYS:
+        lines.append(f"{label:14}{stats[key]:>10,}{paper.get(key, float('nan')):>10,}")
+    return "\n".join(lines)
 
 
 @dataclass

@@ -17,7 +17,7 @@ from rulerag import __version__
 from rulerag.io import staged_outputs, write_json, write_parquet
 from rulerag.kg.download import DownloadError, RemoteFile, fetch
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
-from rulerag.kg.registry import DatasetSpec, Source
+from rulerag.kg.registry import DatasetSpec, IngestSettings, Source
 from rulerag.kg.schema import SPLITS, KnowledgeGraph, format_time
 
 DUPLICATE_POLICIES = ("drop", "keep", "error")
@@ -73,7 +73,7 @@ def locate(
     )
 
 
-def repair(kg: KnowledgeGraph, duplicates: str = "drop") -> dict[str, int]:
+def repair(kg: KnowledgeGraph, duplicates: str = IngestSettings.duplicates) -> dict[str, int]:
     """Apply the duplicate-fact policy in place and drop the reader's `line` column.
 
     Returns the number of facts dropped per split. Exact duplicates (same head, relation, tail
@@ -172,7 +172,7 @@ def ingest(
     *,
     data_dir: Path | None,
     download_dir: Path,
-    duplicates: str = "drop",
+    duplicates: str = IngestSettings.duplicates,
     source: str | None = None,
     fetcher: Fetcher = fetch,
 ) -> tuple[KnowledgeGraph, dict[str, Any]]:

@@ -17,6 +17,7 @@ from typing import Any
 from rulerag.kg import readers
 from rulerag.kg.download import RemoteFile
 from rulerag.kg.schema import KnowledgeGraph
+from rulerag.settings import load_settings
 
 Reader = Callable[[Path], KnowledgeGraph]
 
@@ -221,38 +222,58 @@ DATASETS: dict[str, DatasetSpec] = {
 }
 
 
-def custom_spec(name: str, config: Mapping[str, Any]) -> DatasetSpec:
+@dataclass(frozen=True)
+class CustomKG:
+    """A user's own KG (params.yaml `ingest.custom.<name>`): a folder of train/valid/test files
+    read by `readers.read_generic`."""
+
+    path: str
+    delimiter: str = "\t"
+    #: a strptime format (unit: day), "year", "int" (an opaque step), or None (a static KG)
+    time_format: str | None = None
+
+
+@dataclass(frozen=True)
+class IngestSettings:
+    """params.yaml `ingest`."""
+
+    #: exact duplicate facts: drop (count them in stats.json), keep, or error (see `repair`)
+    duplicates: str = "drop"
+    #: which source format to read, by dataset name (default: the first found in the mirror)
+    source: dict[str, str] = field(default_factory=dict)
+    #: users' own KGs, by name
+    custom: dict[str, CustomKG] = field(default_factory=dict)
+
+
+def ingest_settings(section: Mapping[str, Any] | None) -> IngestSettings:
+    """params.yaml's `ingest` section as typed settings, strictly."""
+    return load_settings(IngestSettings, section, "ingest")
+
+
+def custom_spec(name: str, config: CustomKG) -> DatasetSpec:
     """A dataset from params.yaml `ingest.custom.<name>`: the generic TSV/CSV reader."""
-    unknown = set(config) - {"path", "delimiter", "time_format"}
-    if unknown or "path" not in config:
-        raise ValueError(
-            f"params.yaml ingest.custom.{name}: needs 'path' (and optionally 'delimiter', "
-            f"'time_format'); unknown keys: {sorted(unknown)}"
-        )
     reader = partial(
-        readers.read_generic,
-        delimiter=config.get("delimiter", "\t"),
-        time_format=config.get("time_format"),
+        readers.read_generic, delimiter=config.delimiter, time_format=config.time_format
     )
     return DatasetSpec(
         name=name,
         mirror_dir=name,
-        kind="temporal" if config.get("time_format") else "static",
-        description=f"user KG at {config['path']}",
+        kind="temporal" if config.time_format else "static",
+        description=f"user KG at {config.path}",
         sources=(Source("generic", reader, ()),),
-        local_path=Path(config["path"]).expanduser(),
+        local_path=Path(config.path).expanduser(),
     )
 
 
 def known_datasets(params: Mapping[str, Any]) -> list[str]:
     """Every dataset name a run may choose: the registry plus params.yaml's custom KGs."""
-    custom = (params.get("ingest") or {}).get("custom") or {}
+    custom = ingest_settings(params.get("ingest")).custom
     return list(DATASETS) + [name for name in custom if name not in DATASETS]
 
 
 def get_spec(name: str, params: Mapping[str, Any] | None = None) -> DatasetSpec:
     """Look a dataset up by name; unknown names list what is known."""
-    custom = ((params or {}).get("ingest") or {}).get("custom") or {}
+    custom = ingest_settings((params or {}).get("ingest")).custom
     if name in custom:
         return custom_spec(name, custom[name])
     if name in DATASETS:

@@ -12,20 +12,25 @@ each stage instance finds its inputs by path:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from rulerag.retrieval.metrics import DEFAULT_KS
+from rulerag.settings import load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
 #: The retrieval stage's run files, read by the generator stages (one place for the names).
 RUN_FILENAME = "run.parquet"  # test queries
 RUN_FG_FILENAME = "run_fg.parquet"  # F_G queries (the generator's training data)
-#: Dense encoders known without any params (params.yaml `index.dense` adds or overrides).
-DEFAULT_ENCODERS: dict[str, dict] = {
-    "minilm": {"model": "minilm", "max_length": 128, "batch_size": 32},
-    "mpnet": {"model": "mpnet", "max_length": 128, "batch_size": 32},
-}
+#: Dense encoders known without any params (params.yaml `index.dense` adds or overrides them);
+#: their other knobs are `encoders.EncoderSpec`'s defaults.
+DEFAULT_ENCODERS: dict[str, dict] = {"minilm": {"model": "minilm"}, "mpnet": {"model": "mpnet"}}
 TRAINED_MODES = ("ssft", "rgft")
 SPARSE_INDEXES = ("bm25",)
+#: the query sets `retrieve` searches
+RETRIEVE_SPLITS = ("test", "f_g")
 
 
 @dataclass(frozen=True)
@@ -52,6 +57,41 @@ class RetrievalConfig:
     def model_name(self) -> str | None:
         """The trained query encoder's name (`minilm-rgft`), None for training-free modes."""
         return f"{self.index}-{self.mode}" if self.trained else None
+
+
+@dataclass(frozen=True)
+class RetrieveSettings:
+    """params.yaml `retrieve` (the `retrieve`, `retrieve_finetuned` and `retrieval_report`
+    stages; dvc.yaml expands `indexes` and `finetune` into stage instances)."""
+
+    indexes: tuple[str, ...] = ("bm25", "minilm")  # each searched standard and rule-guided
+    finetune: tuple[str, ...] = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
+    top_k: int = 50  # per (query, rule) search
+    ks: tuple[int, ...] = DEFAULT_KS  # Recall@k reported
+    splits: tuple[str, ...] = RETRIEVE_SPLITS
+    #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
+    f_g_queries: int | None = None
+    seed: int = 12
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.splits) - set(RETRIEVE_SPLITS))
+        if unknown:
+            raise ValueError(f"splits: {unknown} not among {', '.join(RETRIEVE_SPLITS)}")
+
+    @property
+    def search_ks(self) -> list[int]:
+        """The ks a run of `top_k` documents per search can answer."""
+        return [k for k in self.ks if k <= self.top_k]
+
+    def config_names(self) -> list[str]:
+        """The configurations the retrieve stages produce, in dvc.yaml's order."""
+        names = [f"{i}-{m}" for i in self.indexes for m in ("standard", "rg")]
+        return names + [f"{e}-{m}" for e in self.finetune for m in TRAINED_MODES]
+
+
+def retrieve_settings(section: Mapping[str, Any] | None) -> RetrieveSettings:
+    """params.yaml's `retrieve` section as typed settings, strictly."""
+    return load_settings(RetrieveSettings, section, "retrieve")
 
 
 def parse_config(name: str) -> RetrievalConfig:

@@ -47,11 +47,6 @@ class FaissConfig:
     gpu: str | bool = "auto"  # auto: use a GPU when faiss-gpu and a GPU are there; false: never
     threads: int = 0  # OpenMP threads for CPU search; 0 leaves FAISS's default
 
-    @classmethod
-    def from_params(cls, params: dict | None) -> FaissConfig:
-        params = dict(params or {})
-        return cls(**{k: params[k] for k in cls.__dataclass_fields__ if k in params})
-
 
 def corpus_key(model_fingerprint: str, texts: Sequence[str], **settings: object) -> str:
     """Cache key: the model, encoding settings and every document text."""

@@ -126,6 +126,14 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     return hub_id
 
 
+def set_torch_threads(threads: int) -> None:
+    """torch's intra-op threads; 0 leaves torch's default (all cores)."""
+    if threads > 0:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
 def pick_device(device: str | None = "auto") -> str:
     """`auto` -> cuda when torch sees a GPU, else cpu; anything else as given."""
     if device in (None, "", "auto"):
@@ -164,9 +172,10 @@ def model_fingerprint(path_or_id: str) -> str:
     return digest.hexdigest()[:16]
 
 
-@dataclass
+@dataclass(frozen=True)
 class EncoderSpec:
-    """One dense retriever in params.yaml: a model for both sides, or one per side."""
+    """One dense retriever (params.yaml `index.dense.<name>`): a model for both sides (an
+    alias, a local folder or a Hugging Face id), or one per side (DPR-style)."""
 
     model: str = "minilm"
     query_model: str | None = None
@@ -182,12 +191,6 @@ class EncoderSpec:
     @property
     def doc_name(self) -> str:
         return self.doc_model or self.model
-
-    @classmethod
-    def from_params(cls, params: dict | None) -> EncoderSpec:
-        params = dict(params or {})
-        known = {k: params[k] for k in cls.__dataclass_fields__ if k in params}
-        return cls(**known)
 
 
 class DualEncoder:

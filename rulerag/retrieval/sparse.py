@@ -28,6 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from rulerag.retrieval.data import Corpus
+from rulerag.retrieval.settings import SparseSettings
 
 #: Lucene's EnglishAnalyzer.ENGLISH_STOP_WORDS_SET, which Pyserini's default analyzer uses.
 LUCENE_STOPWORDS = frozenset({
@@ -76,12 +77,17 @@ class LuceneLikeAnalyzer:
 
 @dataclass(frozen=True)
 class BM25Config:
-    """BM25 knobs (params.yaml `index.sparse`); defaults are Pyserini's."""
+    """BM25 knobs (saved with the index); the defaults are params.yaml `index.sparse`'s
+    (`SparseSettings`: Pyserini's)."""
 
-    k1: float = 0.9
-    b: float = 0.4
-    stemmer: str | None = "porter"
-    threads: int = 2
+    k1: float = SparseSettings.k1
+    b: float = SparseSettings.b
+    stemmer: str | None = SparseSettings.stemmer
+    threads: int = SparseSettings.threads
+
+    @classmethod
+    def from_settings(cls, settings: SparseSettings) -> BM25Config:
+        return cls(k1=settings.k1, b=settings.b, stemmer=settings.stemmer, threads=settings.threads)
 
 
 class SparseIndex(Protocol):

@@ -32,7 +32,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,17 +40,25 @@ import numpy as np
 import pandas as pd
 
 from rulerag.io import atomic_open
-from rulerag.retrieval.data import RuleItem
+from rulerag.retrieval.configs import RetrievalPaths
+from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
+from rulerag.retrieval.encoders import EncoderSpec
 from rulerag.retrieval.rule_guided import compose
+from rulerag.settings import SettingsError, load_settings, settings_fields
 
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
 
 
+EARLY_STOPPING = ("mrr", "recall", "loss")
+POSITIVES = ("oracle", "answer")
+
+
 @dataclass(frozen=True)
 class TrainConfig:
-    """params.yaml `train_retriever` (paper defaults for lr, batch size and temperature)."""
+    """What `train_query_encoder` runs with (paper defaults for lr, batch size and temperature);
+    params.yaml `train_retriever` through `TrainRetrieverSettings`."""
 
     lr: float = 1e-5
     batch_size: int = 32
@@ -58,27 +66,77 @@ class TrainConfig:
     epochs: int = 3
     min_steps: int = 0  # train at least this long: small F_R sets cycle through more epochs
     max_steps: int | None = None  # stop after this many steps even within an epoch
-    max_items: int | None = None  # train on at most this many F_R items (CPU profile)
+    max_items: int | None = None  # train on at most this many F_R items (a seeded sample)
     max_positives: int = 4  # oracle documents per item put in the batch pool each step
-    heldout_fraction: float = 0.1
+    heldout_fraction: float = 0.1  # of the F_R items (whole queries), for early stopping
     heldout_max: int = 500  # items
     eval_every: int = 50  # steps
-    eval_k: int = 10
+    eval_k: int = 10  # the k of the held-out Recall@k
     early_stopping: str = "mrr"  # held-out figure to keep the best of: mrr | recall | loss
     patience: int = 3  # evaluations without improvement before stopping
-    min_delta: float = 0.0
+    min_delta: float = 0.0  # the least change that counts as an improvement
     checkpoint_every: int = 50
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    max_length: int = 128
-    normalize: bool = True
+    weight_decay: float = 0.0  # AdamW
+    warmup_steps: int = 0  # linear learning-rate warm-up
+    grad_clip: float = 1.0  # gradient norm clipping; 0 = none
+    max_length: int = EncoderSpec.max_length  # tokens of a query (`q ∘ r`)
+    normalize: bool = EncoderSpec.normalize  # L2-normalise embeddings (as the index was built)
     seed: int = 12
 
-    @classmethod
-    def from_params(cls, params: Mapping[str, Any] | None) -> TrainConfig:
-        params = dict(params or {})
-        return cls(**{k: params[k] for k in cls.__dataclass_fields__ if k in params})
+    def __post_init__(self) -> None:
+        if self.early_stopping not in EARLY_STOPPING:
+            raise ValueError(
+                f"early_stopping must be one of {EARLY_STOPPING}, not {self.early_stopping!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TrainRetrieverSettings(TrainConfig):
+    """params.yaml `train_retriever`: `TrainConfig`'s knobs, two of which default to the
+    encoder's and the index's own, plus the stage's."""
+
+    max_length: int | None = None  # None: the encoder's (index.dense.<name>.max_length)
+    normalize: bool | None = None  # None: as the corpus index was built
+    positives: str = "oracle"  # oracle = every oracle document; answer = answer-bearing only
+    threads: int = 0  # torch threads; 0 = torch's default (all cores)
+    log_model: bool = True  # the trained encoder as an MLflow artifact
+    #: any of the keys above for one encoder only, by encoder name
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.positives not in POSITIVES:
+            raise ValueError(f"positives must be one of {POSITIVES}, not {self.positives!r}")
+
+    def train_config(self, max_length: int, normalize: bool) -> TrainConfig:
+        """The training run's config; `max_length` / `normalize` apply where these are None."""
+        knobs = {f.name: getattr(self, f.name) for f in fields(TrainConfig)}
+        if self.max_length is None:
+            knobs["max_length"] = max_length
+        if self.normalize is None:
+            knobs["normalize"] = normalize
+        return TrainConfig(**knobs)
+
+
+def train_retriever_settings(
+    section: Mapping[str, Any] | None, encoder: str | None = None
+) -> TrainRetrieverSettings:
+    """params.yaml's `train_retriever` section as typed settings, strictly, with
+    `overrides.<encoder>` merged over it when `encoder` has any."""
+    settings = load_settings(TrainRetrieverSettings, section, "train_retriever")
+    override = settings.overrides.get(encoder or "")
+    if not override:
+        return settings
+    where = f"train_retriever.overrides.{encoder}"
+    known = set(settings_fields(TrainRetrieverSettings)) - {"overrides"}
+    unknown = sorted(str(key) for key in override if key not in known)
+    if unknown:
+        raise SettingsError(
+            f"params.yaml: {where}: unknown key {', '.join(repr(k) for k in unknown)} "
+            f"(known: {', '.join(sorted(known))})"
+        )
+    merged = {**dict(section or {}), **override, "overrides": {}}
+    return load_settings(TrainRetrieverSettings, merged, where)
 
 
 @dataclass(frozen=True)
@@ -539,3 +597,87 @@ def train_query_encoder(
         history=list(state["history"]),
         counts={"train_items": len(train_items), "heldout_items": len(heldout_items)},
     )
+
+
+def training_items(
+    paths: RetrievalPaths, doc_ids: Sequence[str], use_rules: bool, positives: str = "oracle"
+) -> tuple[list[TrainItem], dict[str, int]]:
+    """F_R's items as training items against the corpus index's rows (`make_items`):
+    `positives` oracle keeps every oracle document, answer only the answer-bearing ones."""
+    if positives not in POSITIVES:
+        raise ValueError(f"positives must be one of {POSITIVES}, not {positives!r}")
+    rule_items = read_rule_items(paths.queries("f_r"))
+    doc_row = {doc_id: i for i, doc_id in enumerate(doc_ids)}
+    keep = None
+    if positives == "answer":
+        corpus = read_corpus(paths.corpus)
+        keep = answer_bearing(dict(zip(corpus.ids, corpus.contents, strict=True)))
+    return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep)
+
+
+def heldout_summary(evaluations: pd.DataFrame, best_step: int) -> dict[str, float]:
+    """Held-out figures of the base encoder (step 0) and of the kept (best) step."""
+    if not len(evaluations):
+        return {}
+    base = evaluations.iloc[0]
+    best = evaluations[evaluations["step"] == best_step].iloc[-1]
+    out = {}
+    for column in evaluations.columns:
+        if column != "step":
+            out[f"base_{column}"] = round(float(base[column]), 4)
+            out[f"best_{column}"] = round(float(best[column]), 4)
+    return out
+
+
+def training_summary(
+    result: TrainResult, dataset: str, model: str, base_model: str, dropped: Mapping[str, int]
+) -> dict[str, Any]:
+    """train.json: steps, early stopping, held-out figures before and after, losses, counts."""
+    losses = result.losses()
+    return {
+        "dataset": dataset,
+        "model": model,
+        "base_model": base_model,
+        "steps": result.steps,
+        "total_steps": result.total_steps,
+        "best_step": result.best_step,
+        "early_stopping_metric": result.metric,
+        **heldout_summary(result.evaluations(), result.best_step),
+        "stopped_early": result.stopped_early,
+        "resumed_from_step": result.resumed_from,
+        "seconds": round(result.seconds, 1),
+        "first_loss": round(float(losses["train_loss"].iloc[0]), 4) if len(losses) else None,
+        "last_loss_mean_20": round(float(losses["train_loss"].tail(20).mean()), 4)
+        if len(losses)
+        else None,
+        **result.counts,
+        **dropped,
+    }
+
+
+def plot_curves(
+    losses: pd.DataFrame, evaluations: pd.DataFrame, metric: str, path: Path, title: str
+) -> None:
+    """Train loss (and a 20-step running mean) with the held-out metric on a second axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    if len(losses):
+        ax.plot(losses["step"], losses["train_loss"], color="#c6dbef", lw=0.8, label="loss")
+        smooth = losses["train_loss"].rolling(20, min_periods=1).mean()
+        ax.plot(losses["step"], smooth, color="#3182bd", label="loss (mean of 20)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("contrastive loss")
+    if len(evaluations):
+        other = ax.twinx()
+        other.plot(evaluations["step"], evaluations[metric], "o-", color="#e6550d", label=metric)
+        other.set_ylabel(f"held-out {metric.replace('heldout_', '')}")
+        other.legend(loc="upper right")
+    ax.legend(loc="upper left")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

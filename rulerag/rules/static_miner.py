@@ -453,18 +453,35 @@ def _sort_key(rule: Rule) -> tuple:
     return (rule.head.relation, -(rule.pca_confidence or 0.0), len(rule.body), rule.body)
 
 
+@dataclass(frozen=True)
+class StaticMinerSettings:
+    """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults, but
+    `min_support` 100), and the defaults of `mine_static`'s keywords."""
+
+    max_atoms: int = 3  # head included: 2 = one body atom, 3 = up to two
+    min_support: int = 100
+    min_head_coverage: float = 0.01
+    min_pca_confidence: float = 0.1
+    min_std_confidence: float = 0.0
+    min_initial_support: int = 100  # head relations with fewer facts are skipped (AMIE's -mins)
+    skyline: bool = True  # keep a refined rule only if it beats its parents' PCA confidence
+
+
+_DEFAULT = StaticMinerSettings()
+
+
 def mine_static(
     facts: pd.DataFrame,
     n_entities: int,
     n_relations: int,
     *,
-    max_atoms: int = 3,
-    min_support: int = 100,
-    min_head_coverage: float = 0.01,
-    min_pca_confidence: float = 0.1,
-    min_std_confidence: float = 0.0,
-    min_initial_support: int = 100,
-    skyline: bool = True,
+    max_atoms: int = _DEFAULT.max_atoms,
+    min_support: int = _DEFAULT.min_support,
+    min_head_coverage: float = _DEFAULT.min_head_coverage,
+    min_pca_confidence: float = _DEFAULT.min_pca_confidence,
+    min_std_confidence: float = _DEFAULT.min_std_confidence,
+    min_initial_support: int = _DEFAULT.min_initial_support,
+    skyline: bool = _DEFAULT.skyline,
     progress: bool = True,
 ) -> list[Rule]:
     """Mine closed Horn rules of up to `max_atoms` atoms (head included) from static facts.

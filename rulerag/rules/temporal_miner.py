@@ -673,20 +673,40 @@ def walk_uniforms(seed: int, rel: int, length: int, walks: int, n_relations: int
     return np.random.default_rng(key).random((walks, length + 1))
 
 
+@dataclass(frozen=True)
+class TemporalMinerSettings:
+    """params.yaml `mine_rules.temporal`: TLogic's knobs, and the defaults of `mine_temporal`'s
+    keywords (its seed is `mine_rules.seed`, default `SEED`)."""
+
+    lengths: tuple[int, ...] = (1, 2, 3)
+    walks_per_relation: int = 200  # per relation and length
+    transition: str = "exp"  # exp (prefer recent edges) or unif
+    num_samples: int = 500  # body groundings sampled per rule for its confidence
+    exact: bool = False  # count every body grounding instead of sampling
+    min_confidence: float = 0.0
+    min_rule_support: int = 1  # 1 = TLogic's `conf > 0`
+    min_body_support: int = 1
+
+
+#: the default seed of walks and body samples (params.yaml `mine_rules.seed`)
+SEED = 12
+_DEFAULT = TemporalMinerSettings()
+
+
 def mine_temporal(
     facts: pd.DataFrame,
     n_entities: int,
     n_relations: int,
     *,
-    lengths: Sequence[int] = (1, 2, 3),
-    walks_per_relation: int = 200,
-    transition: str = "exp",
-    seed: int = 12,
-    num_samples: int = 500,
-    exact: bool = False,
-    min_confidence: float = 0.0,
-    min_rule_support: int = 1,
-    min_body_support: int = 1,
+    lengths: Sequence[int] = _DEFAULT.lengths,
+    walks_per_relation: int = _DEFAULT.walks_per_relation,
+    transition: str = _DEFAULT.transition,
+    seed: int = SEED,
+    num_samples: int = _DEFAULT.num_samples,
+    exact: bool = _DEFAULT.exact,
+    min_confidence: float = _DEFAULT.min_confidence,
+    min_rule_support: int = _DEFAULT.min_rule_support,
+    min_body_support: int = _DEFAULT.min_body_support,
     inverse_heads: bool = True,
     progress: bool = True,
 ) -> list[Rule]:

@@ -11,13 +11,13 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipeline_steps.build_benchmark import resolve_config, table1
 from pipeline_steps.common import load_params
-from pipeline_steps.mine_rules import mine
-from rulerag.benchmark.build import build_benchmark
+from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
+from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS
-from rulerag.rules.bank import BankConfig, rules_frame, select_bank
+from rulerag.rules.bank import rules_frame, select_bank
+from rulerag.rules.mining import mine, mine_rules_settings
 
 
 @dataclass
@@ -41,21 +41,14 @@ def real_benchmark(
             out = tmp_path_factory.mktemp(name)
             kg, _ = ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
             train = kg.facts[kg.facts["split"] == "train"]
-            cfg = params["mine_rules"]
-            rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, cfg)
+            settings = mine_rules_settings(params["mine_rules"])
+            rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, settings)
             names = kg.relations.set_index("id")["name"].to_dict()
-            bank_cfg = cfg["bank"]
-            bank = select_bank(
-                rules_frame(rules, names),
-                BankConfig(
-                    lengths=tuple(bank_cfg["lengths"]),
-                    min_confidence=bank_cfg["min_confidence"],
-                    min_support=bank_cfg["min_support"],
-                    top_n_per_head=bank_cfg["top_n_per_head"],
-                ),
-            )
-            bench = build_benchmark(kg, bank, resolve_config(name, params["build_benchmark"]))
-            print(f"\n{name}\n{table1(name, {**bench.stats})}")
+            bank = select_bank(rules_frame(rules, names), settings.bank)
+            paper = DATASETS[name].paper
+            settings = build_benchmark_settings(params["build_benchmark"])
+            bench = build_benchmark(kg, bank, benchmark_config(settings, name, paper))
+            print(f"\n{name}\n{table1(bench.stats, paper)}")
             built[name] = RealBenchmark(name, kg, bank, bench, out)
         return built[name]
 

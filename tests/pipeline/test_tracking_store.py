@@ -17,15 +17,9 @@ import pytest
 from rulerag import tracking
 from rulerag.tracking import PIPELINE_RUN_ENV, stage_run
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("clean_tracking_env")]
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in ("MLFLOW_TRACKING_URI", PIPELINE_RUN_ENV, *tracking.FAIL_FAST_ENV):
-        monkeypatch.delenv(key, raising=False)
 
 
 def test_round_trip_params_metrics_tags_artifacts(tmp_path: Path) -> None:

@@ -211,19 +211,15 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
     rule prompt, 3 fixed F_G examples, metrics and predictions written, the key nowhere."""
     import contextlib
 
-    import pandas as pd
-
     import pipeline_steps.generate as stage
+    from rulerag.io import write_jsonl
+    from tests.helpers import run_frame, write_bank
 
     caplog.set_level(logging.DEBUG)
     base = tmp_path / "data" / "toy"
     (base / "benchmark").mkdir(parents=True)
-    (base / "rules").mkdir()
     run_dir = base / "retrieval" / "bm25-rg"
     run_dir.mkdir(parents=True)
-
-    def jsonl(path, rows):
-        path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
 
     queries = [
         {
@@ -239,24 +235,17 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
         {"qid": f"g{i}", "query": f"what does Y{i} visit ?", "answers": [f"A{i}"], "rule_ids": []}
         for i in range(5)
     ]
-    jsonl(base / "benchmark" / "test.jsonl", queries)
-    jsonl(base / "benchmark" / "f_g.jsonl", f_g)
-    jsonl(
+    write_jsonl(base / "benchmark" / "test.jsonl", queries)
+    write_jsonl(base / "benchmark" / "f_g.jsonl", f_g)
+    write_jsonl(
         base / "benchmark" / "corpus.jsonl",
         [{"id": f"D{i}", "contents": f"X{i} visits Kabul ."} for i in range(4)],
     )
-    pd.DataFrame(
-        {"rule_id": ["R1"], "text": ["[E1, visits, E2] leads to [E1, meets, E2]"]}
-    ).to_parquet(base / "rules" / "bank.parquet")
-    run = pd.DataFrame(
-        {
-            "qid": ["t0", "t0", "t1", "t2"],
-            "rule": ["R1", "", "R1", "R1"],
-            "rank": [1, 1, 1, 1],
-            "doc_id": ["D0", "D1", "D1", "D2"],
-            "score": [2.0, 1.0, 1.0, 1.0],
-        }
-    )
+    write_bank(base / "rules" / "bank.parquet", {"R1": "[E1, visits, E2] leads to [E1, meets, E2]"})
+    run = run_frame(
+        [("t0", "R1", 1, "D0", 2.0), ("t0", "", 1, "D1", 1.0), ("t1", "R1", 1, "D1", 1.0),
+         ("t2", "R1", 1, "D2", 1.0)]
+    )  # fmt: skip
     run.to_parquet(run_dir / "run.parquet")
     params = {
         "generation": {

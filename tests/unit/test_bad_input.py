@@ -256,8 +256,10 @@ def test_custom_dataset_from_params(tmp_path: Path) -> None:
 
 
 def test_custom_dataset_with_unknown_key() -> None:
-    with pytest.raises(ValueError, match="unknown keys"):
+    with pytest.raises(ValueError, match="ingest.custom.mykg: unknown key 'sep'"):
         get_spec("mykg", {"ingest": {"custom": {"mykg": {"path": "/x", "sep": ","}}}})
+    with pytest.raises(ValueError, match=r"ingest\.custom\.mykg\.path: Field required"):
+        get_spec("mykg", {"ingest": {"custom": {"mykg": {"delimiter": ","}}}})
 
 
 def test_unknown_dataset_lists_known_ones() -> None:

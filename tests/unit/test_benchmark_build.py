@@ -145,6 +145,7 @@ def test_gold_answers_are_entity_names_and_complete(built) -> None:
 def test_queries_only_for_relations_with_rules(built) -> None:
     _, bank, bench = built
     ruled = set(bank["head_relation"])
+    assert bench.test
     assert all(q["relation"] in ruled and q["rule_ids"] for q in bench.test)
 
 

@@ -15,6 +15,7 @@ from rulerag.evaluation.metrics import (
     token_f1,
 )
 from rulerag.evaluation.report import plot_results, results_table, to_markdown
+from tests.helpers import run_frame
 
 
 @pytest.mark.parametrize(
@@ -101,7 +102,6 @@ def test_recall_at_k_substring():
 
 def test_recall_at_k_agrees_with_the_retrieval_stage():
     """The table's R@10 is the retrieval stage's strict Recall@10 on the same queries."""
-    pd = pytest.importorskip("pandas")
     from rulerag.generation.samples import united_documents
     from rulerag.retrieval.metrics import recall_at_k as stage_recall
 
@@ -112,7 +112,7 @@ def test_recall_at_k_agrees_with_the_retrieval_stage():
             for rank in range(1, 7):
                 doc = (q * 5 + rank * (3 if rule else 1) + len(rule)) % 40
                 rows.append((f"q{q}", rule, rank, f"D{doc}", 10.0 - rank + (q % 3) * 0.1))
-    run = pd.DataFrame(rows, columns=["qid", "rule", "rank", "doc_id", "score"])
+    run = run_frame(rows)
     answers = {f"q{q}": [f"E{q % 7}", f"E{(q + 3) % 7}"] for q in range(12)}
     united = united_documents(run)
     for k in (1, 5, 10):

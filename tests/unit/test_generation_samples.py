@@ -3,14 +3,14 @@ its documents come from are the same first N selected rules (`generation.max_rul
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-import pandas as pd
 import pytest
 
 from rulerag.generation.config import generation_settings
 from rulerag.generation.samples import RUN_FILENAME, load_samples
+from rulerag.io import write_jsonl
+from tests.helpers import run_frame, write_bank
 
 RULES = ["R1", "R2", "R3"]
 
@@ -20,13 +20,10 @@ def base(tmp_path: Path) -> Path:
     """Two queries with three rules each; every rule's search finds documents of its own (the
     first rule's score lowest, so a union over all rules would push its documents out)."""
     (tmp_path / "benchmark").mkdir()
-    (tmp_path / "rules").mkdir()
     run_dir = tmp_path / "retrieval" / "minilm-rg"
     run_dir.mkdir(parents=True)
-    pd.DataFrame(
-        {"rule_id": RULES, "text": [f"[Entity1, r{i}, Entity2] leads to [Entity1, h, Entity2]"
-                                    for i in range(3)]}
-    ).to_parquet(tmp_path / "rules" / "bank.parquet")  # fmt: skip
+    texts = [f"[Entity1, r{i}, Entity2] leads to [Entity1, h, Entity2]" for i in range(3)]
+    write_bank(tmp_path / "rules" / "bank.parquet", dict(zip(RULES, texts, strict=True)))
     rows, corpus = [], []
     for q in ("q0", "q1"):
         for r, rule in enumerate(RULES):
@@ -34,12 +31,8 @@ def base(tmp_path: Path) -> Path:
                 doc = f"{q}-{rule}-{rank}"
                 rows.append((q, rule, rank, doc, 10.0 * r + 5 - rank))
                 corpus.append({"id": doc, "contents": f"document {doc}."})
-    pd.DataFrame(rows, columns=["qid", "rule", "rank", "doc_id", "score"]).to_parquet(
-        run_dir / RUN_FILENAME
-    )
-    (tmp_path / "benchmark" / "corpus.jsonl").write_text(
-        "".join(json.dumps(c) + "\n" for c in corpus), encoding="utf-8"
-    )
+    run_frame(rows).to_parquet(run_dir / RUN_FILENAME)
+    write_jsonl(tmp_path / "benchmark" / "corpus.jsonl", corpus)
     return tmp_path
 
 

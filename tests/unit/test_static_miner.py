@@ -131,6 +131,7 @@ def test_max_atoms_two_equals_brute_force() -> None:
     thr = dict(THRESHOLDS[0], min_initial_support=0, skyline=True)
     rules = mine_static(facts, 18, 4, max_atoms=2, progress=False, **thr)
     expected = brute_force(facts, 4, max_atoms=2, **thr)
+    assert rules
     assert {(r.head, r.body) for r in rules} == set(expected)
     assert all(r.length == 1 for r in rules)
 
@@ -138,6 +139,7 @@ def test_max_atoms_two_equals_brute_force() -> None:
 def test_planted_rules_come_out_on_top_with_their_confidence() -> None:
     kg = make_planted_kg()
     rules = mine_static(kg.facts, kg.n_entities, kg.n_relations, progress=False)
+    assert rules
     by_head: dict[int, list[Rule]] = defaultdict(list)
     for rule in rules:
         by_head[rule.head.relation].append(rule)
@@ -187,6 +189,7 @@ def test_min_initial_support_skips_small_heads() -> None:
     rules = mine_static(
         facts, 18, 4, min_support=1, min_initial_support=cut, progress=False, min_head_coverage=0
     )
+    assert rules
     assert all(sizes[r.head.relation] >= cut for r in rules)
 
 

@@ -237,6 +237,7 @@ def test_thresholds_drop_exactly_the_rules_below_them(planted):
         planted.facts, planted.n_entities, planted.n_relations,
         min_confidence=0.7, min_body_support=50, min_rule_support=10, **kw,
     )  # fmt: skip
+    assert kept and len(kept) < len(everything)
     assert all(r.confidence >= 0.7 and r.body_support >= 50 and r.support >= 10 for r in kept)
     expected = [
         r for r in everything
@@ -384,6 +385,7 @@ def test_no_rule_from_simultaneous_or_later_bodies():
     pairs = {(r.head.relation, r.body[0].relation) for r in rules}
     assert pairs == {(3, 0), (3, 1), (3, 2)}
     exact = mine_temporal(facts, 40, 4, lengths=(1,), exact=True, progress=False)
+    assert exact
     assert all(r.confidence == 1.0 and r.support == 20 for r in exact)
 
 

@@ -30,11 +30,7 @@ from rulerag.tracking import (
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No tracking settings from the developer's shell leak into these tests."""
-    for key in ("MLFLOW_TRACKING_URI", PIPELINE_RUN_ENV, *tracking.FAIL_FAST_ENV):
-        monkeypatch.delenv(key, raising=False)
+pytestmark = pytest.mark.usefixtures("clean_tracking_env")
 
 
 @pytest.fixture(scope="module")

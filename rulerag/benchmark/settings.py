@@ -1,0 +1,81 @@
+"""params.yaml's `build_benchmark` section as typed settings (read strictly).
+
+These classes hold the section's defaults; `build.benchmark_config` resolves them for one
+dataset into the `BenchmarkConfig` that `build.build_benchmark` takes (whose defaults come from
+here too). The module imports nothing heavy, so the generator stages can read
+`rule_selection.top_n` (the ceiling of `generation.max_rules`) without the builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rulerag.settings import load_settings
+
+__all__ = [
+    "BuildBenchmarkSettings",
+    "CorpusSettings",
+    "RuleSelectionSettings",
+    "StrataSettings",
+    "build_benchmark_settings",
+    "by_dataset",
+]
+
+
+@dataclass(frozen=True)
+class CorpusSettings:
+    """`build_benchmark.corpus`: which links become documents."""
+
+    splits: tuple[str, ...] = ("train",)  # never a test link
+    #: none | rule_relations | query_entities | rule_neighbourhood, once or by dataset
+    #: (`{default: ..., <dataset>: ...}`)
+    filter: str | dict[str, str] = "none"
+
+
+@dataclass(frozen=True)
+class StrataSettings:
+    """`build_benchmark.strata`: popularity strata of the query subject's train degree."""
+
+    count: int = 3
+    weights: tuple[float, ...] | None = None  # one per stratum; None = equal weights
+
+
+@dataclass(frozen=True)
+class RuleSelectionSettings:
+    """`build_benchmark.rule_selection`: the rules selected per query."""
+
+    method: str = "head"  # head | similarity
+    top_n: int = 3
+    threshold: float = 0.7  # similarity only
+    encoder: str = "minilm"  # sentence-transformers id or path (similarity only)
+
+
+@dataclass(frozen=True)
+class BuildBenchmarkSettings:
+    """params.yaml `build_benchmark`."""
+
+    seed: int = 12
+    corpus: CorpusSettings = field(default_factory=CorpusSettings)
+    #: paper = the paper's |Q| for the KG (all queries for a KG the paper has no row of); an
+    #: integer; None = all
+    test_size: int | Literal["paper"] | None = "paper"
+    strata: StrataSettings = field(default_factory=StrataSettings)
+    rule_selection: RuleSelectionSettings = field(default_factory=RuleSelectionSettings)
+    max_oracle_docs: int = 5  # oracle documents kept per F_R item, answer-bearing first
+    #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
+    finetune_from_train: int | dict[str, int] = 0
+
+
+def build_benchmark_settings(section: Mapping[str, Any] | None) -> BuildBenchmarkSettings:
+    """params.yaml's `build_benchmark` section as typed settings, strictly."""
+    return load_settings(BuildBenchmarkSettings, section, "build_benchmark")
+
+
+def by_dataset(value: Any, dataset: str, fallback: Any) -> Any:
+    """A setting given once or per dataset (`{default: ..., <dataset>: ...}`); a mapping naming
+    neither the dataset nor `default` gives `fallback`."""
+    if isinstance(value, Mapping):
+        return value.get(dataset, value.get("default", fallback))
+    return value

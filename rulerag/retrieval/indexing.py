@@ -1,0 +1,140 @@
+"""Building one corpus index (the `index` stage).
+
+`bm25` builds the bm25s index (always) and the Lucene index through Pyserini (when
+`index.sparse.backend` is pyserini or `parity_check` is on), then measures how often both
+return the same top 10 on a sample of test queries with and without rules. Any other name is a
+dense encoder: the corpus is encoded once with its document encoder (chunks cached, so a killed
+run resumes) and indexed with FAISS. Each build returns the statistics the stage records.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from rulerag.retrieval.configs import SPARSE_INDEXES, RetrievalPaths
+from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
+from rulerag.retrieval.settings import IndexSettings
+
+__all__ = ["build_dense", "build_index", "build_sparse", "parity_texts"]
+
+
+def parity_texts(paths: RetrievalPaths, n: int, seed: int = 12) -> list[str]:
+    """A sample of test queries, half alone and half as `q ∘ r` (what retrieval sends)."""
+    from rulerag.retrieval.rule_guided import expand
+
+    if not paths.queries("test").is_file() or n <= 0:
+        return []
+    queries = read_queries(paths.queries("test"))
+    rules = read_rule_texts(paths.rule_bank) if paths.rule_bank.is_file() else {}
+    rng = random.Random(seed)
+    plain = [q.text for q in queries]
+    guided = expand(queries, rules, True).texts
+    return rng.sample(plain, min(len(plain), n // 2)) + rng.sample(
+        guided, min(len(guided), n - n // 2)
+    )
+
+
+def build_sparse(paths: RetrievalPaths, settings: IndexSettings, staging: Path) -> dict[str, Any]:
+    """The BM25 index(es) of the corpus into `staging`, and the parity check's figures."""
+    from rulerag.retrieval.sparse import BM25Config, BM25sIndex, PyseriniIndex, parity
+
+    sparse = settings.sparse
+    config = BM25Config.from_settings(sparse)
+    corpus = read_corpus(paths.corpus)
+    stats: dict[str, Any] = {"kind": "sparse", "docs": len(corpus), "backend": sparse.backend}
+    started = time.perf_counter()
+    bm25s_index = BM25sIndex.build(corpus, config, show_progress=True)
+    bm25s_index.save(staging / "bm25s")
+    stats["bm25s_build_seconds"] = round(time.perf_counter() - started, 2)
+    if sparse.backend == "pyserini" or sparse.parity_check:
+        started = time.perf_counter()
+        lucene = PyseriniIndex.build(corpus, staging / "pyserini", config)
+        stats["pyserini_build_seconds"] = round(time.perf_counter() - started, 2)
+        texts = parity_texts(paths, sparse.parity_queries)
+        if texts:
+            stats["parity_top10"] = parity(bm25s_index, lucene, texts, k=10)
+        lucene.close()
+    return stats
+
+
+def build_dense(
+    name: str,
+    paths: RetrievalPaths,
+    settings: IndexSettings,
+    staging: Path,
+    model_cache: Path | None = None,
+) -> dict[str, Any]:
+    """Encode the corpus with encoder `name`'s document side (cached under
+    `paths.cache(name)`) and write its FAISS index into `staging`."""
+    from rulerag.retrieval.dense import build_dense_index, corpus_key
+    from rulerag.retrieval.encoders import (
+        DualEncoder,
+        load_encoder,
+        model_fingerprint,
+        pick_device,
+        resolve_model,
+        set_torch_threads,
+    )
+
+    set_torch_threads(settings.threads)
+    spec = settings.encoder(name)
+    device = pick_device(settings.device)
+    doc_model = resolve_model(spec.doc_name, model_cache)
+    corpus = read_corpus(paths.corpus)
+    # Only the document side is needed to index; the query side is loaded by `retrieve`.
+    doc = load_encoder(spec.doc_name, device, spec.max_length, model_cache)
+    encoder = DualEncoder(doc, doc, spec.normalize)
+    key = corpus_key(
+        model_fingerprint(doc_model),
+        corpus.contents,
+        max_length=spec.max_length,
+        normalize=spec.normalize,
+    )
+    meta = {
+        "encoder": name,
+        "doc_model": spec.doc_name,
+        "doc_model_path": doc_model,
+        "query_model": spec.query_name,
+        "normalize": spec.normalize,
+        "max_length": spec.max_length,
+        "cache_key": key,
+    }
+    index, timing = build_dense_index(
+        encoder,
+        corpus.ids,
+        corpus.contents,
+        settings.faiss,
+        batch_size=spec.batch_size,
+        cache_dir=paths.cache(name) / key,
+        meta=meta,
+    )
+    index.save(staging)
+    rate = timing.docs_per_second
+    return {
+        "kind": "dense",
+        "docs": len(corpus),
+        "dim": index.dim,
+        "device": device,
+        "faiss": settings.faiss.kind,
+        "encoded_docs": timing.encoded_docs,
+        "cached_docs": timing.cached_docs,
+        "encode_seconds": round(timing.seconds, 2),
+        "docs_per_second": None if rate is None else round(rate, 1),
+        "model": spec.doc_name,
+    }
+
+
+def build_index(
+    name: str,
+    paths: RetrievalPaths,
+    settings: IndexSettings,
+    staging: Path,
+    model_cache: Path | None = None,
+) -> dict[str, Any]:
+    """Index `name` (`bm25` or a dense encoder) into `staging`; its statistics."""
+    if name in SPARSE_INDEXES:
+        return build_sparse(paths, settings, staging)
+    return build_dense(name, paths, settings, staging, model_cache)

@@ -1,0 +1,67 @@
+"""params.yaml's `index` section as typed settings (read strictly), shared by the stages that
+build an index (`index`), train on one (`train_retriever`) and search one (`retrieve`).
+
+The parts live next to the code they configure: `EncoderSpec` (encoders.py), `FaissConfig`
+(dense.py); `SparseSettings` is here, and `sparse.BM25Config` takes its defaults from it, so
+this module does not import the BM25 code and a stage that only reads `index.dense` does not
+depend on it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rulerag.retrieval.configs import DEFAULT_ENCODERS
+from rulerag.retrieval.dense import FaissConfig
+from rulerag.retrieval.encoders import EncoderSpec
+from rulerag.settings import SettingsError, load_settings
+
+__all__ = ["SPARSE_BACKENDS", "IndexSettings", "SparseSettings", "index_settings"]
+
+SPARSE_BACKENDS = ("bm25s", "pyserini")
+
+
+@dataclass(frozen=True)
+class SparseSettings:
+    """`index.sparse`: the BM25 back end, its knobs (Pyserini's defaults) and the parity check
+    between bm25s and Lucene."""
+
+    backend: str = "bm25s"  # bm25s (fast default) | pyserini (Lucene, the paper's tool)
+    k1: float = 0.9
+    b: float = 0.4
+    stemmer: str | None = "porter"
+    threads: int = 2
+    parity_check: bool = True  # also build the Lucene index and compare top-10s
+    parity_queries: int = 200  # test queries (half alone, half as q ∘ r) for the check
+
+    def __post_init__(self) -> None:
+        if self.backend not in SPARSE_BACKENDS:
+            raise ValueError(f"backend must be one of {SPARSE_BACKENDS}, not {self.backend!r}")
+
+
+@dataclass(frozen=True)
+class IndexSettings:
+    """params.yaml `index`."""
+
+    threads: int = 0  # torch threads; 0 = torch's default (all cores)
+    device: str = "auto"  # auto (cuda when there, else cpu) | cpu | cuda
+    sparse: SparseSettings = field(default_factory=SparseSettings)
+    #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)
+    dense: dict[str, EncoderSpec] = field(default_factory=dict)
+    faiss: FaissConfig = field(default_factory=FaissConfig)
+
+    def encoder(self, name: str) -> EncoderSpec:
+        """The dense encoder called `name`: from `dense`, else a default one."""
+        if name in self.dense:
+            return self.dense[name]
+        if name in DEFAULT_ENCODERS:
+            return load_settings(EncoderSpec, DEFAULT_ENCODERS[name], f"index.dense.{name}")
+        known = list({**DEFAULT_ENCODERS, **self.dense})
+        raise SettingsError(f"no encoder named {name!r} in index.dense ({known})")
+
+
+def index_settings(section: Mapping[str, Any] | None) -> IndexSettings:
+    """params.yaml's `index` section as typed settings, strictly."""
+    return load_settings(IndexSettings, section, "index")

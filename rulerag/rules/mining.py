@@ -1,0 +1,164 @@
+"""The `mine_rules` step: rules from a KG's configured splits, the RuleRAG bank, their figures.
+
+Static KGs go to the AMIE 3-style miner (`static_miner`), temporal ones to the TLogic-style one
+(`temporal_miner`); rules mined by the original tools can be imported instead (`amie_io`,
+`tlogic_io`). `MineRulesSettings` is params.yaml's `mine_rules` section; each miner's own
+settings class holds its defaults, which are also the defaults of its function's keywords.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+
+from rulerag.rules.bank import BankConfig
+from rulerag.rules.rule import Rule
+from rulerag.rules.static_miner import StaticMinerSettings
+from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
+from rulerag.settings import load_settings, param_key
+
+__all__ = [
+    "IMPORT_FORMATS",
+    "MineRulesSettings",
+    "RuleImport",
+    "describe_rules",
+    "import_rules",
+    "mine",
+    "mine_rules_settings",
+    "plot_confidence",
+]
+
+IMPORT_FORMATS = ("amie", "tlogic")
+
+
+@dataclass(frozen=True)
+class RuleImport:
+    """Rules mined by the original tools (params.yaml `mine_rules.import.<dataset>`)."""
+
+    format: str  # amie (AMIE 3's TSV output) | tlogic (TLogic's rules JSON)
+    path: str
+    #: AMIE rules with constants (its -const mode) have no place in the Rule type: drop them
+    #: (true) or fail (false)
+    skip_unsupported: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in IMPORT_FORMATS:
+            raise ValueError(
+                f"mine_rules.import: format must be 'amie' or 'tlogic', not {self.format!r}"
+            )
+
+
+@dataclass(frozen=True)
+class MineRulesSettings:
+    """params.yaml `mine_rules`."""
+
+    #: splits the rules are learned from (the paper: the training links only)
+    splits: tuple[str, ...] = ("train",)
+    seed: int = SEED  # the temporal miner's walks and body samples
+    static: StaticMinerSettings = field(default_factory=StaticMinerSettings)
+    temporal: TemporalMinerSettings = field(default_factory=TemporalMinerSettings)
+    bank: BankConfig = field(default_factory=BankConfig)
+    #: rules mined elsewhere instead of mining, by dataset
+    import_: Annotated[dict[str, RuleImport], param_key("import")] = field(default_factory=dict)
+
+
+def mine_rules_settings(section: Mapping[str, Any] | None) -> MineRulesSettings:
+    """params.yaml's `mine_rules` section as typed settings, strictly."""
+    return load_settings(MineRulesSettings, section, "mine_rules")
+
+
+def mine(
+    facts: pd.DataFrame,
+    n_entities: int,
+    n_relations: int,
+    temporal: bool,
+    settings: MineRulesSettings,
+) -> list[Rule]:
+    """Run the miner that fits the KG (temporal or static) with its settings."""
+    if temporal:
+        from rulerag.rules.temporal_miner import mine_temporal
+
+        return mine_temporal(
+            facts,
+            n_entities,
+            n_relations,
+            seed=settings.seed,
+            **dataclasses.asdict(settings.temporal),
+        )
+    from rulerag.rules.static_miner import mine_static
+
+    return mine_static(facts, n_entities, n_relations, **dataclasses.asdict(settings.static))
+
+
+def import_rules(
+    spec: RuleImport, relation_keys: Mapping[str, int], n_relations: int
+) -> list[Rule]:
+    """Rules mined elsewhere: AMIE 3's TSV output or TLogic's rules JSON."""
+    path = Path(spec.path).expanduser()
+    if spec.format == "amie":
+        from rulerag.rules.amie_io import read_amie_tsv
+
+        return read_amie_tsv(path, relation_keys, skip_unsupported=spec.skip_unsupported)
+    from rulerag.rules.tlogic_io import read_tlogic_json
+
+    return read_tlogic_json(path, n_relations)
+
+
+def describe_rules(
+    dataset: str,
+    miner: str,
+    seconds: float,
+    frame: pd.DataFrame,
+    bank: pd.DataFrame,
+    facts: pd.DataFrame,
+    paper_bank_size: int | None = None,
+) -> dict[str, Any]:
+    """stats.json of `mine_rules`: rules and bank by length, relations the bank covers."""
+    with_facts = int(facts["relation"].nunique())
+    return {
+        "dataset": dataset,
+        "miner": miner,
+        "mining_seconds": round(seconds, 2),
+        "rules": len(frame),
+        "rules_by_length": {
+            str(k): int(v) for k, v in frame["length"].value_counts().sort_index().items()
+        },
+        "bank": len(bank),
+        "bank_by_length": {
+            str(k): int(v) for k, v in bank["length"].value_counts().sort_index().items()
+        },
+        "relations_with_facts": with_facts,
+        "relations_covered": int(bank["head_relation"].nunique()),
+        "relations_covered_fraction": round(bank["head_relation"].nunique() / with_facts, 4)
+        if with_facts
+        else 0.0,
+        "bank_mean_confidence": round(float(bank["score"].mean()), 4) if len(bank) else 0.0,
+        "paper_bank_size": paper_bank_size,
+    }
+
+
+def plot_confidence(hist: pd.DataFrame, path: Path, title: str) -> None:
+    """confidence.png: mined and bank rules per confidence bin (`bank.confidence_histogram`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x = range(len(hist))
+    ax.bar(x, hist["mined"], label="mined", color="#9ecae1")
+    ax.bar(x, hist["bank"], label="bank", color="#3182bd")
+    ax.set_xticks(list(x)[::2], hist["confidence"].iloc[::2], rotation=45, ha="right")
+    ax.set_xlabel("confidence")
+    ax.set_ylabel("rules")
+    ax.set_yscale("symlog")
+    ax.set_title(title)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,174 @@
+"""params.yaml against the settings classes: every stage section loads strictly, shows every
+knob its class has (no hidden defaults), and a typo in it fails naming the key and section."""
+
+from __future__ import annotations
+
+import re
+import typing
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
+from rulerag.generation.config import GenerationSettings, generation_settings
+from rulerag.kg.registry import IngestSettings, ingest_settings
+from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
+from rulerag.retrieval.settings import IndexSettings, index_settings
+from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
+from rulerag.rules.mining import MineRulesSettings, mine_rules_settings
+from rulerag.settings import SettingsError, settings_fields
+
+PARAMS_FILE = Path(__file__).resolve().parents[2] / "params.yaml"
+PARAMS: dict[str, Any] = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
+
+#: section -> (its settings class, the loader the stages call)
+SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
+    "ingest": (IngestSettings, ingest_settings),
+    "mine_rules": (MineRulesSettings, mine_rules_settings),
+    "build_benchmark": (BuildBenchmarkSettings, build_benchmark_settings),
+    "index": (IndexSettings, index_settings),
+    "train_retriever": (TrainRetrieverSettings, train_retriever_settings),
+    "retrieve": (RetrieveSettings, retrieve_settings),
+    "generation": (GenerationSettings, generation_settings),
+}
+#: top-level keys that are not a stage's section
+NOT_SECTIONS = {"datasets"}
+
+
+def nested_class(annotation: Any) -> type | None:
+    """The settings dataclass a field holds (`X`, `X | None`), else None."""
+    if isinstance(annotation, type) and hasattr(annotation, "__dataclass_fields__"):
+        return annotation
+    found = [a for a in typing.get_args(annotation) if hasattr(a, "__dataclass_fields__")]
+    is_union = typing.get_origin(annotation) in (typing.Union, type(int | None))
+    return found[0] if is_union and len(found) == 1 else None
+
+
+def entry_class(annotation: Any) -> type | None:
+    """The dataclass of a `dict[str, X]` field's entries (user-named, e.g. index.dense.<name>)."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (dict, Mapping) and len(args) == 2:
+        return nested_class(args[1])
+    return None
+
+
+def section_text(section: str) -> str:
+    """The lines of params.yaml from `section:` to the next top-level key, comments included."""
+    text = PARAMS_FILE.read_text(encoding="utf-8")
+    match = re.search(rf"^{section}:\n(.*?)(?=^\S)", text + "\nEND", re.MULTILINE | re.DOTALL)
+    assert match, f"no section {section} in params.yaml"
+    return match.group(1)
+
+
+def hidden_knobs(cls: type, values: Mapping[str, Any], where: str, text: str) -> list[str]:
+    """Fields of `cls` (and of its nested settings) that params.yaml does not show."""
+    missing = []
+    for key, annotation in settings_fields(cls).items():
+        if key not in values:
+            missing.append(f"{where}.{key}")
+            continue
+        nested = nested_class(annotation)
+        if nested is not None and isinstance(values[key], Mapping):
+            missing += hidden_knobs(nested, values[key], f"{where}.{key}", text)
+        entries = entry_class(annotation)
+        if entries is not None:
+            # user-named entries need not repeat every default, but each knob is documented
+            for name in settings_fields(entries):
+                if not re.search(rf"\b{name}\b", text):
+                    missing.append(f"{where}.{key}.<name>.{name}")
+    return missing
+
+
+def test_every_top_level_key_is_a_known_section() -> None:
+    assert set(PARAMS) == set(SECTIONS) | NOT_SECTIONS
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_section_loads_strictly(section: str) -> None:
+    cls, load = SECTIONS[section]
+    assert isinstance(load(PARAMS[section]), cls)
+
+
+def test_every_generation_profile_loads() -> None:
+    profiles = PARAMS["generation"]["profiles"]
+    assert profiles
+    for name in profiles:
+        assert generation_settings({**PARAMS["generation"], "profile": name}).profile == name
+
+
+def test_every_dense_encoder_resolves() -> None:
+    settings = index_settings(PARAMS["index"])
+    encoders = {*PARAMS["retrieve"]["indexes"], *PARAMS["retrieve"]["finetune"]} - {"bm25"}
+    assert encoders
+    for name in encoders:
+        assert settings.encoder(name).max_length > 0
+        assert train_retriever_settings(PARAMS["train_retriever"], name).train_config(
+            settings.encoder(name).max_length, True
+        )
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_no_hidden_knobs(section: str) -> None:
+    cls, _ = SECTIONS[section]
+    missing = hidden_knobs(cls, PARAMS[section], section, section_text(section))
+    assert not missing, "params.yaml does not show " + ", ".join(missing)
+
+
+def nested_sections(cls: type, values: Mapping[str, Any], where: str) -> list[tuple[str, ...]]:
+    """Paths (from the section) of every nested settings mapping, the section itself first."""
+    paths: list[tuple[str, ...]] = [()]
+    for key, annotation in settings_fields(cls).items():
+        nested = nested_class(annotation)
+        if nested is not None and isinstance(values.get(key), Mapping):
+            for path in nested_sections(nested, values[key], f"{where}.{key}"):
+                paths.append((key, *path))
+    return paths
+
+
+def with_typo(values: Mapping[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    out = dict(values)
+    if not path:
+        out["no_such_knob"] = 1
+    else:
+        out[path[0]] = with_typo(values[path[0]], path[1:])
+    return out
+
+
+@pytest.mark.parametrize("section", sorted(SECTIONS))
+def test_unknown_key_fails_naming_key_and_section(section: str) -> None:
+    cls, load = SECTIONS[section]
+    paths = nested_sections(cls, PARAMS[section], section)
+    assert paths
+    for path in paths:
+        where = ".".join((section, *path))
+        with pytest.raises(SettingsError, match=rf"{re.escape(where)}: unknown key 'no_such_knob'"):
+            load(with_typo(PARAMS[section], path))
+
+
+def test_unknown_key_in_a_per_encoder_override_fails_naming_it() -> None:
+    section = {**PARAMS["train_retriever"], "overrides": {"minilm": {"batch_sise": 8}}}
+    assert train_retriever_settings(section, "mpnet") == train_retriever_settings(section)
+    with pytest.raises(SettingsError, match="train_retriever.overrides.minilm: unknown key"):
+        train_retriever_settings(section, "minilm")
+    good = {**PARAMS["train_retriever"], "overrides": {"minilm": {"batch_size": 8}}}
+    assert train_retriever_settings(good, "minilm").batch_size == 8
+    assert (
+        train_retriever_settings(good, "mpnet").batch_size
+        == PARAMS["train_retriever"]["batch_size"]
+    )
+
+
+def test_bad_values_fail_naming_the_key() -> None:
+    with pytest.raises(SettingsError, match=r"mine_rules\.temporal\.walks_per_relation"):
+        mine_rules_settings({"temporal": {"walks_per_relation": "many"}})
+    with pytest.raises(SettingsError, match=r"retrieve.*splits.*'valid'"):
+        retrieve_settings({"splits": ["test", "valid"]})
+    with pytest.raises(SettingsError, match=r"index\.sparse.*backend"):
+        index_settings({"sparse": {"backend": "lucene"}})
+    with pytest.raises(SettingsError, match=r"train_retriever.*positives"):
+        train_retriever_settings({"positives": "all"})
+    with pytest.raises(SettingsError, match=r"mine_rules\.import\.x.*format"):
+        mine_rules_settings({"import": {"x": {"format": "anyburl", "path": "/r"}}})
