@@ -455,11 +455,12 @@ def _sort_key(rule: Rule) -> tuple:
 
 @dataclass(frozen=True)
 class StaticMinerSettings:
-    """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults, but
-    `min_support` 100), and the defaults of `mine_static`'s keywords."""
+    """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults: pruning on
+    head coverage only, no absolute support floor), and the defaults of `mine_static`'s
+    keywords."""
 
     max_atoms: int = 3  # head included: 2 = one body atom, 3 = up to two
-    min_support: int = 100
+    min_support: int = 0
     min_head_coverage: float = 0.01
     min_pca_confidence: float = 0.1
     min_std_confidence: float = 0.0
