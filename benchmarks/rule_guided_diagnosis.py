@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -44,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from rulerag.evaluation.claims import paired_em  # noqa: E402
 from rulerag.retrieval.data import read_corpus, read_queries  # noqa: E402
 from rulerag.retrieval.metrics import answer_pattern, contains_answer  # noqa: E402
-from rulerag.retrieval.rule_guided import compose, unite  # noqa: E402
+from rulerag.retrieval.rule_guided import compose, rule_body, unite  # noqa: E402
 
 K = 10
 DEPTH = 50
@@ -66,14 +65,6 @@ def open_index(data: Path, name: str):
     index = DenseIndex.load(folder)
     model = load_encoder(spec.query_name, "cpu", spec.max_length, ROOT / ".models")
     return DenseRetriever(model, index, True, spec.batch_size)
-
-
-def body_text(rule_text: str) -> str:
-    """`[Entity1, r1, Entity2] leads to [Entity1, r, Entity2]` -> `r1` (the body's relation
-    names only, joined by spaces)."""
-    body = rule_text.split(" leads to ")[0]
-    names = re.findall(r"\[[^,\]]+, ([^\]]+), [^,\]]+\]", body)
-    return " ".join(names) if names else body
 
 
 def search_frame(searcher, qids: Sequence[str], rules: Sequence[str], texts: Sequence[str]):
@@ -139,7 +130,7 @@ def diagnose(data: Path, index: str, limit: int | None) -> dict:
         searcher,
         pair_qids,
         pair_rules,
-        [compose(q.text, body_text(bank.at[r, "text"])) for q, r in pairs],
+        [compose(q.text, rule_body(bank.at[r, "text"])) for q, r in pairs],
     )
     first_rule = {q.qid: next(r for r in q.rule_ids if r in bank.index) for q in queries}
     first = with_rule[with_rule["rule"] == with_rule["qid"].map(first_rule)]

@@ -39,6 +39,7 @@ from rulerag.retrieval.configs import (
 )
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import recall_curve
+from rulerag.retrieval.rule_guided import rule_query_texts
 from rulerag.retrieval.runs import open_searcher, run_split
 from rulerag.retrieval.settings import index_settings
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
@@ -60,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     out = paths.output(config.name)
     corpus = read_corpus(paths.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
-    rules = read_rule_texts(paths.rule_bank) if config.use_rules else {}
+    rules = {}
+    if config.use_rules:
+        rules = rule_query_texts(read_rule_texts(paths.rule_bank), settings.rule_query)
     logged = {"retrieve": section, "index": index_section, "config": config.name}
     # dvc.yaml runs the fine-tuned configurations as their own stage (they depend on a model)
     stage = "retrieve_finetuned" if config.trained else "retrieve"

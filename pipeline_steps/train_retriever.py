@@ -30,7 +30,7 @@ from pipeline_steps.common import (
     numeric_metrics,
 )
 from rulerag.io import atomic_open, staged_dir, write_json
-from rulerag.retrieval.configs import TRAINED_MODES, RetrievalPaths
+from rulerag.retrieval.configs import TRAINED_MODES, RetrievalPaths, retrieve_settings
 from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.encoders import load_encoder, model_fingerprint, set_torch_threads
 from rulerag.retrieval.settings import index_settings
@@ -63,14 +63,23 @@ def main(argv: list[str] | None = None) -> int:
     set_torch_threads(settings.threads)
     index = DenseIndex.load(paths.index(encoder))
     config = settings.train_config(spec.max_length, index.meta.get("normalize", True))
-    items, dropped = training_items(paths, index.doc_ids, mode == "rgft", settings.positives)
+    # RGFT trains on the search text retrieval will use: one knob, retrieve.rule_query
+    rule_query = retrieve_settings(params.get("retrieve")).rule_query
+    items, dropped = training_items(
+        paths, index.doc_ids, mode == "rgft", settings.positives, rule_query
+    )
     train, heldout = split_heldout(items, config.heldout_fraction, config.heldout_max, config.seed)
     if not train:
         print(f"train_retriever@{dataset}: no F_R item has oracle documents", file=sys.stderr)
         return 2
     out_dir = paths.training(name)
     out_dir.mkdir(parents=True, exist_ok=True)
-    logged = {"train_retriever": section, "encoder": asdict(spec), "mode": mode}
+    logged = {
+        "train_retriever": section,
+        "encoder": asdict(spec),
+        "mode": mode,
+        "rule_query": rule_query,
+    }
     with stage_run("train_retriever", dataset, project_dir=PROJECT_DIR, params=logged) as run:
         run.set_tags(
             {TAG_STAGE_INSTANCE: f"train_retriever@{dataset}-{name}", "rulerag.config": name}

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rulerag.retrieval.metrics import DEFAULT_KS
+from rulerag.retrieval.rule_guided import RULE_QUERY_FORMS
 from rulerag.settings import load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
@@ -72,8 +73,15 @@ class RetrieveSettings:
     #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
     f_g_queries: int | None = None
     seed: int = 12
+    #: a rule's part of a rule-guided search text: rule = its whole text (the paper), body =
+    #: its body relation names only (also what RGFT trains on)
+    rule_query: str = "rule"
 
     def __post_init__(self) -> None:
+        if self.rule_query not in RULE_QUERY_FORMS:
+            raise ValueError(
+                f"rule_query must be one of {RULE_QUERY_FORMS}, not {self.rule_query!r}"
+            )
         unknown = sorted(set(self.splits) - set(RETRIEVE_SPLITS))
         if unknown:
             raise ValueError(f"splits: {unknown} not among {', '.join(RETRIEVE_SPLITS)}")

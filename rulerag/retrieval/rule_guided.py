@@ -14,6 +14,7 @@ ranked union that the strict Recall@k and the generator read.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -39,9 +40,40 @@ class Searcher(Protocol):
     ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
+#: how a rule enters a rule-guided search (params.yaml `retrieve.rule_query`)
+RULE_QUERY_FORMS = ("rule", "body")
+_ATOM = re.compile(r"\[[^,\]]+, ([^\]]+?), [^,\]]+\]")
+
+
 def compose(query: str, rule_text: str) -> str:
     """`q ∘ r`: the query, a space, the rule text."""
     return f"{query} {rule_text}"
+
+
+def rule_body(rule_text: str) -> str:
+    """The body relation names of a rule's text form, space-joined:
+    `[Entity1, r1, Entity2] leads to [Entity1, r, Entity2]` -> `r1`. Relation names may hold
+    commas (ICEWS14's `Abduct, hijack, or take hostage`); the entity slots never do."""
+    body, sep, _ = rule_text.partition(" leads to ")
+    if not sep:
+        raise ValueError(f"not a rule's text form ([..] leads to [..]): {rule_text!r}")
+    return " ".join(_ATOM.findall(body)) or body
+
+
+def rule_query_text(rule_text: str, form: str = "rule") -> str:
+    """The text a rule adds to a rule-guided search (`retrieve.rule_query`): `rule` = its whole
+    text form (the paper's `q ⊕ r`), `body` = its body relation names only. `body` is this
+    project's option: on NELL-995 the whole text (the head relation again, the `Entity1` /
+    `leads to` frame) pulls short queries off their subject
+    (benchmarks/rule_guided_diagnosis.py). Retrieval and RGFT training use the same form."""
+    if form not in RULE_QUERY_FORMS:
+        raise ValueError(f"rule_query must be one of {RULE_QUERY_FORMS}, not {form!r}")
+    return rule_text if form == "rule" else rule_body(rule_text)
+
+
+def rule_query_texts(rule_texts: Mapping[str, str], form: str = "rule") -> dict[str, str]:
+    """`rule_query_text` over a bank's {rule_id: text}."""
+    return {rule_id: rule_query_text(text, form) for rule_id, text in rule_texts.items()}
 
 
 @dataclass(frozen=True)

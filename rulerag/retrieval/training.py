@@ -43,7 +43,7 @@ from rulerag.io import atomic_open
 from rulerag.retrieval.configs import RetrievalPaths
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
 from rulerag.retrieval.encoders import EncoderSpec
-from rulerag.retrieval.rule_guided import compose
+from rulerag.retrieval.rule_guided import compose, rule_query_text
 from rulerag.settings import SettingsError, load_settings, settings_fields
 
 if TYPE_CHECKING:
@@ -156,8 +156,10 @@ def make_items(
     doc_row: Mapping[str, int],
     use_rules: bool,
     keep: Callable[[RuleItem, str], bool] | None = None,
+    rule_query: str = "rule",
 ) -> tuple[list[TrainItem], dict[str, int]]:
-    """F_R items -> training items (RGFT: one per (query, rule); SSFT: one per query).
+    """F_R items -> training items (RGFT: one per (query, rule), its text `q ∘ r` with the
+    rule in the `rule_query` form retrieval searches with; SSFT: one per query).
 
     Oracle ids missing from the corpus are dropped, and so are those `keep(item, doc_id)`
     rejects (e.g. `answer_bearing`); items left without any are skipped. Returns the items
@@ -185,7 +187,9 @@ def make_items(
             if not rows:
                 without += 1
                 continue
-            text = compose(item.query, item.rule_text) if item.rule_text else item.query
+            text = item.query
+            if item.rule_text:
+                text = compose(item.query, rule_query_text(item.rule_text, rule_query))
             out.append(TrainItem(item.item_id, item.qid, text, rows, frozenset(by_qid[item.qid])))
     else:
         seen: dict[str, TrainItem] = {}
@@ -600,10 +604,15 @@ def train_query_encoder(
 
 
 def training_items(
-    paths: RetrievalPaths, doc_ids: Sequence[str], use_rules: bool, positives: str = "oracle"
+    paths: RetrievalPaths,
+    doc_ids: Sequence[str],
+    use_rules: bool,
+    positives: str = "oracle",
+    rule_query: str = "rule",
 ) -> tuple[list[TrainItem], dict[str, int]]:
     """F_R's items as training items against the corpus index's rows (`make_items`):
-    `positives` oracle keeps every oracle document, answer only the answer-bearing ones."""
+    `positives` oracle keeps every oracle document, answer only the answer-bearing ones;
+    `rule_query` is the form rules take in the search text (`retrieve.rule_query`)."""
     if positives not in POSITIVES:
         raise ValueError(f"positives must be one of {POSITIVES}, not {positives!r}")
     rule_items = read_rule_items(paths.queries("f_r"))
@@ -612,7 +621,7 @@ def training_items(
     if positives == "answer":
         corpus = read_corpus(paths.corpus)
         keep = answer_bearing(dict(zip(corpus.ids, corpus.contents, strict=True)))
-    return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep)
+    return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep, rule_query=rule_query)
 
 
 def heldout_summary(evaluations: pd.DataFrame, best_step: int) -> dict[str, float]:

@@ -8,9 +8,18 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.retrieval.configs import parse_config
+from rulerag.retrieval.configs import RetrieveSettings, parse_config
 from rulerag.retrieval.data import Query
-from rulerag.retrieval.rule_guided import NO_RULE, compose, expand, retrieve, unite
+from rulerag.retrieval.rule_guided import (
+    NO_RULE,
+    compose,
+    expand,
+    retrieve,
+    rule_body,
+    rule_query_text,
+    rule_query_texts,
+    unite,
+)
 
 RULES = {"R1": "[Entity1, r1, Entity2] leads to [Entity1, r2, Entity2]", "R2": "rule two"}
 
@@ -115,3 +124,32 @@ def test_config_names() -> None:
     for bad in ("bm25-rgft", "minilm", "minilm-xyz", "-rg"):
         with pytest.raises(ValueError):
             parse_config(bad)
+
+
+def test_rule_body_keeps_relation_names_with_commas_and_every_body_atom() -> None:
+    # Table 8's rule, whose relation name holds commas
+    paper = (
+        "[Entity1, Abduct, hijack, or take hostage, Entity2] leads to "
+        "[Entity1, Make a visit, Entity2]"
+    )
+    assert rule_body(paper) == "Abduct, hijack, or take hostage"
+    inverse = "[Entity2, mutual proxy for, Entity1] leads to [Entity1, proxy for, Entity2]"
+    assert rule_body(inverse) == "mutual proxy for"
+    chain = (
+        "[Entity1, Consult, Entity2], [Entity2, Make a visit, Entity3] leads to "
+        "[Entity1, Make a visit, Entity3]"
+    )
+    assert rule_body(chain) == "Consult Make a visit"
+    with pytest.raises(ValueError, match="leads to"):
+        rule_body("not a rule")
+
+
+def test_rule_query_forms() -> None:
+    texts = {"R1": "[Entity1, sub part of, Entity2] leads to [Entity1, proxy for, Entity2]"}
+    assert rule_query_texts(texts, "rule") == texts
+    assert rule_query_texts(texts, "body") == {"R1": "sub part of"}
+    assert rule_query_text(texts["R1"]) == texts["R1"]  # the paper's form by default
+    with pytest.raises(ValueError, match="rule_query"):
+        rule_query_texts(texts, "head")
+    with pytest.raises(ValueError, match="rule_query"):
+        RetrieveSettings(rule_query="bodies")

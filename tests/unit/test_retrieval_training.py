@@ -84,6 +84,15 @@ def test_make_items_rgft_and_ssft() -> None:
     ]
 
 
+def test_rgft_items_take_the_rule_in_the_search_form() -> None:
+    text = "[Entity1, sub part of, Entity2] leads to [Entity1, proxy for, Entity2]"
+    items = [RuleItem("a#R1", "a", "Qa", "R1", text, ("D1",), ("x",))]
+    paper, _ = make_items(items, {"D1": 1}, use_rules=True)
+    body, _ = make_items(items, {"D1": 1}, use_rules=True, rule_query="body")
+    assert paper[0].text == f"Qa {text}"
+    assert body[0].text == "Qa sub part of"
+
+
 def test_split_heldout_keeps_queries_whole() -> None:
     items = [TrainItem(f"{q}#{r}", q, "t", (0,)) for q in "abcdefghij" for r in range(3)]
     train, held = split_heldout(items, 0.2, None, seed=1)
