@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.helpers import project_files
 from tests.http_fixtures import mirror_dir
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -26,18 +27,10 @@ def kg_mirror() -> Path:
 def copy_project(dest: Path) -> Path:
     """Copy the project's tracked and untracked-but-not-ignored files into `dest` as a fresh git
     repository, so DVC and Airflow can run on it without touching the real workspace."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=PROJECT_DIR,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    for rel in filter(None, listed.split("\0")):
-        src = PROJECT_DIR / rel
-        if src.is_file():
-            target = dest / rel
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, target)
+    for rel in project_files():
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(PROJECT_DIR / rel, target)
     dvc_config = PROJECT_DIR / ".dvc" / "config"
     if dvc_config.is_file():
         (dest / ".dvc").mkdir(exist_ok=True)

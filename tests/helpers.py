@@ -1,8 +1,9 @@
-"""Small builders shared by several test files: retrieval run frames, a rule bank file, and the
-skip for tests that need the offline MiniLM package."""
+"""Small builders shared by several test files: retrieval run frames, a rule bank file, the
+skip for tests that need the offline MiniLM package, and the project's own file list."""
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -12,6 +13,19 @@ import pytest
 from rulerag.retrieval.rule_guided import RUN_COLUMNS
 
 Row = tuple[str, str, int, str, float]
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+
+
+def project_files() -> list[str]:
+    """The project's tracked and untracked-but-not-ignored files, relative to its root (what a
+    clone or a commit would hold), sorted. Raises CalledProcessError outside a git checkout."""
+    listed = subprocess.run(
+        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
+        cwd=PROJECT_DIR,
+        check=True,
+        capture_output=True,
+    ).stdout.decode()
+    return sorted(p for p in listed.split("\0") if p and (PROJECT_DIR / p).is_file())
 
 
 def run_frame(rows: Sequence[Row]) -> pd.DataFrame:

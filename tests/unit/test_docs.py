@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import helpers
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 #: the design notes' file name, assembled so that this file does not cite it itself
 DESIGN_NOTES = "DESIGN" + ".md"
@@ -32,17 +34,11 @@ _EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^//")
 
 
 def project_files() -> list[str]:
-    """Tracked and untracked-but-not-ignored files (what a clone or a commit would hold)."""
+    """The files a clone or a commit would hold (skips outside a git checkout)."""
     try:
-        listed = subprocess.run(
-            ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-            cwd=PROJECT_DIR,
-            check=True,
-            capture_output=True,
-        ).stdout.decode()
+        return helpers.project_files()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
-    return sorted(p for p in listed.split("\0") if p and (PROJECT_DIR / p).is_file())
 
 
 def is_binary(path: Path) -> bool:
