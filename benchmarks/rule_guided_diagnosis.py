@@ -51,20 +51,13 @@ RRF_K = 60  # Cormack et al.'s constant
 
 
 def open_index(data: Path, name: str):
-    """The `index` stage's searcher for `name` (bm25 through bm25s, dense through FAISS)."""
-    folder = data / "retrieval" / "index" / name
-    if name == "bm25":
-        from rulerag.retrieval.sparse import load_sparse
+    """The `retrieve` stage's searcher for index `name` (default `index` settings)."""
+    from rulerag.retrieval.configs import RetrievalPaths, parse_config
+    from rulerag.retrieval.runs import open_searcher
+    from rulerag.retrieval.settings import index_settings
 
-        return load_sparse("bm25s", folder, 2)
-    from rulerag.retrieval.configs import DEFAULT_ENCODERS
-    from rulerag.retrieval.dense import DenseIndex, DenseRetriever
-    from rulerag.retrieval.encoders import EncoderSpec, load_encoder
-
-    spec = EncoderSpec.from_params(DEFAULT_ENCODERS[name])
-    index = DenseIndex.load(folder)
-    model = load_encoder(spec.query_name, "cpu", spec.max_length, ROOT / ".models")
-    return DenseRetriever(model, index, True, spec.batch_size)
+    config = parse_config(f"{name}-standard")
+    return open_searcher(config, RetrievalPaths(data), index_settings(None), ROOT / ".models")
 
 
 def search_frame(searcher, qids: Sequence[str], rules: Sequence[str], texts: Sequence[str]):
