@@ -41,9 +41,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from rulerag.evaluation.claims import paired_em  # noqa: E402
-from rulerag.retrieval.data import read_corpus, read_queries  # noqa: E402
-from rulerag.retrieval.metrics import answer_pattern, contains_answer  # noqa: E402
-from rulerag.retrieval.rule_guided import compose, rule_body, unite  # noqa: E402
+from rulerag.io import iter_jsonl  # noqa: E402
+from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts  # noqa: E402
+from rulerag.retrieval.metrics import answer_hits  # noqa: E402
+from rulerag.retrieval.rule_guided import retrieve, rule_query_texts, unite  # noqa: E402
 
 K = 10
 DEPTH = 50
@@ -60,22 +61,6 @@ def open_index(data: Path, name: str):
     return open_searcher(config, RetrievalPaths(data), index_settings(None), ROOT / ".models")
 
 
-def search_frame(searcher, qids: Sequence[str], rules: Sequence[str], texts: Sequence[str]):
-    rows, scores = searcher.search(list(texts), DEPTH)
-    ids = np.asarray(searcher.corpus_ids, dtype=object)
-    n, k = rows.shape
-    keep = rows >= 0
-    return pd.DataFrame(
-        {
-            "qid": np.repeat(np.asarray(qids, object), k)[keep.ravel()],
-            "rule": np.repeat(np.asarray(rules, object), k)[keep.ravel()],
-            "rank": np.tile(np.arange(1, k + 1), n)[keep.ravel()],
-            "doc_id": ids[rows[keep]],
-            "score": scores[keep].astype(np.float64),
-        }
-    )
-
-
 def rrf(run: pd.DataFrame) -> pd.DataFrame:
     """Reciprocal-rank fusion of each query's lists: score = sum 1 / (60 + rank)."""
     fused = run.assign(score=1.0 / (RRF_K + run["rank"]))
@@ -84,48 +69,34 @@ def rrf(run: pd.DataFrame) -> pd.DataFrame:
     return unite(fused)
 
 
-def recalled(united: pd.DataFrame, hit, qids: Sequence[str], k: int = K) -> dict[str, int]:
+def recalled(
+    united: pd.DataFrame,
+    contents: Mapping[str, str],
+    answers: Mapping[str, Sequence[str]],
+    k: int = K,
+) -> dict[str, int]:
+    """qid -> 1 when one of the united list's first k documents holds an answer."""
     top = united[united["rank"] <= k]
-    found = {q for q, d in zip(top["qid"], top["doc_id"], strict=True) if hit(q, d)}
-    return {q: int(q in found) for q in qids}
+    found = set(top.loc[answer_hits(top, contents, answers), "qid"])
+    return {q: int(q in found) for q in answers}
 
 
 def diagnose(data: Path, index: str, limit: int | None) -> dict:
     queries = read_queries(data / "benchmark" / "test.jsonl")
-    rows = {
-        json.loads(line)["qid"]: json.loads(line)
-        for line in (data / "benchmark" / "test.jsonl").read_text().splitlines()
-    }
+    heads = {row["qid"]: row["head_name"] for row in iter_jsonl(data / "benchmark" / "test.jsonl")}
     queries = [q for q in queries if q.answers and q.rule_ids][:limit]
     corpus = read_corpus(data / "benchmark" / "corpus.jsonl")
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
-    bank = pd.read_parquet(data / "rules" / "bank.parquet").set_index("rule_id")
-    patterns = {q.qid: answer_pattern(q.answers) for q in queries}
-    subjects = {q.qid: answer_pattern([rows[q.qid]["head_name"]]) for q in queries}
-    cache: dict[tuple[str, str], bool] = {}
+    bank = read_rule_texts(data / "rules" / "bank.parquet")
+    answers = {q.qid: q.answers for q in queries}
+    subjects = {q.qid: (heads[q.qid],) for q in queries}
 
-    def hit(qid: str, doc: str) -> bool:
-        key = (qid, doc)
-        if key not in cache:
-            cache[key] = contains_answer(contents[doc], patterns[qid])
-        return cache[key]
-
+    # the retrieve stage's own searches: the query alone, q ∘ r, and q ∘ body
     searcher = open_index(data, index)
-    qids = [q.qid for q in queries]
-    alone = search_frame(searcher, qids, [""] * len(qids), [q.text for q in queries])
-    pairs = [(q, r) for q in queries for r in dict.fromkeys(q.rule_ids) if r in bank.index]
-    pair_qids = [q.qid for q, _ in pairs]
-    pair_rules = [r for _, r in pairs]
-    with_rule = search_frame(
-        searcher, pair_qids, pair_rules, [compose(q.text, bank.at[r, "text"]) for q, r in pairs]
-    )
-    with_body = search_frame(
-        searcher,
-        pair_qids,
-        pair_rules,
-        [compose(q.text, rule_body(bank.at[r, "text"])) for q, r in pairs],
-    )
-    first_rule = {q.qid: next(r for r in q.rule_ids if r in bank.index) for q in queries}
+    alone, _ = retrieve(queries, searcher, DEPTH, use_rules=False)
+    with_rule, plan = retrieve(queries, searcher, DEPTH, bank)
+    with_body, _ = retrieve(queries, searcher, DEPTH, rule_query_texts(bank, "body"))
+    first_rule = {q.qid: next(r for r in q.rule_ids if r in bank) for q in queries}
     first = with_rule[with_rule["rule"] == with_rule["qid"].map(first_rule)]
     loose = with_rule[with_rule["rank"] <= K].assign(rank=1)  # every per-rule top-10 document
     variants = {
@@ -139,10 +110,11 @@ def diagnose(data: Path, index: str, limit: int | None) -> dict:
         "rule_1": unite(first),
     }
     recall = {
-        name: recalled(frame, hit, qids, K if name != "rg_loose" else 10**9)
+        name: recalled(frame, contents, answers, K if name != "rg_loose" else 10**9)
         for name, frame in variants.items()
     }
-    report: dict = {"queries": len(qids), "searches_with_rules": len(pairs), "variants": {}}
+    report: dict = {"queries": len(queries), "searches_with_rules": len(plan.texts)}
+    report["variants"] = {}
     for name, per_query in recall.items():
         paired = paired_em(per_query, recall["standard"])
         report["variants"][name] = {
@@ -153,12 +125,8 @@ def diagnose(data: Path, index: str, limit: int | None) -> dict:
         }
 
     def subject_share(frame: pd.DataFrame) -> float:
-        top = frame[frame["rank"] <= K]
-        named = [
-            contains_answer(contents[d], subjects[q])
-            for q, d in zip(top["qid"], top["doc_id"], strict=True)
-        ]
-        return round(100 * float(np.mean(named)), 1) if named else 0.0
+        named = answer_hits(frame[frame["rank"] <= K], contents, subjects)
+        return round(100 * float(np.mean(named)), 1) if len(named) else 0.0
 
     report["subject_share"] = {
         "standard": subject_share(alone),
@@ -169,10 +137,11 @@ def diagnose(data: Path, index: str, limit: int | None) -> dict:
         from rulerag.retrieval.encoders import encode
 
         model = searcher.query_model
-        sample = pairs[:2000]
-        e_q = encode(model, [q.text for q, _ in sample], 64, True)
-        e_r = encode(model, [bank.at[r, "text"] for _, r in sample], 64, True)
-        e_qr = encode(model, [compose(q.text, bank.at[r, "text"]) for q, r in sample], 64, True)
+        text = {q.qid: q.text for q in queries}
+        sample = range(min(len(plan.texts), 2000))
+        e_q = encode(model, [text[plan.qids[i]] for i in sample], 64, True)
+        e_r = encode(model, [bank[plan.rules[i]] for i in sample], 64, True)
+        e_qr = encode(model, [plan.texts[i] for i in sample], 64, True)
         report["cosine"] = {
             "q∘r vs q": round(float(np.mean(np.sum(e_qr * e_q, axis=1))), 3),
             "q∘r vs r": round(float(np.mean(np.sum(e_qr * e_r, axis=1))), 3),
