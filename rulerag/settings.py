@@ -24,12 +24,14 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from rulerag.errors import InputError
+
 __all__ = ["SettingsError", "load_settings", "param_key", "settings_fields"]
 
 T = TypeVar("T")
 
 
-class SettingsError(ValueError):
+class SettingsError(InputError):
     """A params.yaml section that does not fit its settings class."""
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rulerag.errors import InputError
 
-class KGFormatError(ValueError):
+
+class KGFormatError(InputError):
     """A KG source file cannot be read as its format says; names the file and (1-based) line."""
 
     def __init__(self, path: Path | str, message: str, line: int | None = None) -> None:
@@ -16,5 +18,5 @@ class KGFormatError(ValueError):
         super().__init__(f"{where}: {message}")
 
 
-class DatasetNotFoundError(FileNotFoundError):
+class DatasetNotFoundError(InputError, FileNotFoundError):
     """A dataset is neither in the local mirror nor downloadable; says everywhere it looked."""
