@@ -15,6 +15,7 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
 from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
 from rulerag.benchmark.settings import build_benchmark_settings
@@ -70,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

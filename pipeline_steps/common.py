@@ -1,13 +1,17 @@
-"""What every stage script shares: the project folder, params.yaml, numeric-metric selection."""
+"""What every stage script shares: the project folder, params.yaml, the way a stage fails,
+numeric-metric selection."""
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Mapping
+import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rulerag.errors import InputError
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -21,6 +25,22 @@ def load_params(path: Path | None = None) -> dict[str, Any]:
     path = path or PROJECT_DIR / "params.yaml"
     with open(path, encoding="utf-8") as handle:
         return yaml.safe_load(handle) or {}
+
+
+def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    """Run a stage's `main`; input the user can fix fails with its message and exit status 2.
+
+    An `InputError` (a params.yaml key, a KG file, a cut-short stage output...) names what to
+    fix, so it is printed without a traceback. Raised inside `rulerag.tracking.stage_run`, it
+    has already marked the stage's MLflow run FAILED with the message. Any other exception is
+    a bug and keeps its traceback.
+    """
+    stage = main.__module__.rpartition(".")[2]
+    try:
+        return main(argv)
+    except InputError as err:
+        print(f"{stage} failed: {err}", file=sys.stderr)
+        return 2
 
 
 def dataset_parser(description: str) -> argparse.ArgumentParser:

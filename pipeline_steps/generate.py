@@ -17,6 +17,7 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
+    run_stage,
 )
 from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import check_max_rules, generation_settings, grid_config
@@ -70,4 +71,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

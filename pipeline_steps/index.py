@@ -22,7 +22,9 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
+from rulerag.errors import InputError
 from rulerag.io import staged_dir, write_json
 from rulerag.retrieval.configs import SPARSE_INDEXES, RetrievalPaths
 from rulerag.retrieval.indexing import build_index
@@ -43,11 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             settings.encoder(name)
         except SettingsError as err:
-            raise SystemExit(f"index@{name}: {err}") from None
+            raise SettingsError(f"index@{name}: {err}") from None
     paths = RetrievalPaths(data_dir(dataset))
     if not paths.corpus.is_file():
-        print(f"index@{dataset}: no corpus at {paths.corpus}; run build_benchmark", file=sys.stderr)
-        return 2
+        raise InputError(f"index@{dataset}: no corpus at {paths.corpus}; run build_benchmark")
     target = paths.index(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     paths.cache(name).mkdir(parents=True, exist_ok=True)
@@ -68,4 +69,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

@@ -16,8 +16,8 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
-from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
 from rulerag.kg.ingest import MIRROR_ENV, ingest
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.tracking import stage_run
@@ -32,24 +32,21 @@ def main(argv: list[str] | None = None) -> int:
     spec = get_spec(name, params)
     mirror = os.environ.get(MIRROR_ENV)
     out_dir = data_dir(name) / "kg"
-    try:
-        with stage_run("ingest", name, project_dir=PROJECT_DIR, params={"ingest": section}) as run:
-            kg, stats = ingest(
-                spec,
-                out_dir,
-                data_dir=Path(mirror).expanduser() if mirror else None,
-                download_dir=data_dir(name) / "download",
-                duplicates=settings.duplicates,
-                source=settings.source.get(name),
-            )
-            run.log_params({"source": stats["source"], "origin": stats["origin"]})
-            run.log_metrics(numeric_metrics(stats))
-            run.log_artifact(out_dir / "stats.json")
-            run.log_dict(kg.entities.head(50).to_dict("records"), "sample/entities.json")
-    except (KGFormatError, DatasetNotFoundError) as err:
-        # The run is recorded as FAILED; the user gets the file and line, not a traceback.
-        print(f"ingest@{name} failed: {err}", file=sys.stderr)
-        return 2
+    # A KGFormatError / DatasetNotFoundError marks the run FAILED and reaches the user as
+    # file:line, without a traceback (run_stage).
+    with stage_run("ingest", name, project_dir=PROJECT_DIR, params={"ingest": section}) as run:
+        kg, stats = ingest(
+            spec,
+            out_dir,
+            data_dir=Path(mirror).expanduser() if mirror else None,
+            download_dir=data_dir(name) / "download",
+            duplicates=settings.duplicates,
+            source=settings.source.get(name),
+        )
+        run.log_params({"source": stats["source"], "origin": stats["origin"]})
+        run.log_metrics(numeric_metrics(stats))
+        run.log_artifact(out_dir / "stats.json")
+        run.log_dict(kg.entities.head(50).to_dict("records"), "sample/entities.json")
     print(
         f"ingest@{name}: {stats['facts']:,} facts {stats['splits']}, "
         f"{stats['entities']:,} entities, {stats['relations']:,} relations from {stats['origin']}"
@@ -60,4 +57,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

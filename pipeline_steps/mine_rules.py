@@ -17,7 +17,9 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
+from rulerag.errors import InputError
 from rulerag.io import atomic_open, staged_outputs, write_json, write_parquet
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.store import read_kg
@@ -51,12 +53,10 @@ def main(argv: list[str] | None = None) -> int:
             relation_keys = dict(zip(kg.relations["key"], kg.relations["id"], strict=True))
             rules = import_rules(imported, relation_keys, len(kg.relations))
         elif facts.empty:
-            print(
+            raise InputError(
                 f"mine_rules@{name}: the KG has no facts in splits {splits} "
-                f"(it has {sorted(kg.lines_read)}); set mine_rules.splits",
-                file=sys.stderr,
+                f"(it has {sorted(kg.lines_read)}); set mine_rules.splits"
             )
-            return 2
         else:
             rules = mine(facts, len(kg.entities), len(kg.relations), kg.temporal, settings)
         seconds = time.perf_counter() - started
@@ -89,4 +89,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

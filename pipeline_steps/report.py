@@ -13,7 +13,7 @@ import json
 import sys
 from typing import Any
 
-from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
+from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params, run_stage
 from rulerag.evaluation.claims import claims_table, claims_to_markdown
 from rulerag.evaluation.report import plot_results, results_table, to_markdown
 from rulerag.generation.config import generation_settings
@@ -84,4 +84,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 import sys
 
-from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params
+from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params, run_stage
+from rulerag.errors import InputError
 from rulerag.io import atomic_open, atomic_path
 from rulerag.retrieval.configs import RetrievalPaths, retrieve_settings
 from rulerag.retrieval.report import plot_recall, recall_table, to_markdown
@@ -28,8 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in settings.config_names():
         source = paths.output(name) / "metrics.json"
         if not source.is_file():
-            print(f"retrieval_report@{args.dataset}: {source} missing", file=sys.stderr)
-            return 2
+            raise InputError(f"retrieval_report@{args.dataset}: {source} missing")
         metrics[name] = json.loads(source.read_text(encoding="utf-8"))
     table = recall_table(metrics, ks)
     out = paths.retrieval / "report"
@@ -54,4 +54,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

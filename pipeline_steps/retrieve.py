@@ -28,7 +28,9 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
+from rulerag.errors import InputError
 from rulerag.io import atomic_open, write_json, write_parquet
 from rulerag.retrieval.configs import (
     RUN_FG_FILENAME,
@@ -77,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             searcher = open_searcher(config, paths, index_cfg, MODEL_CACHE)
         except FileNotFoundError as err:
-            raise SystemExit(str(err)) from None
+            raise InputError(f"retrieve@{dataset}: {err}") from None
         metrics: dict[str, Any] = {
             "dataset": dataset,
             "config": config.name,
@@ -117,4 +119,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

@@ -19,8 +19,10 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
+    run_stage,
 )
 from rulerag.benchmark.settings import build_benchmark_settings
+from rulerag.errors import InputError
 from rulerag.generation.config import check_max_rules, generation_settings, retrieval_name
 from rulerag.generation.generators import adapter_dir, passive_openmp
 from rulerag.generation.prompts import PromptFormat
@@ -41,8 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     check_max_rules(settings.max_rules, selection.top_n)
     variants = settings.train.variants
     if args.variant not in variants:
-        print(f"train_generator: unknown variant {args.variant!r} ({sorted(variants)})")
-        return 2
+        raise InputError(f"train_generator: unknown variant {args.variant!r} ({sorted(variants)})")
     spec = variants[args.variant]
     retrieval = retrieval_name(spec.retrieval, settings.retriever)
     trainer = settings.trainer_settings()
@@ -120,4 +121,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

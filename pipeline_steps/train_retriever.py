@@ -28,7 +28,9 @@ from pipeline_steps.common import (
     dataset_parser,
     load_params,
     numeric_metrics,
+    run_stage,
 )
+from rulerag.errors import InputError
 from rulerag.io import atomic_open, staged_dir, write_json
 from rulerag.retrieval.configs import TRAINED_MODES, RetrievalPaths, retrieve_settings
 from rulerag.retrieval.dense import DenseIndex
@@ -70,8 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     train, heldout = split_heldout(items, config.heldout_fraction, config.heldout_max, config.seed)
     if not train:
-        print(f"train_retriever@{dataset}: no F_R item has oracle documents", file=sys.stderr)
-        return 2
+        raise InputError(f"train_retriever@{dataset}: no F_R item has oracle documents")
     out_dir = paths.training(name)
     out_dir.mkdir(parents=True, exist_ok=True)
     logged = {
@@ -122,4 +123,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_stage(main))

@@ -3,9 +3,12 @@
 Every output goes to a temporary name in the same folder and is renamed into place, so a killed
 stage never leaves a half-written file under the final name (docs/data-flow.md). A stage that
 writes several files stages them together (`staged_outputs`, `staged_dir`) and moves them into
-place only when all of them were written. Parquet files carry the parameters that produced
-them in their key-value metadata and contain no timestamps, so the same input and parameters
-give byte-identical files.
+place only when all of them were written. Temporary names carry the writer's process id
+(`.<label>-<pid>-<token>`), so the next writer into the same folder removes what a killed one
+left behind (`sweep_stale`) and never touches what a live one is writing.
+
+Parquet files carry the parameters that produced them in their key-value metadata and contain
+no timestamps, so the same input and parameters give byte-identical files.
 """
 
 from __future__ import annotations
@@ -13,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
+import re
 import shutil
-import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -25,8 +29,62 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+logger = logging.getLogger(__name__)
+
 #: Key under which rulerag stores provenance (stage, dataset, params) in Parquet metadata.
 PARQUET_META_KEY = b"rulerag"
+
+#: `.<label>-<pid>-<token>[.tmp]`: every temporary entry this module creates.
+_TEMP_RE = re.compile(r"^\.(?P<label>.+)-(?P<pid>\d+)-(?P<token>[0-9a-f]{12})(?:\.tmp)?$")
+#: the label of a folder moved aside by `publish_dir` (`.old-<target>-<pid>-<token>`)
+_OLD = "old-"
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` still runs on this machine (a zombie, killed but not yet reaped,
+    does not)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return psutil.pid_exists(pid)
+
+
+def _temp_entry(folder: Path, label: str, suffix: str = "") -> Path:
+    """A fresh temporary name in `folder` that `sweep_stale` can attribute to this process."""
+    return folder / f".{label}-{os.getpid()}-{uuid.uuid4().hex[:12]}{suffix}"
+
+
+def sweep_stale(folder: Path) -> list[str]:
+    """Remove the temporary files and folders that killed writers left in `folder`.
+
+    Only entries named by this module whose process is gone are touched. A folder that
+    `publish_dir` had moved aside when its writer died goes back under its name if nothing
+    took that name, so the last complete output comes back; otherwise it is removed. Returns
+    the names removed or restored (also logged), for the stage's message.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    done: list[str] = []
+    for entry in sorted(folder.iterdir()):
+        match = _TEMP_RE.match(entry.name)
+        if not match or int(match["pid"]) == os.getpid() or pid_alive(int(match["pid"])):
+            continue
+        label = match["label"]
+        original = folder / label[len(_OLD) :]
+        if label.startswith(_OLD) and not original.exists():
+            entry.rename(original)
+            logger.warning("restored %s, moved aside by a killed run", original)
+        elif entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+            logger.warning("removed %s, left by a killed run", entry)
+        else:
+            entry.unlink(missing_ok=True)
+            logger.warning("removed %s, left by a killed run", entry)
+        done.append(entry.name)
+    return done
 
 
 @contextlib.contextmanager
@@ -34,9 +92,8 @@ def atomic_path(path: Path) -> Iterator[Path]:
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    tmp = Path(tmp_name)
+    tmp = _temp_entry(path.parent, path.name, ".tmp")
+    tmp.touch(exist_ok=False)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -110,11 +167,14 @@ def staged_outputs(out_dir: Path, prefix: str = "stage") -> Iterator[Path]:
     When the block succeeds, every entry of the staging folder replaces its namesake in
     `out_dir` (one `os.replace` each, in name order); when it fails, nothing in `out_dir`
     changes. Either way the staging folder is removed. `prefix` names the folder
-    (`.<prefix>-...`), so a leftover of a killed process says which stage left it.
+    (`.<prefix>-<pid>-...`), so a leftover of a killed process says which stage left it; what
+    killed writers left in `out_dir` is swept first.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{prefix}-", dir=out_dir))
+    sweep_stale(out_dir)
+    staging = _temp_entry(out_dir, prefix)
+    staging.mkdir()
     try:
         yield staging
         for item in sorted(staging.iterdir()):
@@ -126,10 +186,13 @@ def staged_outputs(out_dir: Path, prefix: str = "stage") -> Iterator[Path]:
 @contextlib.contextmanager
 def staged_dir(target: Path) -> Iterator[Path]:
     """Yield an empty folder beside `target`; when the block succeeds it becomes `target`
-    (`publish_dir`), replacing the old folder as a whole. On failure the old folder stays."""
+    (`publish_dir`), replacing the old folder as a whole. On failure the old folder stays;
+    what killed writers left beside it is swept first."""
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    sweep_stale(target.parent)
+    staging = _temp_entry(target.parent, target.name)
+    staging.mkdir()
     try:
         yield staging
         publish_dir(staging, target)
@@ -142,11 +205,12 @@ def publish_dir(staging: Path, target: Path) -> None:
 
     Rename is atomic for a single folder; the old one is first renamed aside, so at every
     moment `target` is either the old complete folder or the new one, and a crash in
-    between leaves the old folder under a `.old-` name beside it, never half of one.
+    between leaves the old folder under a `.old-` name beside it, never half of one
+    (`sweep_stale` puts it back).
     """
     staging, target = Path(staging), Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    old = target.parent / f".old-{target.name}-{uuid.uuid4().hex[:8]}"
+    old = _temp_entry(target.parent, _OLD + target.name)
     if target.exists():
         target.rename(old)
     staging.rename(target)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from rulerag.io import sha256_file, staged_dir, staged_outputs
+from rulerag.io import sha256_file, staged_dir, staged_outputs, sweep_stale
 
 
 def test_staged_outputs_replace_together_and_leave_no_staging(tmp_path: Path) -> None:
@@ -51,3 +54,54 @@ def test_sha256_file_matches_hashlib_across_chunks(tmp_path: Path) -> None:
     path = tmp_path / "blob"
     path.write_bytes(data)
     assert sha256_file(path, chunk=1000) == hashlib.sha256(data).hexdigest()
+
+
+def _dead_pid() -> int:
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return int(done.stdout)
+
+
+def test_sweep_removes_what_killed_writers_left_and_nothing_else(tmp_path: Path) -> None:
+    """Leftovers of a dead process go; a live writer's staging and ordinary files stay."""
+    dead, live = _dead_pid(), os.getppid()
+    (tmp_path / f".mine-{dead}-0123456789ab").mkdir()
+    (tmp_path / f".mine-{dead}-0123456789ab" / "rules.parquet").write_text("partial")
+    (tmp_path / f".stats.json-{dead}-abcdef012345.tmp").write_text("{")
+    (tmp_path / f".mine-{live}-0123456789ab").mkdir()
+    (tmp_path / "stats.json").write_text("{}")
+    (tmp_path / ".gitignore").write_text("x")
+    removed = sweep_stale(tmp_path)
+    assert len(removed) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".gitignore",
+        f".mine-{live}-0123456789ab",
+        "stats.json",
+    ]
+
+
+def test_staged_outputs_sweep_a_killed_run_first(tmp_path: Path) -> None:
+    stale = tmp_path / f".bench-{_dead_pid()}-0123456789ab"
+    stale.mkdir()
+    (stale / "corpus.jsonl").write_text('{"id": 1}\n')
+    with staged_outputs(tmp_path, "bench") as staging:
+        (staging / "corpus.jsonl").write_text('{"id": 2}\n')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+
+
+def test_a_folder_moved_aside_by_a_killed_publish_comes_back(tmp_path: Path) -> None:
+    """Killed between `publish_dir`'s two renames: the old index is back, not lost."""
+    index = tmp_path / "index"
+    aside = tmp_path / f".old-index-{_dead_pid()}-0123456789ab"
+    aside.mkdir()
+    (aside / "part.bin").write_text("complete old index")
+    assert sweep_stale(tmp_path) == [aside.name]
+    assert (index / "part.bin").read_text() == "complete old index"
+    with staged_dir(index) as staging:
+        (staging / "part.bin").write_text("new")
+    assert (index / "part.bin").read_text() == "new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
