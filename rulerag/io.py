@@ -89,9 +89,11 @@ def sweep_stale(folder: Path) -> list[str]:
 
 @contextlib.contextmanager
 def atomic_path(path: Path) -> Iterator[Path]:
-    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds
+    (what killed writers left beside it is swept first)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    sweep_stale(path.parent)
     tmp = _temp_entry(path.parent, path.name, ".tmp")
     tmp.touch(exist_ok=False)
     try:
