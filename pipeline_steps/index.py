@@ -25,7 +25,7 @@ from pipeline_steps.common import (
     run_stage,
 )
 from rulerag.errors import InputError
-from rulerag.io import staged_dir, write_json
+from rulerag.io import staged_dir, verify_output, write_json
 from rulerag.retrieval.configs import SPARSE_INDEXES, RetrievalPaths
 from rulerag.retrieval.indexing import build_index
 from rulerag.retrieval.settings import index_settings
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     paths = RetrievalPaths(data_dir(dataset))
     if not paths.corpus.is_file():
         raise InputError(f"index@{dataset}: no corpus at {paths.corpus}; run build_benchmark")
+    verify_output(paths.corpus)  # Lucene reads the file itself, so check it first
     target = paths.index(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     paths.cache(name).mkdir(parents=True, exist_ok=True)

@@ -29,6 +29,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from rulerag.errors import OutputIntegrityError
+
 logger = logging.getLogger(__name__)
 
 #: Key under which rulerag stores provenance (stage, dataset, params) in Parquet metadata.
@@ -121,16 +123,29 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
 
 
 def iter_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """Records of a JSON-lines file, blank lines skipped; a bad line names `file:line`."""
+    """Records of a JSON-lines file, blank lines skipped; a bad line names `file:line`.
+
+    A stage output (listed in the `manifest.json` its stage wrote beside it) is checked as it
+    is read: a file cut at a line boundary parses fine, so its size and sha256 are compared
+    with the writer's record once the last line is read (`OutputIntegrityError`).
+    """
     path = Path(path)
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
+    expected = manifest_entry(path)
+    digest = hashlib.sha256()
+    size = 0
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            digest.update(raw)
+            size += len(raw)
+            line = raw.decode("utf-8", errors="strict") if raw.strip() else ""
+            if not line:
                 continue
             try:
                 yield json.loads(line)
             except json.JSONDecodeError as err:
                 raise ValueError(f"{path}:{number}: not JSON: {err}") from err
+    if expected is not None:
+        _check_entry(path, expected, size, digest.hexdigest())
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -162,15 +177,80 @@ def read_provenance(path: Path) -> dict[str, Any]:
     return json.loads(raw) if raw else {}
 
 
+#: What a stage recorded about each file it wrote into a folder: bytes, sha256 (and the line
+#: count of JSON-lines files), so that a reader notices a file cut short, even at a line boundary.
+MANIFEST = "manifest.json"
+
+
+def write_manifest(folder: Path, names: Iterable[str] | None = None) -> Path:
+    """Record size, sha256 and (JSON lines) line count of `names` (default: every file of
+    `folder` but the manifest and temporary entries) in `folder/manifest.json`."""
+    folder = Path(folder)
+    if names is None:
+        names = [
+            p.name
+            for p in folder.iterdir()
+            if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
+        ]
+    files: dict[str, dict[str, Any]] = {}
+    for name in sorted(names):
+        entry: dict[str, Any] = {"bytes": (folder / name).stat().st_size}
+        entry["sha256"] = sha256_file(folder / name)
+        if name.endswith(".jsonl"):
+            with open(folder / name, "rb") as handle:
+                entry["lines"] = sum(1 for _ in handle)
+        files[name] = entry
+    write_json(folder / MANIFEST, {"files": files})
+    return folder / MANIFEST
+
+
+def manifest_entry(path: Path) -> dict[str, Any] | None:
+    """What the manifest beside `path` records about it; None when there is no manifest (a
+    file that no stage wrote, e.g. a user's own) or it does not list the file."""
+    path = Path(path)
+    manifest = path.parent / MANIFEST
+    if not manifest.is_file():
+        return None
+    try:
+        files = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise OutputIntegrityError(f"{manifest}: unreadable ({err}); rerun its stage") from err
+    return files.get(path.name)
+
+
+def verify_output(path: Path) -> None:
+    """Check a stage output against its manifest before a reader that cannot check as it
+    reads (an indexer reading the file itself); no-op without a manifest entry."""
+    path = Path(path)
+    expected = manifest_entry(path)
+    if expected is not None:
+        _check_entry(path, expected, path.stat().st_size, sha256_file(path))
+
+
+def _check_entry(path: Path, expected: Mapping[str, Any], size: int, sha256: str) -> None:
+    if size == expected.get("bytes") and sha256 == expected.get("sha256"):
+        return
+    recorded = f"{expected.get('bytes')} bytes" + (
+        f", {expected['lines']} lines" if "lines" in expected else ""
+    )
+    raise OutputIntegrityError(
+        f"{path}: {size} bytes that do not match what its stage recorded in "
+        f"{path.parent / MANIFEST} ({recorded}, sha256 {str(expected.get('sha256'))[:12]}...): "
+        "the file was cut short or changed since; rerun the stage that writes it "
+        "(dvc repro -f -s <stage>@<item>)"
+    )
+
+
 @contextlib.contextmanager
 def staged_outputs(out_dir: Path, prefix: str = "stage") -> Iterator[Path]:
     """Yield an empty staging folder inside `out_dir`; write a stage's outputs there.
 
     When the block succeeds, every entry of the staging folder replaces its namesake in
     `out_dir` (one `os.replace` each, in name order); when it fails, nothing in `out_dir`
-    changes. Either way the staging folder is removed. `prefix` names the folder
-    (`.<prefix>-<pid>-...`), so a leftover of a killed process says which stage left it; what
-    killed writers left in `out_dir` is swept first.
+    changes. Either way the staging folder is removed. A `manifest.json` recording every staged
+    file (`write_manifest`) goes with them, for readers to check (`iter_jsonl`). `prefix` names
+    the folder (`.<prefix>-<pid>-...`), so a leftover of a killed process says which stage
+    left it; what killed writers left in `out_dir` is swept first.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -179,6 +259,7 @@ def staged_outputs(out_dir: Path, prefix: str = "stage") -> Iterator[Path]:
     staging.mkdir()
     try:
         yield staging
+        write_manifest(staging)
         for item in sorted(staging.iterdir()):
             os.replace(item, out_dir / item.name)
     finally:

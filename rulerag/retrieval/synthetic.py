@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from rulerag.io import write_manifest
+
 FIRST = [
     "Alice",
     "Bruno",
@@ -201,6 +203,7 @@ def tiny_benchmark(root: Path, n_people: int = 40) -> dict[str, int]:
         with open(bench / f"{name}.jsonl", "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row) + "\n")
+    write_manifest(bench)  # as staged_outputs does for build_benchmark
     (root / "rules").mkdir(parents=True, exist_ok=True)
     pd.DataFrame(
         {"rule_id": [RULE_ID, OTHER_RULE_ID], "text": [RULE_TEXT, OTHER_RULE_TEXT]}

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.io import sha256_file, staged_dir, staged_outputs, sweep_stale
+from rulerag.errors import OutputIntegrityError
+from rulerag.io import (
+    iter_jsonl,
+    read_jsonl,
+    sha256_file,
+    staged_dir,
+    staged_outputs,
+    sweep_stale,
+    verify_output,
+    write_jsonl,
+)
 
 
 def test_staged_outputs_replace_together_and_leave_no_staging(tmp_path: Path) -> None:
@@ -23,7 +33,12 @@ def test_staged_outputs_replace_together_and_leave_no_staging(tmp_path: Path) ->
     assert (tmp_path / "a.txt").read_text() == "new a"
     assert (tmp_path / "b.txt").read_text() == "new b"
     assert (tmp_path / "keep.txt").read_text() == "untouched"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt", "keep.txt"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.txt",
+        "b.txt",
+        "keep.txt",
+        "manifest.json",
+    ]
 
 
 def test_a_failing_stage_changes_nothing(tmp_path: Path) -> None:
@@ -90,7 +105,7 @@ def test_staged_outputs_sweep_a_killed_run_first(tmp_path: Path) -> None:
     (stale / "corpus.jsonl").write_text('{"id": 1}\n')
     with staged_outputs(tmp_path, "bench") as staging:
         (staging / "corpus.jsonl").write_text('{"id": 2}\n')
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus.jsonl", "manifest.json"]
 
 
 def test_a_folder_moved_aside_by_a_killed_publish_comes_back(tmp_path: Path) -> None:
@@ -105,3 +120,28 @@ def test_a_folder_moved_aside_by_a_killed_publish_comes_back(tmp_path: Path) -> 
         (staging / "part.bin").write_text("new")
     assert (index / "part.bin").read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["index"]
+
+
+def test_a_stage_output_cut_at_a_line_boundary_is_noticed(tmp_path: Path) -> None:
+    """1,000 of 1,200 lines parse fine; the manifest the stage wrote says they are too few."""
+    rows = [{"id": str(i), "contents": f"document {i}"} for i in range(1200)]
+    with staged_outputs(tmp_path, "bench") as staging:
+        write_jsonl(staging / "corpus.jsonl", rows)
+    corpus = tmp_path / "corpus.jsonl"
+    assert list(iter_jsonl(corpus)) == rows
+    verify_output(corpus)
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    corpus.write_bytes(b"".join(lines[:1000]))
+    with pytest.raises(OutputIntegrityError, match=r"corpus\.jsonl: .*1200 lines.*rerun"):
+        list(iter_jsonl(corpus))
+    with pytest.raises(OutputIntegrityError, match="cut short or changed"):
+        verify_output(corpus)
+    corpus.write_bytes(b"".join(lines).replace(b"document 7", b"document 8"))
+    with pytest.raises(OutputIntegrityError):
+        read_jsonl(corpus)
+
+
+def test_files_no_stage_wrote_are_read_as_they_are(tmp_path: Path) -> None:
+    (tmp_path / "mine.jsonl").write_text('{"a": 1}\n\n{"a": 2}\n')
+    assert read_jsonl(tmp_path / "mine.jsonl") == [{"a": 1}, {"a": 2}]
+    verify_output(tmp_path / "mine.jsonl")

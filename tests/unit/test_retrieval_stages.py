@@ -112,3 +112,20 @@ def test_index_train_retrieve(project: Path) -> None:
     assert [m.step for m in history] == [1, 2, 3, 4]
     artifacts = {a.path for a in client.list_artifacts(trained.info.run_id)}
     assert {"loss.csv", "loss.png", "train.json", "model"} <= artifacts
+
+
+def test_a_corpus_cut_at_a_line_boundary_fails_the_index_stage(
+    project: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """150 of 200 documents parse fine; the index stage refuses them (it indexed them before)."""
+    import pipeline_steps.index as index
+    from pipeline_steps.common import run_stage
+
+    corpus = project / "data" / "tiny" / "benchmark" / "corpus.jsonl"
+    lines = corpus.read_bytes().splitlines(keepends=True)
+    corpus.write_bytes(b"".join(lines[:150]))
+    params = ["--params", str(project / "params.yaml")]
+    assert run_stage(index.main, ["--dataset", "tiny", "--index", "bm25", *params]) == 2
+    err = capsys.readouterr().err
+    assert "corpus.jsonl" in err and "200 lines" in err and "rerun" in err
+    assert not (project / "data" / "tiny" / "retrieval" / "index" / "bm25").exists()
