@@ -36,7 +36,10 @@ $(STAMP): pyproject.toml constraints.txt
 	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi
 	touch $@
 
+# params.yaml is checked as a whole first (every section, key, type, range and dataset name),
+# so a typo fails in seconds instead of after the stages before the one that reads it.
 run: setup
+	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
 
 # The paper's Fig. 3 (retrieved documents per prompt) and Fig. 5 (generator fine-tuning data)

@@ -12,6 +12,8 @@ from typing import Any
 import yaml
 
 from rulerag.errors import InputError
+from rulerag.params_schema import check_dataset_name, require_sections
+from rulerag.settings import SettingsError
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -21,10 +23,14 @@ MODEL_CACHE = PROJECT_DIR / ".models"
 
 
 def load_params(path: Path | None = None) -> dict[str, Any]:
-    """Read params.yaml (DVC's single source of every knob)."""
+    """Read params.yaml (DVC's single source of every knob); every section must be there (a
+    stage then loads its own strictly), so a deleted section fails instead of meaning
+    "built-in defaults"."""
     path = path or PROJECT_DIR / "params.yaml"
     with open(path, encoding="utf-8") as handle:
-        return yaml.safe_load(handle) or {}
+        params = yaml.safe_load(handle) or {}
+    require_sections(params, str(path))
+    return params
 
 
 def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
@@ -43,10 +49,19 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         return 2
 
 
+def _dataset_name(text: str) -> str:
+    try:
+        return check_dataset_name(text)
+    except SettingsError as err:  # argparse shows this message and exits 2
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
 def dataset_parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the `--dataset` every foreach-over-datasets stage takes."""
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--dataset", required=True, help="dataset name (see params.yaml)")
+    parser.add_argument(
+        "--dataset", required=True, type=_dataset_name, help="dataset name (see params.yaml)"
+    )
     return parser
 
 

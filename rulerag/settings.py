@@ -11,6 +11,10 @@ Strict, because a typo in params.yaml must not silently fall back to a default:
   converts, so `1e-5`, which YAML reads as a string, still becomes a float);
 * nested dataclasses (and `dict[str, Dataclass]`, `Dataclass | None`) are checked the same way.
 
+Numbers carry their range in their type (`Count`, `Positive`, `Fraction`...): `test_size: -5`
+or `10**100` fails like a wrong type does, and the Airflow run conf is checked with the same
+classes (`rulerag.params_schema`). A test checks that every numeric knob has a range.
+
 A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
 whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.
 """
@@ -22,13 +26,41 @@ import functools
 import types
 import typing
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
+
+from annotated_types import Ge, Gt, Le
 
 from rulerag.errors import InputError
 
-__all__ = ["SettingsError", "load_settings", "param_key", "settings_fields"]
+__all__ = [
+    "Count",
+    "Fraction",
+    "NonNegative",
+    "Positive",
+    "PositiveReal",
+    "Seed",
+    "SettingsError",
+    "load_settings",
+    "param_key",
+    "settings_fields",
+]
 
 T = TypeVar("T")
+
+#: the largest integer any knob takes (a count, a size, a step): what is bigger is a mistake
+MAX_INT = 2**31 - 1
+#: a count or size where 0 means "none" or "all" (each field's comment says which)
+Count = Annotated[int, Ge(0), Le(MAX_INT)]
+#: a count or size of at least one
+Positive = Annotated[int, Ge(1), Le(MAX_INT)]
+#: a random seed (numpy takes 0 .. 2**32 - 1)
+Seed = Annotated[int, Ge(0), Le(2**32 - 1)]
+#: a share, probability, confidence or ratio in [0, 1]
+Fraction = Annotated[float, Ge(0.0), Le(1.0)]
+#: a real that may be 0 (a threshold, a decay, a back-off)
+NonNegative = Annotated[float, Ge(0.0)]
+#: a real above 0 (a learning rate, a temperature, a time-out)
+PositiveReal = Annotated[float, Gt(0.0)]
 
 
 class SettingsError(InputError):
@@ -49,8 +81,14 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
         problems = []
         for error in err.errors():
             where = ".".join(str(part) for part in (section, *error["loc"]))
-            problems.append(f"{where}: {error['msg']} (got {error.get('input')!r})")
+            msg, got = _shorten(error["msg"], 300), _shorten(repr(error.get("input")))
+            problems.append(f"{where}: {msg} (got {got})")
         raise SettingsError("params.yaml: " + "; ".join(problems)) from None
+
+
+def _shorten(text: str, limit: int = 80) -> str:
+    """A value as an error message shows it: a 1 MB string must not become a 1 MB message."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def settings_fields(cls: type) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rulerag.settings import load_settings
+from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
 __all__ = [
     "BuildBenchmarkSettings",
@@ -38,8 +38,8 @@ class CorpusSettings:
 class StrataSettings:
     """`build_benchmark.strata`: popularity strata of the query subject's train degree."""
 
-    count: int = 3
-    weights: tuple[float, ...] | None = None  # one per stratum; None = equal weights
+    count: Positive = 3
+    weights: tuple[NonNegative, ...] | None = None  # one per stratum; None = equal weights
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ class RuleSelectionSettings:
     """`build_benchmark.rule_selection`: the rules selected per query."""
 
     method: str = "head"  # head | similarity
-    top_n: int = 3
-    threshold: float = 0.7  # similarity only
+    top_n: Positive = 3
+    threshold: Fraction = 0.7  # similarity only
     encoder: str = "minilm"  # sentence-transformers id or path (similarity only)
 
 
@@ -56,16 +56,16 @@ class RuleSelectionSettings:
 class BuildBenchmarkSettings:
     """params.yaml `build_benchmark`."""
 
-    seed: int = 12
+    seed: Seed = 12
     corpus: CorpusSettings = field(default_factory=CorpusSettings)
     #: paper = the paper's |Q| for the KG (all queries for a KG the paper has no row of); an
     #: integer; None = all
-    test_size: int | Literal["paper"] | None = "paper"
+    test_size: Positive | Literal["paper"] | None = "paper"
     strata: StrataSettings = field(default_factory=StrataSettings)
     rule_selection: RuleSelectionSettings = field(default_factory=RuleSelectionSettings)
-    max_oracle_docs: int = 5  # oracle documents kept per F_R item, answer-bearing first
+    max_oracle_docs: Positive = 5  # oracle documents kept per F_R item, answer-bearing first
     #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
-    finetune_from_train: int | dict[str, int] = 0
+    finetune_from_train: Count | dict[str, Count] = 0
 
 
 def build_benchmark_settings(section: Mapping[str, Any] | None) -> BuildBenchmarkSettings:

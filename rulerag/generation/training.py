@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
+from rulerag.settings import Count, Fraction, NonNegative, Positive, PositiveReal, Seed
 
 logger = logging.getLogger(__name__)
 
@@ -68,14 +69,14 @@ DEFAULT_DEEPSPEED_CONFIG = Path(__file__).resolve().parent / "configs" / "deepsp
 class LoraSettings:
     """peft LoRA knobs (paper / official script defaults)."""
 
-    r: int = 4
-    alpha: int = 16
-    dropout: float = 0.05
+    r: Positive = 4
+    alpha: Positive = 16
+    dropout: Fraction = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
     # Adapt only these transformer layers: None = all (the paper), an int N = the last N, or a
     # list of layer indices. On a CPU, adapting only the top layers means the backward pass
     # stops there, which roughly halves training time for a small loss in capacity.
-    layers: int | list[int] | None = None
+    layers: Count | list[Count] | None = None
 
     def layer_indices(self, num_layers: int) -> list[int] | None:
         """peft's `layers_to_transform` for a model of `num_layers` layers."""
@@ -96,8 +97,8 @@ class ModelSettings:
     dtype: str | None = None  # base weights' dtype when not quantised; None = the checkpoint's
     quantization: str | None = None  # None or "nf4" (QLoRA; GPU, or slowly on CPU)
     chat_template: bool | str | None = "auto"
-    max_prompt_tokens: int | None = 768  # longer prompts are cut from the left
-    seed: int = 12
+    max_prompt_tokens: Positive | None = 768  # longer prompts are cut from the left
+    seed: Seed = 12
 
 
 @dataclass
@@ -107,17 +108,17 @@ class TrainerSettings:
 
     lora: LoraSettings = field(default_factory=LoraSettings)
     deepspeed: str | None = None  # path to a ZeRO config (GPU)
-    epochs: float = 1.0
-    learning_rate: float = 3e-4
-    batch_size: int = 4
-    gradient_accumulation: int = 1
-    warmup: float = 0.1  # steps, or a ratio of all steps when < 1
-    weight_decay: float = 0.0
-    adam_beta2: float = 0.95
-    max_answer_tokens: int = 32
-    eval_steps: int = 20
-    logging_steps: int = 5
-    save_total_limit: int = 2
+    epochs: PositiveReal = 1.0
+    learning_rate: PositiveReal = 3e-4
+    batch_size: Positive = 4
+    gradient_accumulation: Positive = 1
+    warmup: NonNegative = 0.1  # steps, or a ratio of all steps when < 1
+    weight_decay: NonNegative = 0.0
+    adam_beta2: Fraction = 0.95
+    max_answer_tokens: Positive = 32
+    eval_steps: Positive = 20
+    logging_steps: Positive = 5
+    save_total_limit: Positive = 2
     bf16: bool | str = "auto"  # auto: on CUDA with bf16 support
     gradient_checkpointing: bool = False
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from rulerag.retrieval.metrics import DEFAULT_KS
 from rulerag.retrieval.rule_guided import RULE_QUERY_FORMS
-from rulerag.settings import load_settings
+from rulerag.settings import Positive, Seed, load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
 #: The retrieval stage's run files, read by the generator stages (one place for the names).
@@ -67,12 +67,12 @@ class RetrieveSettings:
 
     indexes: tuple[str, ...] = ("bm25", "minilm")  # each searched standard and rule-guided
     finetune: tuple[str, ...] = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
-    top_k: int = 50  # per (query, rule) search
-    ks: tuple[int, ...] = DEFAULT_KS  # Recall@k reported
+    top_k: Positive = 50  # per (query, rule) search
+    ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
     splits: tuple[str, ...] = RETRIEVE_SPLITS
     #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
-    f_g_queries: int | None = None
-    seed: int = 12
+    f_g_queries: Positive | None = None
+    seed: Seed = 12
     #: a rule's part of a rule-guided search text: rule = its whole text (the paper), body =
     #: its body relation names only (also what RGFT trains on)
     rule_query: str = "rule"

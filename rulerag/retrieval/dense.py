@@ -29,6 +29,7 @@ import numpy as np
 
 from rulerag.io import atomic_path
 from rulerag.retrieval.encoders import DualEncoder, encode
+from rulerag.settings import Count, Positive
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -39,13 +40,13 @@ class FaissConfig:
     """params.yaml `index.faiss`."""
 
     kind: str = "flat"  # flat (exact inner product) | ivf | hnsw
-    nlist: int = 1024  # ivf: clusters (capped at n/39, FAISS's minimum points per centroid)
-    nprobe: int = 32  # ivf: clusters visited per query
-    hnsw_m: int = 32  # hnsw: graph degree
-    ef_construction: int = 200
-    ef_search: int = 128
+    nlist: Positive = 1024  # ivf: clusters (capped at n/39, FAISS's minimum points per centroid)
+    nprobe: Positive = 32  # ivf: clusters visited per query
+    hnsw_m: Positive = 32  # hnsw: graph degree
+    ef_construction: Positive = 200
+    ef_search: Positive = 128
     gpu: str | bool = "auto"  # auto: use a GPU when faiss-gpu and a GPU are there; false: never
-    threads: int = 0  # OpenMP threads for CPU search; 0 leaves FAISS's default
+    threads: Count = 0  # OpenMP threads for CPU search; 0 leaves FAISS's default
 
 
 def corpus_key(model_fingerprint: str, texts: Sequence[str], **settings: object) -> str:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from rulerag.settings import Positive
+
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
@@ -180,8 +182,8 @@ class EncoderSpec:
     model: str = "minilm"
     query_model: str | None = None
     doc_model: str | None = None
-    max_length: int = 128  # tokens; `q ∘ r` reaches ~75 with MiniLM's tokenizer
-    batch_size: int = 32
+    max_length: Positive = 128  # tokens; `q ∘ r` reaches ~75 with MiniLM's tokenizer
+    batch_size: Positive = 32
     normalize: bool = True
 
     @property

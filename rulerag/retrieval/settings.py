@@ -16,7 +16,7 @@ from typing import Any
 from rulerag.retrieval.configs import DEFAULT_ENCODERS
 from rulerag.retrieval.dense import FaissConfig
 from rulerag.retrieval.encoders import EncoderSpec
-from rulerag.settings import SettingsError, load_settings
+from rulerag.settings import Count, Fraction, NonNegative, SettingsError, load_settings
 
 __all__ = ["SPARSE_BACKENDS", "IndexSettings", "SparseSettings", "index_settings"]
 
@@ -29,12 +29,12 @@ class SparseSettings:
     between bm25s and Lucene."""
 
     backend: str = "bm25s"  # bm25s (fast default) | pyserini (Lucene, the paper's tool)
-    k1: float = 0.9
-    b: float = 0.4
+    k1: NonNegative = 0.9
+    b: Fraction = 0.4
     stemmer: str | None = "porter"
-    threads: int = 2
+    threads: Count = 2
     parity_check: bool = True  # also build the Lucene index and compare top-10s
-    parity_queries: int = 200  # test queries (half alone, half as q ∘ r) for the check
+    parity_queries: Count = 200  # test queries (half alone, half as q ∘ r) for the check
 
     def __post_init__(self) -> None:
         if self.backend not in SPARSE_BACKENDS:
@@ -45,7 +45,7 @@ class SparseSettings:
 class IndexSettings:
     """params.yaml `index`."""
 
-    threads: int = 0  # torch threads; 0 = torch's default (all cores)
+    threads: Count = 0  # torch threads; 0 = torch's default (all cores)
     device: str = "auto"  # auto (cuda when there, else cpu) | cpu | cuda
     sparse: SparseSettings = field(default_factory=SparseSettings)
     #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)

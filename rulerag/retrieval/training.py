@@ -44,7 +44,17 @@ from rulerag.retrieval.configs import RetrievalPaths
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
 from rulerag.retrieval.encoders import EncoderSpec
 from rulerag.retrieval.rule_guided import compose, rule_query_text
-from rulerag.settings import SettingsError, load_settings, settings_fields
+from rulerag.settings import (
+    Count,
+    Fraction,
+    NonNegative,
+    Positive,
+    PositiveReal,
+    Seed,
+    SettingsError,
+    load_settings,
+    settings_fields,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -60,28 +70,28 @@ class TrainConfig:
     """What `train_query_encoder` runs with (paper defaults for lr, batch size and temperature);
     params.yaml `train_retriever` through `TrainRetrieverSettings`."""
 
-    lr: float = 1e-5
-    batch_size: int = 32
-    temperature: float = 0.01
-    epochs: int = 3
-    min_steps: int = 0  # train at least this long: small F_R sets cycle through more epochs
-    max_steps: int | None = None  # stop after this many steps even within an epoch
-    max_items: int | None = None  # train on at most this many F_R items (a seeded sample)
-    max_positives: int = 4  # oracle documents per item put in the batch pool each step
-    heldout_fraction: float = 0.1  # of the F_R items (whole queries), for early stopping
-    heldout_max: int = 500  # items
-    eval_every: int = 50  # steps
-    eval_k: int = 10  # the k of the held-out Recall@k
+    lr: PositiveReal = 1e-5
+    batch_size: Positive = 32
+    temperature: PositiveReal = 0.01
+    epochs: Positive = 3
+    min_steps: Count = 0  # train at least this long: small F_R sets cycle through more epochs
+    max_steps: Positive | None = None  # stop after this many steps even within an epoch
+    max_items: Positive | None = None  # train on at most this many F_R items (a seeded sample)
+    max_positives: Positive = 4  # oracle documents per item put in the batch pool each step
+    heldout_fraction: Fraction = 0.1  # of the F_R items (whole queries), for early stopping
+    heldout_max: Count = 500  # items
+    eval_every: Positive = 50  # steps
+    eval_k: Positive = 10  # the k of the held-out Recall@k
     early_stopping: str = "mrr"  # held-out figure to keep the best of: mrr | recall | loss
-    patience: int = 3  # evaluations without improvement before stopping
-    min_delta: float = 0.0  # the least change that counts as an improvement
-    checkpoint_every: int = 50
-    weight_decay: float = 0.0  # AdamW
-    warmup_steps: int = 0  # linear learning-rate warm-up
-    grad_clip: float = 1.0  # gradient norm clipping; 0 = none
-    max_length: int = EncoderSpec.max_length  # tokens of a query (`q ∘ r`)
+    patience: Positive = 3  # evaluations without improvement before stopping
+    min_delta: NonNegative = 0.0  # the least change that counts as an improvement
+    checkpoint_every: Positive = 50
+    weight_decay: NonNegative = 0.0  # AdamW
+    warmup_steps: Count = 0  # linear learning-rate warm-up
+    grad_clip: NonNegative = 1.0  # gradient norm clipping; 0 = none
+    max_length: Positive = EncoderSpec.max_length  # tokens of a query (`q ∘ r`)
     normalize: bool = EncoderSpec.normalize  # L2-normalise embeddings (as the index was built)
-    seed: int = 12
+    seed: Seed = 12
 
     def __post_init__(self) -> None:
         if self.early_stopping not in EARLY_STOPPING:
@@ -95,10 +105,10 @@ class TrainRetrieverSettings(TrainConfig):
     """params.yaml `train_retriever`: `TrainConfig`'s knobs, two of which default to the
     encoder's and the index's own, plus the stage's."""
 
-    max_length: int | None = None  # None: the encoder's (index.dense.<name>.max_length)
+    max_length: Positive | None = None  # None: the encoder's (index.dense.<name>.max_length)
     normalize: bool | None = None  # None: as the corpus index was built
     positives: str = "oracle"  # oracle = every oracle document; answer = answer-bearing only
-    threads: int = 0  # torch threads; 0 = torch's default (all cores)
+    threads: Count = 0  # torch threads; 0 = torch's default (all cores)
     log_model: bool = True  # the trained encoder as an MLflow artifact
     #: any of the keys above for one encoder only, by encoder name
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)

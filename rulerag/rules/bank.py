@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.rules.rule import Atom, Rule
+from rulerag.settings import Fraction, NonNegative, Positive
 
 STAT_COLUMNS = (
     "support",
@@ -103,10 +104,10 @@ def frame_rules(frame: pd.DataFrame) -> list[Rule]:
 class BankConfig:
     """Which mined rules make the bank (params.yaml `mine_rules.bank`)."""
 
-    lengths: tuple[int, ...] = (1,)
-    min_confidence: float = 0.0
-    min_support: float = 0.0
-    top_n_per_head: int | None = None
+    lengths: tuple[Positive, ...] = (1,)
+    min_confidence: Fraction = 0.0
+    min_support: NonNegative = 0.0
+    top_n_per_head: Positive | None = None
 
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:

@@ -20,7 +20,7 @@ from rulerag.rules.bank import BankConfig
 from rulerag.rules.rule import Rule
 from rulerag.rules.static_miner import StaticMinerSettings
 from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
-from rulerag.settings import load_settings, param_key
+from rulerag.settings import Seed, load_settings, param_key
 
 __all__ = [
     "IMPORT_FORMATS",
@@ -59,7 +59,7 @@ class MineRulesSettings:
 
     #: splits the rules are learned from (the paper: the training links only)
     splits: tuple[str, ...] = ("train",)
-    seed: int = SEED  # the temporal miner's walks and body samples
+    seed: Seed = SEED  # the temporal miner's walks and body samples
     static: StaticMinerSettings = field(default_factory=StaticMinerSettings)
     temporal: TemporalMinerSettings = field(default_factory=TemporalMinerSettings)
     bank: BankConfig = field(default_factory=BankConfig)

@@ -54,12 +54,15 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
+from annotated_types import Ge, Le
 
 from rulerag.rules.rule import Atom, Rule
+from rulerag.settings import Count, Fraction
 
 try:  # structure-only nnz count of a sparse product (SciPy internal, stable for a decade)
     from scipy.sparse._sparsetools import csr_matmat_maxnnz as _csr_matmat_maxnnz
@@ -459,12 +462,12 @@ class StaticMinerSettings:
     head coverage only, no absolute support floor), and the defaults of `mine_static`'s
     keywords."""
 
-    max_atoms: int = 3  # head included: 2 = one body atom, 3 = up to two
-    min_support: int = 0
-    min_head_coverage: float = 0.01
-    min_pca_confidence: float = 0.1
-    min_std_confidence: float = 0.0
-    min_initial_support: int = 100  # head relations with fewer facts are skipped (AMIE's -mins)
+    max_atoms: Annotated[int, Ge(2), Le(3)] = 3  # head included: 2 = one body atom, 3 = up to two
+    min_support: Count = 0
+    min_head_coverage: Fraction = 0.01
+    min_pca_confidence: Fraction = 0.1
+    min_std_confidence: Fraction = 0.0
+    min_initial_support: Count = 100  # head relations with fewer facts are skipped (AMIE's -mins)
     skyline: bool = True  # keep a refined rule only if it beats its parents' PCA confidence
 
 

@@ -64,13 +64,16 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 import pandas as pd
+from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
+from rulerag.settings import Count, Fraction, Positive
 
 #: a node whose edges span more time units than this is sampled exactly, edge by edge, for `exp`
 #: (exp(-700) is still a normal float64, so prefix sums of exp(t - t_max) are exact below it)
@@ -678,14 +681,14 @@ class TemporalMinerSettings:
     """params.yaml `mine_rules.temporal`: TLogic's knobs, and the defaults of `mine_temporal`'s
     keywords (its seed is `mine_rules.seed`, default `SEED`)."""
 
-    lengths: tuple[int, ...] = (1, 2, 3)
-    walks_per_relation: int = 200  # per relation and length
+    lengths: tuple[Annotated[int, Ge(1), Le(3)], ...] = (1, 2, 3)
+    walks_per_relation: Positive = 200  # per relation and length
     transition: str = "exp"  # exp (prefer recent edges) or unif
-    num_samples: int = 500  # body groundings sampled per rule for its confidence
+    num_samples: Positive = 500  # body groundings sampled per rule for its confidence
     exact: bool = False  # count every body grounding instead of sampling
-    min_confidence: float = 0.0
-    min_rule_support: int = 1  # 1 = TLogic's `conf > 0`
-    min_body_support: int = 1
+    min_confidence: Fraction = 0.0
+    min_rule_support: Count = 1  # 1 = TLogic's `conf > 0`
+    min_body_support: Count = 1
 
 
 #: the default seed of walks and body samples (params.yaml `mine_rules.seed`)

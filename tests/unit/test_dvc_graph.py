@@ -47,7 +47,7 @@ def test_project_dvc_yaml_expands_over_every_known_dataset() -> None:
     nell = ingest["nell995"]
     assert nell.name == "ingest@nell995"
     assert nell.dataset == "nell995"
-    assert nell.cmd == "python -m pipeline_steps.ingest --dataset nell995"
+    assert nell.cmd == "python -m pipeline_steps.ingest --dataset 'nell995'"
     assert "data/nell995/kg/facts.parquet" in nell.outs
     assert "data/nell995/kg/stats.json" in nell.outs  # metrics count as outputs
     assert "rulerag/kg" in nell.deps

@@ -3,18 +3,22 @@ knob its class has (no hidden defaults), and a typo in it fails naming the key a
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import typing
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import annotated_types
 import pytest
 import yaml
 
+from rulerag import params_schema
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
+from rulerag.orchestration import params_check
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
 from rulerag.retrieval.settings import IndexSettings, index_settings
 from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
@@ -172,3 +176,125 @@ def test_bad_values_fail_naming_the_key() -> None:
         train_retriever_settings({"positives": "all"})
     with pytest.raises(SettingsError, match=r"mine_rules\.import\.x.*format"):
         mine_rules_settings({"import": {"x": {"format": "anyburl", "path": "/r"}}})
+
+
+# --------------------------------------------------------------------------------------------
+# One schema: sections, ranges, the whole file
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_schema_is_the_stages_loaders() -> None:
+    """rulerag.params_schema names the loaders the stages call, for every section."""
+    assert set(params_schema.SECTIONS) == set(SECTIONS)
+    for section, (_, load) in SECTIONS.items():
+        assert params_schema.section_loader(section) is load
+
+
+def numeric_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, Any]]:
+    """(dotted name, annotation with extras) of every int/float knob under `cls`."""
+    if cls in seen:
+        return []
+    seen.add(cls)
+    out = []
+    extras = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        annotation = extras[f.name]
+        plain = typing.get_type_hints(cls)[f.name]
+        nested = nested_class(plain) or entry_class(plain)
+        if nested is not None:
+            out += numeric_fields(nested, f"{where}.{f.name}", seen)
+        elif re.search(r"\b(int|float)\b", str(plain)):
+            out.append((f"{where}.{f.name}", annotation))
+    return out
+
+
+def bounded(annotation: Any) -> bool:
+    """Every int/float inside the annotation carries a lower bound (ints an upper one too)."""
+    if typing.get_origin(annotation) is typing.Annotated:
+        base, *meta = typing.get_args(annotation)
+        lower = any(isinstance(m, annotated_types.Ge | annotated_types.Gt) for m in meta)
+        upper = any(isinstance(m, annotated_types.Le | annotated_types.Lt) for m in meta)
+        return lower and (upper or base is not int)
+    if annotation in (int, float):
+        return False
+    return all(bounded(a) for a in typing.get_args(annotation) if a is not type(None))
+
+
+def test_every_numeric_knob_has_a_range() -> None:
+    """`test_size: -5` or `top_n_per_head: -2` used to be accepted (and 10**100 from a conf)."""
+    seen: set[type] = set()
+    fields = [
+        f for section, (cls, _) in SECTIONS.items() for f in numeric_fields(cls, section, seen)
+    ]
+    assert len(fields) > 80
+    assert [name for name, annotation in fields if not bounded(annotation)] == []
+
+
+@pytest.mark.parametrize(
+    ("section", "values", "where"),
+    [
+        ("build_benchmark", {"test_size": -5}, "build_benchmark.test_size"),
+        ("mine_rules", {"bank": {"top_n_per_head": -2}}, "mine_rules.bank.top_n_per_head"),
+        ("mine_rules", {"static": {"max_atoms": 4}}, "mine_rules.static.max_atoms"),
+        ("retrieve", {"top_k": 10**100}, "retrieve.top_k"),
+        ("train_retriever", {"heldout_fraction": 1.5}, "train_retriever.heldout_fraction"),
+        ("build_benchmark", {"rule_selection": {"top_n": "three"}}, "rule_selection.top_n"),
+        ("retrieve", {"top_k": [5]}, "retrieve.top_k"),
+    ],
+)
+def test_out_of_range_values_fail_naming_the_key(
+    section: str, values: dict[str, Any], where: str
+) -> None:
+    _, load = SECTIONS[section]
+    with pytest.raises(SettingsError, match=re.escape(where)):
+        load(values)
+
+
+def test_a_huge_value_is_shortened_in_the_message() -> None:
+    with pytest.raises(SettingsError) as caught:
+        retrieve_settings({"rule_query": "x" * 1_000_000})
+    assert len(str(caught.value)) < 600 and "characters)" in str(caught.value)
+
+
+def test_the_whole_file_is_checked() -> None:
+    params_check.check_params(PARAMS)
+    missing = {k: v for k, v in PARAMS.items() if k != "build_benchmark"}
+    with pytest.raises(SettingsError, match="missing section 'build_benchmark'"):
+        params_check.check_params(missing)
+    with pytest.raises(SettingsError, match="'build_benchmark' must be a mapping"):
+        params_check.check_params({**PARAMS, "build_benchmark": None})
+    with pytest.raises(SettingsError, match="unknown top-level key 'build_benchmarks'"):
+        params_check.check_params({**PARAMS, "build_benchmarks": {}})
+    with pytest.raises(SettingsError, match="unknown dataset 'icews15'"):
+        params_check.check_params({**PARAMS, "datasets": ["icews15"]})
+    with pytest.raises(SettingsError, match=r"build_benchmark\.test_size"):
+        params_check.check_params(
+            {**PARAMS, "build_benchmark": {**PARAMS["build_benchmark"], "test_size": -5}}
+        )
+
+
+@pytest.mark.parametrize("name", ["x;touch pwned", "../../x", "my kg", "a/b", ""])
+def test_dataset_names_must_be_identifiers(name: str) -> None:
+    """A name reaches DVC's shell commands and becomes data/<name>/."""
+    custom = {name: {"path": "/tmp"}}
+    params = {**PARAMS, "datasets": [name], "ingest": {**PARAMS["ingest"], "custom": custom}}
+    with pytest.raises(SettingsError, match="dataset name"):
+        params_check.check_params(params)
+
+
+def test_the_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert params_check.main([str(PARAMS_FILE)]) == 0
+    broken = tmp_path / "params.yaml"
+    broken.write_text(yaml.safe_dump({**PARAMS, "retrieve": {**PARAMS["retrieve"], "top_k": 0}}))
+    assert params_check.main([str(broken)]) == 2
+    assert "retrieve.top_k" in capsys.readouterr().err
+
+
+def test_stages_refuse_a_params_file_without_a_section(tmp_path: Path) -> None:
+    from pipeline_steps.common import load_params
+
+    partial = tmp_path / "params.yaml"
+    partial.write_text(yaml.safe_dump({k: v for k, v in PARAMS.items() if k != "retrieve"}))
+    with pytest.raises(SettingsError, match="missing section 'retrieve'"):
+        load_params(partial)
+    assert load_params(PARAMS_FILE) == PARAMS

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from pipeline_steps.common import PROJECT_DIR
 from rulerag.retrieval.synthetic import tiny_benchmark
 from tests.helpers import require_minilm
 
@@ -45,7 +46,8 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import pipeline_steps.train_retriever as train
 
     tiny_benchmark(tmp_path / "data" / "tiny")
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(PARAMS))
+    project_params = yaml.safe_load((PROJECT_DIR / "params.yaml").read_text(encoding="utf-8"))
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({**project_params, **PARAMS}))
     for module in (index, retrieve, train):
         monkeypatch.setattr(module, "PROJECT_DIR", tmp_path)
         monkeypatch.setattr(module, "MODEL_CACHE", tmp_path / ".models")
