@@ -18,20 +18,23 @@ Both keys are optional; an empty conf changes nothing.
 from __future__ import annotations
 
 import copy
+import functools
 import io
 import math
 import os
 import re
 import tempfile
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import CommentMark
 from ruamel.yaml.tokens import CommentToken
+
+from rulerag.settings import SettingsError
 
 __all__ = [
     "DATASET_NAME_RE",
@@ -49,6 +52,8 @@ DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
 SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
 _CONF_KEYS = ("datasets", "params", "stages")
+#: the longest string a conf value may hold (a path, a model id, a prompt style...)
+MAX_CONF_STRING = 4096
 _SCALARS = (str, bool, int, float, type(None))
 
 
@@ -86,8 +91,15 @@ def _is_scalar(value: Any) -> bool:
 
 
 def _check_value(key: str, value: Any) -> None:
-    """Scalars, or one level of list/dict holding scalars: no objects, no deep structures."""
+    """Scalars, or one level of list/dict holding scalars: no objects, no deep structures, no
+    string longer than `MAX_CONF_STRING` (types and ranges are the schema's, see
+    `validate_run_conf`)."""
     what = f"conf params['{key}']"
+    for text in _strings(value):
+        if len(text) > MAX_CONF_STRING:
+            raise ValueError(
+                f"{what}: a string of {len(text):,} characters; at most {MAX_CONF_STRING:,}"
+            )
     if _is_scalar(value):
         return
     if isinstance(value, list | tuple):
@@ -155,8 +167,13 @@ def validate_run_conf(
     known_datasets: Collection[str],
     cmd_keys: Collection[str] = (),
     stage_names: Collection[str] | None = None,
+    check: Callable[[Mapping[str, Any]], None] | None | Literal["schema"] = "schema",
 ) -> RunConf:
     """Check a run's conf against params.yaml and the known datasets; ValueError if bad.
+
+    ``check`` validates the params.yaml the conf would produce: by default the project's
+    schema (`rulerag.orchestration.params_check.check_params`: every section, type, range and
+    dataset name), None for none (a params file of another shape, in tests).
 
     ``cmd_keys`` are params keys interpolated into stage commands
     (``dvc_graph.cmd_param_keys``): string values overriding them must be plain tokens, since
@@ -252,7 +269,20 @@ def validate_run_conf(
                     f" dvc.yaml has {', '.join(stage_names)}"
                 )
         stages = tuple(dict.fromkeys(raw))
-    return RunConf(datasets=datasets, params=overrides, stages=stages)
+    result = RunConf(datasets=datasets, params=overrides, stages=stages)
+    # Types, ranges and section shapes: the schema every stage loads params.yaml with, applied
+    # to what params.yaml would read after this conf ("three" for an int, 10**100, a list
+    # where a scalar belongs fail here, naming the key, before anything is written).
+    if check == "schema":
+        from rulerag.orchestration.params_check import check_params
+
+        check = functools.partial(check_params, where="params.yaml with this run conf")
+    try:
+        if check is not None and not result.is_empty:
+            check(set_params(params, result))
+    except SettingsError as err:
+        raise ValueError(f"run conf params: {err}") from None
+    return result
 
 
 # ---------------------------------------------------------------------------------------------

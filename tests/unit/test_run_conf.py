@@ -56,6 +56,7 @@ def params_file(tmp_path: Path) -> Path:
 
 
 def validate(conf: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> RunConf:
+    kwargs.setdefault("check", None)  # PARAMS_TEXT is not the project's schema
     return validate_run_conf(conf, params or load_params_text(), KNOWN, **kwargs)
 
 
@@ -226,3 +227,24 @@ def test_stages_conf_is_checked_against_dvc_yaml():
     with pytest.raises(ValueError, match="non-empty list"):
         validate_run_conf({"stages": "ingest"}, params, ["icews14"], (), names)
     assert validate_run_conf({}, params, ["icews14"], (), names).stages is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"retrieve.top_k": "three"}, r"retrieve\.top_k: Input should be a valid integer"),
+        ({"retrieve.top_k": 10**100}, r"retrieve\.top_k: Input should be less than"),
+        ({"build_benchmark.test_size": -5}, r"build_benchmark\.test_size"),
+        ({"mine_rules.bank.top_n_per_head": [1, 2]}, r"mine_rules\.bank\.top_n_per_head"),
+        ({"generation.model": "x" * 1_000_000}, r"1,000,000 characters; at most 4,096"),
+    ],
+)
+def test_conf_values_are_checked_by_the_stages_schema(
+    override: dict[str, Any], message: str
+) -> None:
+    """The conf used to accept any YAML scalar; now the params.yaml it would produce must load
+    with the stages' own settings classes."""
+    params = load_params(PROJECT / "params.yaml")
+    with pytest.raises(ValueError, match=message):
+        validate_run_conf({"params": override}, params, KNOWN)
+    assert validate_run_conf({"params": {"retrieve.top_k": 20}}, params, KNOWN).params
