@@ -120,3 +120,32 @@ def test_failed_ingest_keeps_nothing_and_reports_line(
     assert done.returncode != 0
     assert "train.txt:1: expected 3 columns" in done.stdout + done.stderr
     assert not (project_copy / "data" / "nell995" / "kg" / "facts.parquet").exists()
+
+
+def test_a_dataset_name_with_shell_syntax_runs_no_command(project_copy: Path, env: dict) -> None:
+    """DVC runs stage commands through a shell; a name with `;` used to run what follows it.
+    The name is quoted in dvc.yaml's commands and refused by the stage (and by `make run`'s
+    params check before DVC starts)."""
+    params = yaml.safe_load((project_copy / "params.yaml").read_text())
+    name = "x;touch PWNED;"
+    params["datasets"] = [name]
+    params["ingest"]["custom"] = {name: {"path": str(project_copy)}}
+    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    done = subprocess.run(
+        ["dvc", "repro", f"ingest@{name}"],
+        cwd=project_copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode != 0
+    assert not (project_copy / "PWNED").exists()
+    assert "invalid dataset name" in done.stdout + done.stderr
+    check = subprocess.run(
+        [sys.executable, "-m", "rulerag.orchestration.params_check", "params.yaml"],
+        cwd=project_copy,
+        capture_output=True,
+        text=True,
+    )
+    assert check.returncode == 2 and "invalid dataset name" in check.stderr

@@ -81,3 +81,16 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
     assert run.info.status == "FAILED"
     assert "no facts in splits ['valid']" in run.data.tags[TAG_ERROR]
     assert not (tmp_path / "data" / "mykg" / "rules").exists()
+
+
+@pytest.mark.parametrize("name", ["../../x", "x;touch pwned", "x y"])
+def test_a_stage_refuses_a_dataset_name_that_is_not_an_identifier(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`../../x` used to write outside data/; the name now fails before anything is read."""
+    import pipeline_steps.ingest as stage
+
+    with pytest.raises(SystemExit) as caught:
+        run_stage(stage.main, ["--dataset", name])
+    assert caught.value.code == 2
+    assert "invalid dataset name" in capsys.readouterr().err
