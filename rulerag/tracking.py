@@ -44,7 +44,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
+
+from rulerag.redact import redact_secrets, redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +159,9 @@ def flatten_params(params: Mapping[str, Any], prefix: str = "") -> dict[str, str
         if isinstance(value, Mapping) and value:
             flat.update(flatten_params(value, prefix=f"{name}."))
         else:
-            flat[sanitize_name(name)] = _truncate(_stringify(value), MAX_PARAM_VALUE_LENGTH)
+            # a URL with credentials (an API base URL, a store) must not reach the store
+            value = redact_url(_stringify(value))
+            flat[sanitize_name(name)] = _truncate(value, MAX_PARAM_VALUE_LENGTH)
     return flat
 
 
@@ -177,20 +181,6 @@ def resolve_tracking_uri(project_dir: Path, tracking_uri: str | None = None) -> 
 def spool_dir(project_dir: Path) -> Path:
     """Where runs wait when the tracking store could not take them."""
     return Path(project_dir) / SPOOL_DIRNAME
-
-
-def _redact_uri(uri: str) -> str:
-    """The URI without user and password, for logs and spool files."""
-    try:
-        parts = urlsplit(uri)
-    except ValueError:
-        return "<unparseable uri>"
-    if parts.username is None and parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    return urlunsplit(parts._replace(netloc=f"***@{host}"))
 
 
 def _is_dvc(arg: str) -> bool:
@@ -558,7 +548,8 @@ class StageRun:
         """Record tags (names sanitised, values stringified and cut to MLflow's limit)."""
         self._check_open()
         for key, value in tags.items():
-            self._record.tags[sanitize_name(key)] = _truncate(str(value), MAX_TAG_VALUE_LENGTH)
+            value = redact_url(str(value))
+            self._record.tags[sanitize_name(key)] = _truncate(value, MAX_TAG_VALUE_LENGTH)
 
     @property
     def spooled(self) -> bool:
@@ -612,8 +603,13 @@ class StageRun:
         self._closed = True
         try:
             self._send_or_spool(status, error)
-        except Exception:  # a bug here must not turn a finished stage into a failed one
-            logger.exception("MLflow logging of %s failed unexpectedly", self._record.run_name)
+        except Exception as exc:  # a bug here must not turn a finished stage into a failed one
+            # no traceback: its messages may hold the store's URL with credentials
+            logger.error(
+                "MLflow logging of %s failed unexpectedly: %s",
+                self._record.run_name,
+                redact_secrets(f"{type(exc).__name__}: {exc}"),
+            )
 
     def _send_or_spool(self, status: str, error: BaseException | None) -> None:
         record = self._record
@@ -621,7 +617,7 @@ class StageRun:
         record.end_time = _now_ms()
         if error is not None:
             record.tags[TAG_ERROR] = _truncate(
-                f"{type(error).__name__}: {error}", MAX_TAG_VALUE_LENGTH
+                redact_secrets(f"{type(error).__name__}: {error}"), MAX_TAG_VALUE_LENGTH
             )
         artifacts = self._staging / "artifacts" if self._staging else None
         created: list[str] = []
@@ -657,8 +653,8 @@ class StageRun:
                 "format": SPOOL_FORMAT,
                 **asdict(record),
                 "spooled_at": datetime.now(UTC).isoformat(),
-                "tracking_uri": _redact_uri(self._tracking_uri),
-                "error": f"{type(exc).__name__}: {exc}",
+                "tracking_uri": redact_url(self._tracking_uri),
+                "error": redact_secrets(f"{type(exc).__name__}: {exc}"),
                 "partial_run_ids": partial_run_ids,
             }
             _write_json_atomic(self._staging / RUN_JSON, payload)
@@ -666,13 +662,14 @@ class StageRun:
             # at the same time never sees half a run.
             os.replace(self._staging, target)
             self._staging = None
-        except Exception:
-            logger.exception(
-                "MLflow run %s could not be logged (%s) nor spooled to %s; its params and "
+        except Exception as spool_error:
+            logger.error(
+                "MLflow run %s could not be logged (%s) nor spooled to %s (%s); its params and "
                 "metrics are lost (the stage's outputs are not affected)",
                 record.run_name,
-                exc,
+                _first_line(exc),
                 target,
+                _first_line(spool_error),
             )
             return
         self._spooled = True
@@ -680,7 +677,7 @@ class StageRun:
         logger.warning(
             "MLflow tracking store %s failed (%s: %s); run %s kept in %s. The stage's outputs "
             "are not affected. Send it later with `python -m rulerag.tracking replay`.",
-            _redact_uri(self._tracking_uri),
+            redact_url(self._tracking_uri),
             type(exc).__name__,
             _first_line(exc),
             record.run_name,
@@ -689,7 +686,7 @@ class StageRun:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
+    text = redact_secrets(exc).strip()
     return _truncate(text.splitlines()[0] if text else "", 300)
 
 
@@ -794,7 +791,7 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
                 raise ValueError(f"unknown spool format {data.get('format')!r}")
             record = _RunRecord.from_json(data)
             record.tags[TAG_REPLAYED_FROM] = folder.name
-            if data.get("partial_run_ids") and data.get("tracking_uri") == _redact_uri(uri):
+            if data.get("partial_run_ids") and data.get("tracking_uri") == redact_url(uri):
                 _discard_partial(data["partial_run_ids"], uri)
             _send(record, claim / "artifacts", uri, Path(project_dir), created)
         except Exception as exc:
@@ -804,7 +801,7 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
             logger.warning(
                 "could not replay spooled run %s to %s (%s: %s); it stays in the spool",
                 folder.name,
-                _redact_uri(uri),
+                redact_url(uri),
                 type(exc).__name__,
                 _first_line(exc),
             )
@@ -835,7 +832,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     uri = resolve_tracking_uri(project_dir, args.tracking_uri)
     sent = replay_spool(project_dir, uri)
     left = _count_spooled(project_dir)
-    print(f"replayed {sent} run(s) to {_redact_uri(uri)}; {left} left in {spool_dir(project_dir)}")
+    print(f"replayed {sent} run(s) to {redact_url(uri)}; {left} left in {spool_dir(project_dir)}")
     return 1 if left else 0
 
 

@@ -3,10 +3,13 @@ server), with the paper's 3-shot prompt in place of fine-tuning.
 
 * Endpoint: `POST {base_url}/chat/completions`, the OpenAI wire format that most servers
   speak. Plain `requests`, so the retry policy and what is logged stay in this file.
-* Key: from the environment (`RULERAG_API_KEY`, then `OPENAI_API_KEY`; names configurable), or
-  from an Airflow connection (its password; its host as the base URL when none is given). The
-  key lives only in the request header: it is never logged, never put in an exception message,
-  and `repr` masks it. params.yaml and MLflow hold the variable's name, never its value.
+* Key: from the environment (`RULERAG_API_KEY`, then `OPENAI_API_KEY`: `key_env` may reorder
+  or narrow these two, never name another variable, so a params file or a run conf cannot
+  send, say, `AWS_SECRET_ACCESS_KEY` to a server of its choosing), or from an Airflow
+  connection (its password; its host as the base URL when none is given). The key lives only
+  in the request header: it is never logged, never put in an exception message (nor the parts
+  of it a server echoes back), and `repr` masks it; URLs are shown without their credentials
+  (`rulerag.redact`). params.yaml and MLflow hold the variable's name, never its value.
 * Retries: 429, 5xx and connection errors are retried with exponential backoff (base * 2^n,
   capped, plus jitter), honouring `Retry-After`; other 4xx fail at once (a bad key or model
   name does not become right by waiting).
@@ -25,15 +28,28 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Literal, get_args
+from urllib.parse import urlsplit
 
 from rulerag.generation.prompts import PromptFormat
+from rulerag.redact import redact_secrets, redact_url
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DEFAULT_KEY_ENV", "ApiError", "ApiGenerator", "resolve_api_key"]
+__all__ = [
+    "ALLOWED_KEY_ENV",
+    "DEFAULT_KEY_ENV",
+    "ApiError",
+    "ApiGenerator",
+    "ApiKeyVariable",
+    "check_key_env",
+    "resolve_api_key",
+]
 
-DEFAULT_KEY_ENV: tuple[str, ...] = ("RULERAG_API_KEY", "OPENAI_API_KEY")
+#: the only environment variables an API key may come from (documented in params.yaml)
+ApiKeyVariable = Literal["RULERAG_API_KEY", "OPENAI_API_KEY"]
+ALLOWED_KEY_ENV: tuple[str, ...] = get_args(ApiKeyVariable)
+DEFAULT_KEY_ENV: tuple[str, ...] = ALLOWED_KEY_ENV
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
@@ -50,6 +66,18 @@ def _airflow_connection(conn_id: str) -> Any:
     return BaseHook.get_connection(conn_id)
 
 
+def check_key_env(env_names: Sequence[str]) -> None:
+    """Refuse a variable outside `ALLOWED_KEY_ENV`: whatever it names is sent as the key."""
+    if isinstance(env_names, str):
+        raise ValueError(f"key_env must be a list of variable names, not {env_names!r}")
+    other = [name for name in env_names if name not in ALLOWED_KEY_ENV]
+    if other:
+        raise ValueError(
+            f"key_env may only name {', '.join(ALLOWED_KEY_ENV)}, not {', '.join(other)}: "
+            "the variable's value is sent to the API server as its key"
+        )
+
+
 def resolve_api_key(
     env_names: Sequence[str] = DEFAULT_KEY_ENV,
     airflow_conn_id: str | None = None,
@@ -61,6 +89,7 @@ def resolve_api_key(
     The connection route is for Airflow workers, where secrets live in a secrets backend or an
     `AIRFLOW_CONN_<ID>` variable rather than in the task's environment.
     """
+    check_key_env(env_names)
     environ = os.environ if environ is None else environ
     for name in env_names:
         value = environ.get(name, "").strip()
@@ -101,6 +130,7 @@ class ApiGenerator:
         sleep: Callable[[float], None] = time.sleep,
         session: Any = None,
     ) -> None:
+        check_key_env(key_env)
         key, conn_url = (api_key, None) if api_key else resolve_api_key(key_env, airflow_conn_id)
         base_url = base_url or conn_url
         if not base_url:
@@ -111,6 +141,9 @@ class ApiGenerator:
             )
         self._key = key
         self.base_url = base_url.rstrip("/")
+        # what messages show: no credentials in the URL, nothing the server echoes of the key
+        self._secrets = (key, urlsplit(self.base_url).password, urlsplit(self.base_url).username)
+        self.shown_url = redact_url(self.base_url)
         self.model = model
         self.examples = [(str(p), str(a)) for p, a in examples]
         self.prompt_format = prompt_format or PromptFormat()
@@ -133,7 +166,7 @@ class ApiGenerator:
         self.retries = 0
 
     def __repr__(self) -> str:
-        return f"ApiGenerator(base_url={self.base_url!r}, model={self.model!r}, api_key='***')"
+        return f"ApiGenerator(base_url={self.shown_url!r}, model={self.model!r}, api_key='***')"
 
     def messages(self, prompt: str) -> list[dict[str, str]]:
         """The chat turns sent for one prompt: the fixed examples, then the prompt."""
@@ -151,6 +184,7 @@ class ApiGenerator:
         import requests
 
         url = f"{self.base_url}/chat/completions"
+        shown = f"{self.shown_url}/chat/completions"
         body = {
             "model": self.model,
             "messages": self.messages(prompt),
@@ -175,21 +209,21 @@ class ApiGenerator:
                 last = f"HTTP {response.status_code}"
                 if response.status_code not in _RETRY_STATUS:
                     detail = self._redact(self._error_text(response))
-                    raise ApiError(f"{url}: {last}: {detail}")
+                    raise ApiError(f"{shown}: {last}: {detail}")
                 retry_after = self._retry_after(response)
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, retry_after)
             logger.warning(
                 "%s: %s; retry %d/%d in %.1fs",
-                url,
+                shown,
                 last,
                 attempt + 1,
                 self.max_retries,
                 delay,
             )
             self._sleep(delay)
-        raise ApiError(f"{url}: {last} after {self.max_retries + 1} attempts")
+        raise ApiError(f"{shown}: {last} after {self.max_retries + 1} attempts")
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         delay = min(self.max_backoff, self.backoff * (2**attempt))
@@ -207,8 +241,9 @@ class ApiGenerator:
             return None  # an HTTP date: fall back to our own backoff
 
     def _redact(self, text: str) -> str:
-        """Servers may echo the key in an error body; never pass it on."""
-        return text.replace(self._key, "***") if self._key else text
+        """Servers echo the key, or its head and tail (`sk-abc1*****wxyz`), in error bodies;
+        never pass any of it on."""
+        return redact_secrets(text, self._secrets)
 
     @staticmethod
     def _error_text(response: Any) -> str:
@@ -219,11 +254,10 @@ class ApiGenerator:
         except Exception:
             return response.text[:300]
 
-    @staticmethod
-    def _text(response: Any) -> str:
+    def _text(self, response: Any) -> str:
         data = response.json()
         try:
             content = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as err:
-            raise ApiError(f"unexpected response shape: {str(data)[:300]}") from err
+            raise ApiError(f"unexpected response shape: {self._redact(str(data)[:300])}") from err
         return content or ""

@@ -23,9 +23,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rulerag.generation.api import DEFAULT_KEY_ENV, ApiKeyVariable
 from rulerag.generation.prompts import PROMPT_KINDS, PROMPT_STYLES
 from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSettings
-from rulerag.settings import SettingsError, load_settings
+from rulerag.settings import (
+    Count,
+    NonNegative,
+    Positive,
+    PositiveReal,
+    SettingsError,
+    load_settings,
+)
 
 __all__ = [
     "GENERATOR_KINDS",
@@ -79,13 +87,14 @@ class ApiSettings:
 
     base_url: str | None = None
     model: str = "gpt-4o-mini"
-    key_env: tuple[str, ...] = ("RULERAG_API_KEY", "OPENAI_API_KEY")
+    # where the key may come from: only these two variables, in the order given (api.py)
+    key_env: tuple[ApiKeyVariable, ...] = DEFAULT_KEY_ENV
     airflow_conn_id: str | None = None
-    shots: int = 3
-    timeout: float = 60.0
-    max_retries: int = 5
-    backoff: float = 1.0
-    concurrency: int = 4
+    shots: Count = 3
+    timeout: PositiveReal = 60.0
+    max_retries: Count = 5
+    backoff: NonNegative = 1.0
+    concurrency: Positive = 4
 
 
 def _default_variants() -> dict[str, VariantSpec]:
@@ -99,8 +108,8 @@ def _default_variants() -> dict[str, VariantSpec]:
 class TrainSection(TrainerSettings):
     """params' `generation.train`: the Trainer's knobs plus what data it trains on."""
 
-    samples: int = 2048  # F_G training samples (the paper's 2,048)
-    dev_samples: int = 128
+    samples: Positive = 2048  # F_G training samples (the paper's 2,048)
+    dev_samples: Count = 128
     variants: dict[str, VariantSpec] = field(default_factory=_default_variants)
 
 
@@ -112,12 +121,12 @@ class GenerationSettings(ModelSettings):
     model: str = "smollm2"
     prompt_style: str = "paper"
     retriever: str = "minilm"
-    num_documents: int = 5
-    max_rules: int | None = None
-    max_new_tokens: int = 10
-    batch_size: int = 8
-    recall_k: tuple[int, ...] = (10,)
-    test_queries: int | None = 100
+    num_documents: Count = 5
+    max_rules: Positive | None = None
+    max_new_tokens: Positive = 10
+    batch_size: Positive = 8
+    recall_k: tuple[Positive, ...] = (10,)
+    test_queries: Positive | None = 100
     train: TrainSection = field(default_factory=TrainSection)
     api: ApiSettings = field(default_factory=ApiSettings)
     configs: tuple[str, ...] = ()

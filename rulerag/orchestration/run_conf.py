@@ -52,6 +52,14 @@ DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
 SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
 _CONF_KEYS = ("datasets", "params", "stages")
+#: where secrets come from and where they are sent: only the project's owner, in params.yaml,
+#: decides these; a run conf (anyone who may trigger the DAG) touching them, or a parent of
+#: them, is refused, so it cannot point the key at a server of its own
+PROTECTED_PARAM_KEYS = (
+    "generation.api.base_url",
+    "generation.api.key_env",
+    "generation.api.airflow_conn_id",
+)
 #: the longest string a conf value may hold (a path, a model id, a prompt style...)
 MAX_CONF_STRING = 4096
 _SCALARS = (str, bool, int, float, type(None))
@@ -229,6 +237,12 @@ def validate_run_conf(
                 )
             if key == "datasets" or key.startswith("datasets."):
                 raise ValueError('run conf params: set datasets with the "datasets" conf key')
+            protected = [p for p in PROTECTED_PARAM_KEYS if _touches(key, p)]
+            if protected:
+                raise ValueError(
+                    f"run conf params: {key!r} decides where the API key comes from or goes "
+                    f"({', '.join(protected)}); only params.yaml may set it"
+                )
             try:
                 current = _lookup(params, key)
             except KeyError:

@@ -160,11 +160,11 @@ def test_key_from_environment_or_airflow_connection(monkeypatch):
     import rulerag.generation.api as api
 
     monkeypatch.setattr(api, "_airflow_connection", lambda conn_id: Conn())
-    assert resolve_api_key(("NOPE",), "llm_api", environ={}) == (
+    assert resolve_api_key((), "llm_api", environ={}) == (
         "from-airflow",
         "https://llm.example.org:8443",
     )
-    assert resolve_api_key(("NOPE",), None, environ={}) == (None, None)
+    assert resolve_api_key((), None, environ={}) == (None, None)
 
 
 def test_missing_key_or_url_is_an_error(monkeypatch):
@@ -182,7 +182,7 @@ def test_key_from_a_real_airflow_connection_variable(monkeypatch):
         "AIRFLOW_CONN_RULERAG_TEST_LLM",
         json.dumps({"conn_type": "http", "host": "llm.example.org", "password": "pw-123"}),
     )
-    assert resolve_api_key(("NOPE",), "rulerag_test_llm", environ={}) == (
+    assert resolve_api_key((), "rulerag_test_llm", environ={}) == (
         "pw-123",
         "https://llm.example.org",
     )
