@@ -18,5 +18,12 @@ class KGFormatError(InputError):
         super().__init__(f"{where}: {message}")
 
 
+class UnknownDatasetError(InputError, KeyError):
+    """A dataset name that is neither in the registry nor in params.yaml `ingest.custom`."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class DatasetNotFoundError(InputError, FileNotFoundError):
     """A dataset is neither in the local mirror nor downloadable; says everywhere it looked."""

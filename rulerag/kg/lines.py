@@ -13,6 +13,10 @@ from rulerag.kg.errors import KGFormatError
 
 Row = tuple[int, list[str]]  # (1-based line number, fields)
 
+#: the longest line a KG file may have: a fact is three or four names, and a longer line is a
+#: broken file (csv's own field limit, 131,072, would otherwise end in a bare `_csv.Error`)
+MAX_LINE_CHARS = 100_000
+
 
 def read_text(path: Path) -> str:
     """Decode a file as strict UTF-8; a bad byte is reported with its line and column."""
@@ -50,8 +54,18 @@ def read_rows(
         line = raw.removesuffix("\r")
         if not line.strip():
             raise KGFormatError(path, "blank line", number)
+        if len(line) > MAX_LINE_CHARS:
+            raise KGFormatError(
+                path, f"line of {len(line):,} characters (at most {MAX_LINE_CHARS:,})", number
+            )
+        if "\x00" in line:
+            column = line.index("\x00") + 1
+            raise KGFormatError(path, f"NUL byte at column {column} (a binary file?)", number)
         if quoted:
-            fields = next(csv.reader(io.StringIO(line), delimiter=delimiter))
+            try:
+                fields = next(csv.reader(io.StringIO(line), delimiter=delimiter, strict=True))
+            except csv.Error as err:
+                raise KGFormatError(path, f"not valid CSV: {err}", number) from None
         else:
             fields = line.split(delimiter)
         if len(fields) not in columns:
@@ -60,7 +74,11 @@ def read_rows(
                 f"expected {expected} columns separated by {delimiter!r}, found {len(fields)}",
                 number,
             )
-        rows.append((number, [f.strip() for f in fields]))
+        fields = [f.strip() for f in fields]
+        empty = [i for i, f in enumerate(fields, 1) if not f]
+        if empty:
+            raise KGFormatError(path, f"field {empty[0]} of {len(fields)} is empty", number)
+        rows.append((number, fields))
     return rows
 
 

@@ -59,6 +59,13 @@ class _FactBuilder:
         granularity: str | None,
         notes: list[str],
     ) -> KnowledgeGraph:
+        if not self.heads:
+            files = ", ".join(str(p) for p in self.split_files.values()) or "no split file"
+            raise KGFormatError(
+                next(iter(self.split_files.values()), Path(".")).parent,
+                f"no facts in any split (read {files}: headers or nothing else); a KG with "
+                "no facts would replace the one built before",
+            )
         facts = make_facts(self.heads, self.relations, self.tails, self.times, self.splits)
         facts["line"] = pd.array(self.lines, dtype="int32")
         kg = KnowledgeGraph(
@@ -86,6 +93,10 @@ def find_split_files(
             if candidate.is_file():
                 found[split] = candidate
                 break
+            if candidate.is_symlink() or candidate.exists():
+                # a folder, a symlink to itself or to nothing: not a missing split, a mistake
+                what = "a directory" if candidate.is_dir() else "a broken or looping symlink"
+                raise KGFormatError(candidate, f"is {what}; a split file must be a regular file")
     if not found:
         wanted = ", ".join(f"{s}{{{','.join(suffixes)}}}" for s in SPLITS)
         raise KGFormatError(folder, f"no split files found (looked for {wanted})")

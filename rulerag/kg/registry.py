@@ -12,11 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import MaxLen, MinLen
 
 from rulerag.kg import readers
 from rulerag.kg.download import RemoteFile
+from rulerag.kg.errors import UnknownDatasetError
 from rulerag.kg.schema import KnowledgeGraph
+from rulerag.params_schema import check_dataset_name
 from rulerag.settings import load_settings
 
 Reader = Callable[[Path], KnowledgeGraph]
@@ -228,7 +232,7 @@ class CustomKG:
     read by `readers.read_generic`."""
 
     path: str
-    delimiter: str = "\t"
+    delimiter: Annotated[str, MinLen(1), MaxLen(1)] = "\t"  # one character, as csv wants
     #: a strptime format (unit: day), "year", "int" (an opaque step), or None (a static KG)
     time_format: str | None = None
 
@@ -272,11 +276,15 @@ def known_datasets(params: Mapping[str, Any]) -> list[str]:
 
 
 def get_spec(name: str, params: Mapping[str, Any] | None = None) -> DatasetSpec:
-    """Look a dataset up by name; unknown names list what is known."""
+    """Look a dataset up by name; unknown names list what is known, and a name that is not an
+    identifier is refused (it becomes data/<name>/ and a command argument)."""
+    check_dataset_name(name)
     custom = ingest_settings((params or {}).get("ingest")).custom
+    for custom_name in custom:
+        check_dataset_name(custom_name)
     if name in custom:
         return custom_spec(name, custom[name])
     if name in DATASETS:
         return DATASETS[name]
     known = ", ".join(known_datasets(params or {}))
-    raise KeyError(f"unknown dataset {name!r}; known datasets: {known}")
+    raise UnknownDatasetError(f"unknown dataset {name!r}; known datasets: {known}")

@@ -29,6 +29,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from rulerag.errors import InputError
 from rulerag.rules.rule import Atom, Rule
 
 HEADER = (
@@ -53,7 +54,7 @@ _DATALOG_ATOM = re.compile(r"([^\s(]+)\(\s*([^,\s]+)\s*,\s*([^)\s]+)\s*\)")
 _MIDDLE_VARS = "efghijklmnopqrstuvwxyz"
 
 
-class AmieFormatError(ValueError):
+class AmieFormatError(InputError):
     """An AMIE rule file cannot be read; names the file and the (1-based) line."""
 
     def __init__(self, path: Path | str, line: int, message: str) -> None:

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import pandas as pd
 
+from rulerag.errors import InputError
 from rulerag.rules.bank import BankConfig
 from rulerag.rules.rule import Rule
 from rulerag.rules.static_miner import StaticMinerSettings
@@ -98,15 +99,34 @@ def mine(
 def import_rules(
     spec: RuleImport, relation_keys: Mapping[str, int], n_relations: int
 ) -> list[Rule]:
-    """Rules mined elsewhere: AMIE 3's TSV output or TLogic's rules JSON."""
+    """Rules mined elsewhere: AMIE 3's TSV output or TLogic's rules JSON.
+
+    A file that is not what its format says fails naming the file (and the line, for AMIE),
+    never as an empty bank: a file from which no rule can be read is an error too.
+    """
     path = Path(spec.path).expanduser()
-    if spec.format == "amie":
-        from rulerag.rules.amie_io import read_amie_tsv
+    what = {"amie": "an AMIE 3 rule table", "tlogic": "a TLogic rules JSON"}[spec.format]
+    try:
+        if spec.format == "amie":
+            from rulerag.rules.amie_io import read_amie_tsv
 
-        return read_amie_tsv(path, relation_keys, skip_unsupported=spec.skip_unsupported)
-    from rulerag.rules.tlogic_io import read_tlogic_json
+            rules = read_amie_tsv(path, relation_keys, skip_unsupported=spec.skip_unsupported)
+        else:
+            from rulerag.rules.tlogic_io import read_tlogic_json
 
-    return read_tlogic_json(path, n_relations)
+            rules = read_tlogic_json(path, n_relations)
+    except InputError:
+        raise
+    except (OSError, UnicodeDecodeError) as err:
+        raise InputError(f"{path}: cannot read {what}: {err}") from None
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+        raise InputError(f"{path}: not {what} ({type(err).__name__}: {err})") from None
+    if not rules:
+        raise InputError(
+            f"{path}: no rule could be read from it (mine_rules.import expects {what}); "
+            "an empty bank would replace the one built before"
+        )
+    return rules
 
 
 def describe_rules(
