@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from rulerag.io import pid_alive
 from rulerag.redact import redact_secrets, redact_url
 
 logger = logging.getLogger(__name__)
@@ -430,15 +431,6 @@ def _link_or_copy(src: Path, dst: Path) -> None:
         shutil.copy2(src, dst)
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        import psutil
-
-        return psutil.pid_exists(pid)
-    except ImportError:  # pragma: no cover
-        return True
-
-
 # --------------------------------------------------------------------------------------------
 # The public API
 # --------------------------------------------------------------------------------------------
@@ -751,7 +743,7 @@ def _reclaim_orphans(root: Path) -> None:
     folders of dead stages (never complete runs) are removed."""
     for path in root.iterdir():
         match = re.match(r"\.(replaying|staging)-(\d+)-(.+)$", path.name)
-        if not match or _pid_alive(int(match.group(2))):
+        if not match or pid_alive(int(match.group(2))):
             continue
         kind, rest = match.group(1), match.group(3)
         with contextlib.suppress(OSError):
