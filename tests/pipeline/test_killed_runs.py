@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.pipeline.test_dvc_stages import run, run_failing
+
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 BIN = Path(sys.executable).parent
@@ -54,17 +56,9 @@ def digests(folder: Path) -> dict[str, str]:
     }
 
 
-def dvc(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess:
-    done = subprocess.run(
-        ["dvc", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
-    )
-    assert done.returncode == 0, f"dvc {args}:\n{done.stdout}\n{done.stderr}"
-    return done
-
-
-def test_kill_9_mid_write_keeps_the_last_good_outputs(
-    project_copy: Path, kg_mirror: Path, tmp_path: Path
-) -> None:
+@pytest.fixture
+def built(project_copy: Path, kg_mirror: Path) -> tuple[Path, dict[str, str], dict[str, str]]:
+    """The project with `ingest@nell995` built: (project, environment, its outputs' sha256)."""
     env = {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
@@ -75,10 +69,17 @@ def test_kill_9_mid_write_keeps_the_last_good_outputs(
     params = yaml.safe_load((project_copy / "params.yaml").read_text())
     params["datasets"] = ["nell995"]
     (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    dvc(["repro", STAGE], project_copy, env)
+    run(["dvc", "repro", STAGE], project_copy, env)
+    good = digests(project_copy / "data" / "nell995" / "kg")
+    assert {"facts.parquet", "stats.json", "manifest.json"} <= set(good)
+    return project_copy, env, good
+
+
+def test_kill_9_mid_write_keeps_the_last_good_outputs(
+    built: tuple[Path, dict[str, str], dict[str, str]], tmp_path: Path
+) -> None:
+    project_copy, env, good = built
     kg = project_copy / "data" / "nell995" / "kg"
-    good = digests(kg)
-    assert {"facts.parquet", "stats.json"} <= set(good)
 
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -107,42 +108,23 @@ def test_kill_9_mid_write_keeps_the_last_good_outputs(
 
     assert digests(kg) == good, "the killed run changed or removed the good outputs"
     assert staging.exists(), "the staging folder of the killed run is what the next run sweeps"
-    status = dvc(["status", STAGE], project_copy, env).stdout
+    status = run(["dvc", "status", STAGE], project_copy, env).stdout
     assert "changed outs" not in status and "deleted" not in status, status
 
-    dvc(["repro", "-f", "--single-item", STAGE], project_copy, env)
+    run(["dvc", "repro", "-f", "--single-item", STAGE], project_copy, env)
     assert not staging.exists()
     assert sorted(p.name for p in kg.iterdir() if p.name.startswith(".")) == []
     assert digests(kg) == good  # the same input and parameters give the same bytes
 
 
-def test_a_failing_stage_keeps_the_last_good_outputs(project_copy: Path, kg_mirror: Path) -> None:
+def test_a_failing_stage_keeps_the_last_good_outputs(
+    built: tuple[Path, dict[str, str], dict[str, str]],
+) -> None:
     """A params.yaml typo makes the rerun fail (exit 2, the key named); the outputs stay."""
-    env = {
-        **os.environ,
-        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
-        "RULERAG_DATA_DIR": str(kg_mirror),
-        "MLFLOW_TRACKING_URI": f"sqlite:///{project_copy / 'mlflow.db'}",
-        "DVC_NO_ANALYTICS": "1",
-    }
+    project_copy, env, good = built
     params = yaml.safe_load((project_copy / "params.yaml").read_text())
-    params["datasets"] = ["nell995"]
-    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    dvc(["repro", STAGE], project_copy, env)
-    kg = project_copy / "data" / "nell995" / "kg"
-    good = digests(kg)
-
     params["ingest"]["duplicats"] = "error"
     (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
-    done = subprocess.run(
-        ["dvc", "repro", STAGE],
-        cwd=project_copy,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode != 0
-    assert "unknown key 'duplicats'" in done.stdout + done.stderr
-    assert "Traceback" not in done.stdout + done.stderr
-    assert digests(kg) == good
+    output = run_failing(["dvc", "repro", STAGE], project_copy, env)
+    assert "unknown key 'duplicats'" in output and "Traceback" not in output
+    assert digests(project_copy / "data" / "nell995" / "kg") == good
