@@ -1,0 +1,84 @@
+"""What the safety nets of issue 12 cost: writing a staged output with its manifest, reading a
+JSON-lines corpus with and without the manifest check, `verify_output` before an indexer, and
+sweeping a folder for killed writers' leftovers.
+
+The corpus is ICEWS14's when `data/icews14/benchmark/corpus.jsonl` exists (after `dvc repro
+build_benchmark@icews14`), else a synthetic one of the same size (63,685 documents of the same
+length). Prints one table; nothing is timed in tests.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from rulerag.io import (
+    MANIFEST,
+    iter_jsonl,
+    staged_outputs,
+    sweep_stale,
+    verify_output,
+    write_jsonl,
+)
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def corpus_rows(n: int) -> list[dict[str, str]]:
+    real = PROJECT / "data" / "icews14" / "benchmark" / "corpus.jsonl"
+    if real.is_file():
+        return list(iter_jsonl(real))
+    text = "Time 2014-06-23 Abdullah Abdullah Make a visit Afghanistan."
+    return [{"id": f"D{i}", "contents": text} for i in range(n)]
+
+
+def best_of(repeats: int, func) -> float:
+    times = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        func()
+        times.append(time.perf_counter() - started)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=63_685)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    rows = corpus_rows(args.docs)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+
+        def write_staged() -> None:
+            with staged_outputs(folder, "bench") as staging:
+                write_jsonl(staging / "corpus.jsonl", rows)
+
+        write_s = best_of(args.repeats, write_staged)
+        corpus = folder / "corpus.jsonl"
+        size = corpus.stat().st_size
+        checked_s = best_of(args.repeats, lambda: sum(1 for _ in iter_jsonl(corpus)))
+        verify_s = best_of(args.repeats, lambda: verify_output(corpus))
+        manifest = json.loads((folder / MANIFEST).read_text())
+        plain = folder / "plain"
+        plain.mkdir()
+        shutil.copy(corpus, plain / "corpus.jsonl")
+        plain_s = best_of(args.repeats, lambda: sum(1 for _ in iter_jsonl(plain / "corpus.jsonl")))
+        for i in range(200):
+            (folder / f"file-{i}.txt").write_text("x")
+        sweep_s = best_of(args.repeats, lambda: sweep_stale(folder))
+    print(f"corpus: {len(rows):,} documents, {size / 2**20:.1f} MiB, manifest {manifest}")
+    print("| step | seconds |\n|---|---|")
+    print(f"| write corpus.jsonl staged, with manifest | {write_s:.3f} |")
+    print(f"| read it, manifest checked | {checked_s:.3f} |")
+    print(f"| read it, no manifest | {plain_s:.3f} |")
+    print(f"| verify_output (sha256 of the file) | {verify_s:.3f} |")
+    print(f"| sweep_stale over 200 files | {sweep_s:.4f} |")
+
+
+if __name__ == "__main__":
+    main()
