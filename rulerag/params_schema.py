@@ -82,7 +82,7 @@ DATASET_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 def check_dataset_name(name: object) -> str:
     """`name` if it is a valid dataset name, else SettingsError saying the rule."""
-    if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
+    if not isinstance(name, str) or not DATASET_NAME_RE.fullmatch(name):
         raise SettingsError(
             f"invalid dataset name {str(name)[:80]!r}: a dataset name is a letter followed by "
             "letters, digits or '_' (at most 64), since it becomes data/<name>/ and an "

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import csv
+import errno
 import io
 import json
+import os
+import re
+import stat
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
@@ -17,10 +21,58 @@ Row = tuple[int, list[str]]  # (1-based line number, fields)
 #: broken file (csv's own field limit, 131,072, would otherwise end in a bare `_csv.Error`)
 MAX_LINE_CHARS = 100_000
 
+#: characters no name or field may hold: C0 controls but the tab (NUL means a binary file; a
+#: lone CR or a vertical tab is a broken line break), DEL, C1 controls (mis-decoded bytes) and
+#: Unicode's line and paragraph separators (other tools split lines there); they would become
+#: entities no prompt or id map can show
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def control_character(text: str) -> str | None:
+    """Why `text` cannot be a name or a line of a KG file (with the 1-based column), else None."""
+    found = _CONTROL.search(text)
+    if found is None:
+        return None
+    char, column = found.group(), found.start() + 1
+    if char == "\x00":
+        return f"NUL byte at column {column} (a binary file?)"
+    return f"control character U+{ord(char):04X} at column {column}"
+
+
+def regular_file(path: Path, *, optional: bool = False) -> bool:
+    """Whether `path` is a regular file (or a symlink to one) that a reader may open.
+
+    Anything else at that name (a folder, a symlink to nothing or in a loop, a FIFO or device)
+    is a mistake to report, not a file to skip: KGFormatError saying what is there. A missing
+    path is False when `optional` (an optional split or id map), else KGFormatError too.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise KGFormatError(path, "is a symlink loop; it must be a regular file") from None
+        if err.errno != errno.ENOENT:
+            raise KGFormatError(path, f"cannot be read: {err.strerror}") from None
+        if os.path.islink(path):
+            raise KGFormatError(
+                path, f"is a broken symlink (to {os.readlink(path)}, which does not exist)"
+            ) from None
+        if optional:
+            return False
+        raise KGFormatError(path, "is missing") from None
+    if stat.S_ISREG(mode):
+        return True
+    what = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, socket or device)"
+    raise KGFormatError(path, f"is {what}; it must be a regular file")
+
 
 def read_text(path: Path) -> str:
     """Decode a file as strict UTF-8; a bad byte is reported with its line and column."""
-    data = Path(path).read_bytes()
+    regular_file(path)
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:  # e.g. permission denied: still the user's file to fix
+        raise KGFormatError(path, f"cannot be read: {err.strerror}") from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -58,9 +110,9 @@ def read_rows(
             raise KGFormatError(
                 path, f"line of {len(line):,} characters (at most {MAX_LINE_CHARS:,})", number
             )
-        if "\x00" in line:
-            column = line.index("\x00") + 1
-            raise KGFormatError(path, f"NUL byte at column {column} (a binary file?)", number)
+        problem = control_character(line)
+        if problem is not None:
+            raise KGFormatError(path, problem, number)
         if quoted:
             try:
                 fields = next(csv.reader(io.StringIO(line), delimiter=delimiter, strict=True))
@@ -92,6 +144,10 @@ def read_json_map(path: Path) -> dict[str, int]:
         isinstance(v, int) and not isinstance(v, bool) for v in data.values()
     ):
         raise KGFormatError(path, "expected a JSON object mapping names to integer ids")
+    for name in data:  # read_rows checks the fields of text maps; JSON keys need the same
+        problem = "is empty" if not name.strip() else control_character(name)
+        if problem is not None:
+            raise KGFormatError(path, f"name {name[:80]!r}: {problem}")
     _check_unique_ids(path, data)
     return data
 

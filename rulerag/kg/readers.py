@@ -20,7 +20,7 @@ import pandas as pd
 from rulerag.io import sha256_file
 from rulerag.kg import names
 from rulerag.kg.errors import KGFormatError
-from rulerag.kg.lines import Row, read_id_map, read_json_map, read_rows
+from rulerag.kg.lines import Row, read_id_map, read_json_map, read_rows, regular_file
 from rulerag.kg.schema import EPOCH, SPLITS, KnowledgeGraph, TimeUnit, make_facts, make_vocab
 
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
@@ -85,18 +85,18 @@ class _FactBuilder:
 def find_split_files(
     folder: Path, suffixes: tuple[str, ...] = (".txt",)
 ) -> tuple[dict[str, Path], list[str]]:
-    """Locate train/valid/test files; missing splits become notes, none at all is an error."""
+    """Locate train/valid/test files; missing splits become notes, none at all is an error.
+
+    A split name that holds something other than a regular file (a folder, a symlink to itself
+    or to nothing) is an error, not a missing split: skipping it would ingest a smaller KG.
+    """
     found: dict[str, Path] = {}
     for split in SPLITS:
         for suffix in suffixes:
             candidate = folder / f"{split}{suffix}"
-            if candidate.is_file():
+            if regular_file(candidate, optional=True):
                 found[split] = candidate
                 break
-            if candidate.is_symlink() or candidate.exists():
-                # a folder, a symlink to itself or to nothing: not a missing split, a mistake
-                what = "a directory" if candidate.is_dir() else "a broken or looping symlink"
-                raise KGFormatError(candidate, f"is {what}; a split file must be a regular file")
     if not found:
         wanted = ", ".join(f"{s}{{{','.join(suffixes)}}}" for s in SPLITS)
         raise KGFormatError(folder, f"no split files found (looked for {wanted})")
@@ -147,15 +147,22 @@ class _DateParser:
         return days
 
 
+def _name(key: str, to_name: Callable[[str], str]) -> str:
+    """The readable name of `key`, or the key itself where that name would be empty (`___`,
+    `<>`, `concept:`): an entity without a name cannot be shown in a prompt or matched."""
+    return to_name(key) or key
+
+
 def _vocab_from_map(mapping: dict[str, int], to_name: Callable[[str], str]) -> pd.DataFrame:
     keys = list(mapping)
-    return make_vocab([mapping[k] for k in keys], [to_name(k) for k in keys], keys)
+    return make_vocab([mapping[k] for k in keys], [_name(k, to_name) for k in keys], keys)
 
 
 def _vocab_sorted(keys: set[str], to_name: Callable[[str], str]) -> tuple[pd.DataFrame, dict]:
     ordered = sorted(keys)
     mapping = {k: i for i, k in enumerate(ordered)}
-    return make_vocab(list(range(len(ordered))), [to_name(k) for k in ordered], ordered), mapping
+    labels = [_name(k, to_name) for k in ordered]
+    return make_vocab(list(range(len(ordered))), labels, ordered), mapping
 
 
 def _each_split(
@@ -179,9 +186,7 @@ def _id_maps(
     maps = {}
     for kind in ("entity", "relation"):
         path = folder / f"{kind}2id.txt"
-        if not path.is_file():
-            raise KGFormatError(path, "id map is missing")
-        maps[kind] = read_id_map(path, columns=columns)
+        maps[kind] = read_id_map(path, columns=columns)  # says if it is missing or no file
         builder.record_input(root, path)
     return maps
 
@@ -208,8 +213,9 @@ def read_tlogic(root: Path, subdir: str = "TLogic_icews14") -> KnowledgeGraph:
     maps: dict[str, dict[str, int] | None] = {}
     for kind in ("entity", "relation"):
         path = folder / f"{kind}2id.json"
-        maps[kind] = read_json_map(path) if path.is_file() else None
-        if path.is_file():
+        # optional, but a folder or broken symlink there is an error, not "no map"
+        maps[kind] = read_json_map(path) if regular_file(path, optional=True) else None
+        if maps[kind] is not None:
             builder.record_input(root, path)
     per_split, notes = _each_split(root, folder, (4,), builder)
     ent_keys = {f[i] for _, _, rows in per_split for _, f in rows for i in (0, 2)}
@@ -307,10 +313,9 @@ def read_fb15k237(
     rel_text: dict[str, str] = {}
     for fname, target in (("FB15k_mid2name.txt", mid_names), ("rel2text.txt", rel_text)):
         path = name_folder / fname
-        if not path.is_file():
-            raise KGFormatError(path, "name file is missing")
+        rows = read_rows(path, (2,))  # says if it is missing or not a regular file
         builder.record_input(root, path)
-        for line, (key, text) in read_rows(path, (2,)):
+        for line, (key, text) in rows:
             if key in target:
                 raise KGFormatError(path, f"{key!r} is listed twice", line)
             target[key] = text
@@ -342,9 +347,13 @@ def read_nell(
     folder = root / subdir
     builder = _FactBuilder()
     maps: dict[str, dict[str, int] | None] = {"entity": None, "relation": None}
-    if ids_subdir is not None and (root / ids_subdir).is_dir():
+    ids_dir = None if ids_subdir is None else root / ids_subdir
+    if ids_dir is not None and (ids_dir.is_symlink() or ids_dir.exists()) and not ids_dir.is_dir():
+        # a broken symlink or a file: the ids the user meant to give would be silently lost
+        raise KGFormatError(ids_dir, "is not a folder (a broken symlink or a file?)")
+    if ids_dir is not None and ids_dir.is_dir():
         for kind in maps:
-            path = root / ids_subdir / f"{kind}2id.txt"
+            path = ids_dir / f"{kind}2id.txt"
             maps[kind] = read_id_map(path)
             builder.record_input(root, path)
     per_split, notes = _each_split(root, folder, (3,), builder)

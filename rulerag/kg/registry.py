@@ -8,6 +8,7 @@ verified. Users' own KGs are added through params.yaml (`ingest.custom`).
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -231,10 +232,43 @@ class CustomKG:
     """A user's own KG (params.yaml `ingest.custom.<name>`): a folder of train/valid/test files
     read by `readers.read_generic`."""
 
-    path: str
+    path: str  # not blank ("" would be the working directory): see __post_init__
     delimiter: Annotated[str, MinLen(1), MaxLen(1)] = "\t"  # one character, as csv wants
     #: a strptime format (unit: day), "year", "int" (an opaque step), or None (a static KG)
     time_format: str | None = None
+
+    def __post_init__(self) -> None:
+        """Refuse values the types let through but no file can be read with, here (naming the
+        key) rather than as a confusing error on every line of the KG (pydantic reports a
+        ValueError raised here as a settings error of this entry)."""
+        if not self.path.strip():
+            raise ValueError(f"path {self.path!r} is blank")
+        if self.delimiter.isalnum() or self.delimiter in _BAD_DELIMITERS:
+            raise ValueError(
+                f"delimiter {self.delimiter!r} cannot separate fields (letters, digits, "
+                "the quote, line breaks and NUL are refused; use e.g. a tab or ',')"
+            )
+        if self.time_format is not None and self.time_format not in ("year", "int"):
+            _check_date_format(self.time_format)
+
+
+#: delimiters that would split names, lines or quoted fields instead of columns
+_BAD_DELIMITERS = frozenset('"\r\n\x00')
+
+
+def _check_date_format(fmt: str) -> None:
+    """A strptime format must read back the year of a date it wrote: `%Q` (a bad directive) or
+    `yyyy-mm-dd` (no directive at all) would fail, or give 1900, on every line of the KG."""
+    sample = dt.date(2001, 2, 3)
+    try:
+        year = dt.datetime.strptime(sample.strftime(fmt), fmt).year
+    except ValueError as err:
+        raise ValueError(f"time_format {fmt!r} is not a strptime format: {err}") from None
+    if year != sample.year:
+        raise ValueError(
+            f"time_format {fmt!r} has no year (%Y or %y): use a strptime format such as "
+            "'%Y-%m-%d', or 'year' / 'int' for integer times"
+        )
 
 
 @dataclass(frozen=True)
@@ -250,8 +284,13 @@ class IngestSettings:
 
 
 def ingest_settings(section: Mapping[str, Any] | None) -> IngestSettings:
-    """params.yaml's `ingest` section as typed settings, strictly."""
-    return load_settings(IngestSettings, section, "ingest")
+    """params.yaml's `ingest` section as typed settings, strictly; a custom KG's name must be
+    a dataset name (it becomes data/<name>/ wherever the section is read: a stage, the params
+    check, the Airflow DAG)."""
+    settings = load_settings(IngestSettings, section, "ingest")
+    for name in settings.custom:
+        check_dataset_name(name)
+    return settings
 
 
 def custom_spec(name: str, config: CustomKG) -> DatasetSpec:
@@ -280,8 +319,6 @@ def get_spec(name: str, params: Mapping[str, Any] | None = None) -> DatasetSpec:
     identifier is refused (it becomes data/<name>/ and a command argument)."""
     check_dataset_name(name)
     custom = ingest_settings((params or {}).get("ingest")).custom
-    for custom_name in custom:
-        check_dataset_name(custom_name)
     if name in custom:
         return custom_spec(name, custom[name])
     if name in DATASETS:

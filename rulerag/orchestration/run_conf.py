@@ -207,7 +207,7 @@ def validate_run_conf(
             )
         names: list[str] = []
         for name in raw:
-            if not isinstance(name, str) or not DATASET_NAME_RE.match(name):
+            if not isinstance(name, str) or not DATASET_NAME_RE.fullmatch(name):
                 raise ValueError(
                     f"run conf datasets: invalid dataset name {name!r} (letters, digits, '_',"
                     " '.', '-' only)"

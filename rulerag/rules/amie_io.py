@@ -67,16 +67,23 @@ class _Unsupported(Exception):
 
 
 def _number(text: str) -> float | None:
-    """AMIE's numbers (Java DecimalFormat: `0.5`, `.5`, `1`, `∞`); None when absent or NaN."""
+    """AMIE's numbers (Java DecimalFormat: `0.5`, `.5`, `1`, `∞`); None when absent or NaN.
+
+    Anything else raises ValueError: a statistic that is not a number (a shifted column, a
+    locale's `0,5`) or is negative (AMIE's supports and ratios never are) is a broken line,
+    and reading it as "no value" would rank the rule silently wrong.
+    """
     text = text.strip()
     if text in ("", "\ufffd"):
         return None
-    if text in ("∞", "-∞"):
-        return math.copysign(math.inf, -1.0 if text.startswith("-") else 1.0)
+    if text == "∞":
+        return math.inf
     try:
         value = float(text)
     except ValueError:
-        return None
+        raise ValueError(f"{text[:40]!r} is not a number (AMIE writes 0.5, .5, 1 or ∞)") from None
+    if value < 0:
+        raise ValueError(f"{text[:40]!r} is negative (AMIE's supports and ratios never are)")
     return None if math.isnan(value) else value
 
 
@@ -196,6 +203,8 @@ def read_amie_tsv(
     for line_no, line in rows:
         fields = line.split("\t")
         if "=>" not in fields[0]:
+            if fields[0].lstrip().startswith("?"):  # AMIE's log lines never start with a variable
+                raise AmieFormatError(path, line_no, f"a rule without '=>': {fields[0][:80]!r}")
             continue  # AMIE's closing log lines ("Mining done in ...")
         try:
             rule = _parse_rule(fields[0], relation_ids, path, line_no)
@@ -207,7 +216,10 @@ def read_amie_tsv(
         stats: dict[str, float | None] = {}
         for column, attr in _FIELDS.items():
             i = cols.get(column)
-            stats[attr] = _number(fields[i]) if i is not None and i < len(fields) else None
+            try:
+                stats[attr] = _number(fields[i]) if i is not None and i < len(fields) else None
+            except ValueError as err:
+                raise AmieFormatError(path, line_no, f"column {column!r}: {err}") from None
         extra = {}
         i = cols.get("Functional variable")
         if i is not None and i < len(fields) and fields[i].strip():

@@ -28,13 +28,25 @@ Our `Rule` has no inverse relation ids, so:
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rulerag.errors import InputError
 from rulerag.rules.rule import Atom, Rule
+
+
+class TLogicFormatError(InputError):
+    """A TLogic rules JSON that cannot be read: names the file and the rule (TLogic writes the
+    whole file on one line, so a rule is found by its head key and position, not a line)."""
+
+    def __init__(self, path: Path | str, message: str, line: int | None = None) -> None:
+        self.path, self.line, self.reason = Path(path), line, message
+        where = f"{path}:{line}" if line is not None else str(path)
+        super().__init__(f"{where}: {message}")
 
 
 def rule_from_tlogic(
@@ -124,22 +136,81 @@ def read_tlogic_json(path: str | os.PathLike[str], n_relations: int) -> list[Rul
     `n_relations` is the number of relations without inverses (TLogic's `relation2id.json`).
     Duplicates (the two renderings of a one-atom rule, see the module notes) are merged keeping
     the forward-head one.
+
+    Every entry is checked strictly (types, ids, ranges) and a bad one raises
+    `TLogicFormatError` naming it: a string `"12"` for `body_rels`, a float id or `conf: true`
+    would otherwise become a different rule, silently.
     """
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        message = f"not a TLogic rules JSON (not JSON: {err.msg}, column {err.colno})"
+        raise TLogicFormatError(path, message, err.lineno) from None
+    if not isinstance(data, dict):
+        raise TLogicFormatError(
+            path, "not a TLogic rules JSON (expected an object {head relation id: [rules]})"
+        )
+    for head_key, items in data.items():
+        if not (head_key.isascii() and head_key.isdecimal()) or not isinstance(items, list):
+            raise TLogicFormatError(
+                path, f"head {head_key!r}: expected a relation id mapped to a list of rules"
+            )
     seen: dict[tuple, Rule] = {}
     for head_key in sorted(data, key=int):
-        for item in data[head_key]:
-            rule = rule_from_tlogic(
-                int(item["head_rel"]),
-                item["body_rels"],
-                item.get("var_constraints", []),
-                n_relations,
-                conf=item.get("conf"),
-                rule_supp=item.get("rule_supp"),
-                body_supp=item.get("body_supp"),
-            )
+        for index, item in enumerate(data[head_key], start=1):
+            try:
+                rule = _rule_entry(item, int(head_key), n_relations)
+            except ValueError as err:
+                raise TLogicFormatError(path, f"head {head_key}, rule {index}: {err}") from None
             seen.setdefault(rule.key, rule)
     return sort_temporal_rules(seen.values())
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _rule_entry(item: object, head: int, n_relations: int) -> Rule:
+    """One entry of a TLogic rules JSON as a Rule; ValueError says what is wrong with it."""
+    if not isinstance(item, dict):
+        raise ValueError(f"expected an object with head_rel and body_rels, got {item!r:.80}")
+    head_rel, body = item.get("head_rel"), item.get("body_rels")
+    if not _is_int(head_rel) or head_rel != head:
+        raise ValueError(f"head_rel {head_rel!r:.40} is not the head id {head} it is listed under")
+    if not isinstance(body, list) or not body or not all(_is_int(b) for b in body):
+        raise ValueError(f"body_rels {body!r:.80} is not a non-empty list of relation ids")
+    groups = item.get("var_constraints", [])
+    if not isinstance(groups, list) or not all(
+        isinstance(g, list) and all(_is_int(v) and 0 <= v <= len(body) for v in g) for g in groups
+    ):
+        raise ValueError(
+            f"var_constraints {groups!r:.80} is not a list of lists of variable indices "
+            f"0..{len(body)}"
+        )
+    stats: dict[str, float | None] = {}
+    for key, top, want in (
+        ("conf", 1.0, "a number in [0, 1]"),
+        ("rule_supp", math.inf, "a count (>= 0)"),
+        ("body_supp", math.inf, "a count (>= 0)"),
+    ):
+        value = item.get(key)
+        if value is not None and (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not (0 <= value <= top and math.isfinite(value))
+        ):
+            raise ValueError(f"{key} {value!r:.40} is not {want}")
+        stats[key] = value
+    return rule_from_tlogic(
+        head_rel,
+        body,
+        groups,
+        n_relations,
+        conf=stats["conf"],
+        rule_supp=stats["rule_supp"],
+        body_supp=stats["body_supp"],
+    )
 
 
 def _tlogic_number(value: float | None) -> float | int | None:

@@ -273,7 +273,7 @@ def test_the_whole_file_is_checked() -> None:
         )
 
 
-@pytest.mark.parametrize("name", ["x;touch pwned", "../../x", "my kg", "a/b", ""])
+@pytest.mark.parametrize("name", ["x;touch pwned", "../../x", "my kg", "a/b", "", "mykg\n"])
 def test_dataset_names_must_be_identifiers(name: str) -> None:
     """A name reaches DVC's shell commands and becomes data/<name>/."""
     custom = {name: {"path": "/tmp"}}
