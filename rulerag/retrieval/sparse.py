@@ -75,6 +75,42 @@ class LuceneLikeAnalyzer:
         return out
 
 
+#: runs of CJK ideographs, kana and hangul (the scripts written without spaces)
+_CJK_RUN = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af]+")
+
+
+class CJKBigramAnalyzer:
+    """Lucene's CJKAnalyzer idea for text without spaces (Chinese legal text, CAIL2018):
+    every run of CJK characters becomes its overlapping bigrams (a lone character stays a
+    unigram); the rest of the text goes through the English analysis."""
+
+    def __init__(self, english: LuceneLikeAnalyzer | None = None) -> None:
+        self.english = english or LuceneLikeAnalyzer()
+
+    def __call__(self, text: str) -> list[str]:
+        out: list[str] = []
+        position = 0
+        for match in _CJK_RUN.finditer(text):
+            out += self.english(text[position : match.start()])
+            run = match.group(0)
+            out += [run] if len(run) == 1 else [run[i : i + 2] for i in range(len(run) - 1)]
+            position = match.end()
+        return out + self.english(text[position:])
+
+
+#: text analysis for BM25 by name (params: `english` = Pyserini's default, `cjk` = bigrams)
+ANALYZERS = ("english", "cjk")
+
+
+def make_analyzer(name: str, stemmer: str | None = "porter") -> Callable[[str], list[str]]:
+    """The analyzer called `name` (one of `ANALYZERS`)."""
+    if name == "english":
+        return LuceneLikeAnalyzer(stemmer)
+    if name == "cjk":
+        return CJKBigramAnalyzer(LuceneLikeAnalyzer(stemmer))
+    raise ValueError(f"analyzer must be one of {ANALYZERS}, not {name!r}")
+
+
 @dataclass(frozen=True)
 class BM25Config:
     """BM25 knobs (saved with the index); the defaults are params.yaml `index.sparse`'s

@@ -79,6 +79,28 @@ class Rule:
         body = ", ".join(atom.text(relation_names) for atom in self.body)
         return f"{body} leads to {self.head.text(relation_names)}"
 
+    def formal(self, relation_names: Mapping[int, str] | Sequence[str]) -> str:
+        """The formal form rule retrieval compares with the natural one (SIAR + R³, Table 4):
+        `make_a_visit(X, Y) <- host_a_visit(Y, X)`, variables X (Entity1), Y (the head's
+        object), then Z, W, ... for the middle ones; temporal bodies hold in the order written
+        and before the head."""
+
+        def var(index: int) -> str:
+            if index == self.head.subject:
+                return "X"
+            if index == self.head.object:
+                return "Y"
+            middle = sorted(
+                {v for a in self.body for v in (a.subject, a.object)} - {0, self.head.object}
+            )
+            return "ZWVUTS"[middle.index(index) % 6]
+
+        def atom(a: Atom) -> str:
+            name = "_".join(str(relation_names[a.relation]).split())
+            return f"{name}({var(a.subject)}, {var(a.object)})"
+
+        return f"{atom(self.head)} <- {', '.join(atom(a) for a in self.body)}"
+
     def body_json(self) -> str:
         """The body as compact JSON `[[relation, subject, object], ...]` for Parquet columns."""
         return json.dumps([[a.relation, a.subject, a.object] for a in self.body])

@@ -1,0 +1,188 @@
+"""Rule retrieval (SIAR + R³) with a scripted fake LLM: what the self-induced rule does to the
+search, how R³ reorders and survives malformed answers, the cache, the API path, RuleBench."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from rulerag.generation.config import ApiSettings
+from rulerag.rule_retrieval.evaluate import match, recall_at_k
+from rulerag.rule_retrieval.library import RuleLibrary
+from rulerag.rule_retrieval.llm import CachedLLM, make_generator
+from rulerag.rule_retrieval.methods import search_text, select_rules
+from rulerag.rule_retrieval.prompts import (
+    R3_TEMPLATE_HEAD,
+    SI_INSTRUCTION,
+    induced_rule,
+    parse_ranking,
+    r3_prompt,
+    si_prompt,
+)
+from rulerag.rule_retrieval.rulebench import load_set, reasoning_prompt, shots_from
+from rulerag.rule_retrieval.search import BM25RuleIndex
+from tests.http_fixtures import mirror_dir
+from tests.unit.test_api_generator import FakeOpenAI
+
+LIBRARY = RuleLibrary(
+    ids=("r1", "r2", "r3"),
+    natural=(
+        "If Person X owns Animal Y, then Person X can feed Animal Y.",
+        "If Person X works with Electronic Device Y, then Person X needs to use Device Y.",
+        "If Country X hosts a visit of Person Y, then Person Y makes a visit to Country X.",
+    ),
+    formal=(
+        "Own(X, Y) => CanFeed(X, Y)",
+        "WorksWith(X, Y) => NeedsToUse(X, Y)",
+        "HostVisit(X, Y) => MakeVisit(Y, X)",
+    ),
+)
+QUERY = "Alice works with her laptop. Does Alice need to use her laptop?"
+
+
+class ScriptedLLM:
+    """Answers by a function of the prompt; records every prompt it was sent."""
+
+    def __init__(self, answer: Callable[[str], str], name: str = "scripted") -> None:
+        self.answer = answer
+        self.name = name
+        self.prompts: list[str] = []
+
+    def generate(self, prompts: Sequence[str]) -> list[str]:
+        self.prompts += list(prompts)
+        return [self.answer(p) for p in prompts]
+
+
+def test_the_prompts_are_the_papers() -> None:
+    prompt = si_prompt(QUERY, [("Bob owns a cat.", LIBRARY.natural[0])])
+    assert prompt.startswith(SI_INSTRUCTION)
+    assert f"query: Bob owns a cat. rule: {LIBRARY.natural[0]}" in prompt
+    assert prompt.endswith(f"query: {QUERY} rule:")
+    ranked = r3_prompt("Who visits France", ["rule a", "rule b"])
+    assert ranked.startswith(R3_TEMPLATE_HEAD.format(num=2, query="Who visits France"))
+    assert "\n[1] rule a\n[2] rule b\nQuery: Who visits France.\nRank the 2 rules above" in ranked
+    assert induced_rule("\n rule: If A then B.\nmore") == "If A then B."
+
+
+def test_the_self_induced_rule_is_the_search_text() -> None:
+    """Vanilla BM25 misses the rule; the SI (written in the rules' words) finds it first."""
+    index = BM25RuleIndex(LIBRARY.natural)
+    llm = CachedLLM(ScriptedLLM(lambda p: "If Person X works with Device Y, then X needs Y."), None)
+    vanilla = select_rules("vanilla", ["Zed and Kim?"], LIBRARY, index, top_k=2)
+    assert vanilla.search_texts == ["Zed and Kim?"] and vanilla.llm_calls == 0
+    for form, expected in (("si", "If Person X works"), ("si_input", "Zed and Kim?")):
+        picked = select_rules(
+            "siar", ["Zed and Kim?"], LIBRARY, index, llm=llm, query_form=form, top_k=2
+        )
+        assert expected in picked.search_texts[0]
+        assert picked.ranked[0][0] == "r2"
+    assert search_text("q", "", "si") == "q"  # no induced rule: the query itself
+
+
+@pytest.mark.parametrize(
+    ("answer", "order", "repaired"),
+    [
+        ("[3] > [1] > [2]", ["r3", "r1", "r2"], False),
+        ("[3] > [3] > [9] > [2]", ["r3", "r2", "r1"], True),  # repeated, invented, missing
+        ("I cannot rank these.", ["r1", "r2", "r3"], True),
+        ("3 > 1", ["r3", "r1", "r2"], True),
+    ],
+)
+def test_r3_reorders_by_the_llms_list_and_survives_malformed_ones(
+    answer: str, order: list[str], repaired: bool
+) -> None:
+    index = BM25RuleIndex(["Person X", "Person X", "Person X"])  # ties: library order
+    llm = CachedLLM(ScriptedLLM(lambda p: answer), None)
+    picked = select_rules("vanilla_r3", ["Person X"], LIBRARY, index, llm=llm, top_n=3, top_k=3)
+    assert picked.ranked == [order]
+    assert picked.r3_repaired == int(repaired)
+    assert picked.r3_unparsed == int(answer.startswith("I cannot"))
+    ranking = parse_ranking("[3] > [3] > [9] > [2]", 3)
+    assert (ranking.listed, ranking.missing, ranking.repeated, ranking.invented) == (2, 1, 1, 1)
+
+
+def test_the_cache_makes_a_rerun_free(tmp_path: Path) -> None:
+    fake = ScriptedLLM(lambda p: "If Person X owns Animal Y, then X can feed Y.")
+    index = BM25RuleIndex(LIBRARY.natural)
+    queries = ["Bob owns a cat.", "Ann owns a dog.", "Bob owns a cat."]
+    first = CachedLLM(fake, tmp_path / "cache.sqlite")
+    run1 = select_rules("siar_r3", queries, LIBRARY, index, llm=first, top_n=3, top_k=2)
+    assert run1.llm_calls == 4 and len(fake.prompts) == 4  # 2 distinct SI + 2 distinct R3
+    first.close()
+    again = CachedLLM(fake, tmp_path / "cache.sqlite")
+    run2 = select_rules("siar_r3", queries, LIBRARY, index, llm=again, top_n=3, top_k=2)
+    assert run2.llm_calls == 0 and len(fake.prompts) == 4
+    assert run2.ranked == run1.ranked
+    other = CachedLLM(fake, tmp_path / "cache.sqlite", identity="another model")
+    assert select_rules("siar", queries[:1], LIBRARY, index, llm=other).llm_calls == 1
+
+
+def test_the_api_path_against_a_local_fake_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RULERAG_API_KEY", "sk-local-test")
+    with FakeOpenAI([]) as server:
+        server.script = [
+            (200, {"choices": [{"message": {"content": "If X works with Y, X needs to use Y."}}]}),
+            (200, {"choices": [{"message": {"content": "[2] > [1] > [3]"}}]}),
+        ]
+        api = ApiSettings(base_url=server.url, backoff=0.0, concurrency=1)
+        generator = make_generator("api", "fake-model", max_new_tokens=64, api=api)
+        llm = CachedLLM(generator, None, progress=False)
+        index = BM25RuleIndex(LIBRARY.natural)
+        picked = select_rules("siar_r3", [QUERY], LIBRARY, index, llm=llm, top_n=3, top_k=3)
+    (candidates,) = index.search(picked.search_texts, 3)
+    assert picked.ranked == [[LIBRARY.ids[candidates[i]] for i in (1, 0, 2)]]
+    assert len(server.requests) == 2 and picked.llm_calls == 2
+    sent = server.requests[0]["body"]["messages"][-1]["content"]
+    assert sent.startswith(SI_INSTRUCTION) and server.requests[0]["auth"] == "Bearer sk-local-test"
+    assert picked.induced == ["If X works with Y, X needs to use Y."]
+
+
+def test_recall_and_match() -> None:
+    ranked = [["r1", "r2"], ["r3", "r1"], []]
+    gold = [{"r2"}, {"r3"}, {"r1"}]
+    assert recall_at_k(ranked, gold, [1, 2]) == {1: 1 / 3, 2: 2 / 3}
+    assert match(["The answer is  Grandson.", "no"], ["grandson", "yes"]) == 0.5
+
+
+def test_formal_library_from_a_bank() -> None:
+    import pandas as pd
+
+    from rulerag.rules.bank import rules_frame
+    from rulerag.rules.rule import Rule
+
+    bank = rules_frame([Rule.path(1, [(0, True)], confidence=0.5)], ["host a visit", "visit"])
+    library = RuleLibrary.from_bank(bank, ["host a visit", "visit"])
+    assert (
+        library.natural[0] == "[Entity2, host a visit, Entity1] leads to [Entity1, visit, Entity2]"
+    )
+    assert library.formal[0] == "visit(X, Y) <- host_a_visit(Y, X)"
+    assert isinstance(bank, pd.DataFrame)
+
+
+@pytest.mark.data
+def test_rulebench_sets_load_with_their_counterfactual_rules() -> None:
+    root = mirror_dir().parent / "rulebench"
+    if not root.is_dir():
+        pytest.skip("no ../shared/rulebench")
+    library, questions = load_set(root, "ulogic")
+    assert (len(library), len(questions)) == (1046, 830)
+    doubled, _ = load_set(root, "ulogic", counterfactual=True)
+    assert len(doubled) == 2 * len(library)
+    _, train = load_set(root, "ulogic", split="train")
+    shots = shots_from(train, load_set(root, "ulogic", split="train")[0], 3)
+    assert len(shots) == 3 and all(rule.startswith("If") for _, rule in shots)
+    prompt = reasoning_prompt(questions[0], library.text_of()[questions[0].gold[0]])
+    assert prompt.startswith("Giving a Context") and "Rule: If Person X works" in prompt
+
+
+def test_a_broken_question_file_names_the_problem(tmp_path: Path) -> None:
+    from rulerag.errors import InputError
+    from rulerag.rule_retrieval.rulebench import read_questions
+
+    path = tmp_path / "test_data.json"
+    path.write_text(json.dumps([{"input": "q", "output": "a", "rule": ["nope"]}]))
+    with pytest.raises(InputError, match="gold rule 'nope' is not in the rule library"):
+        read_questions(path, LIBRARY)
