@@ -40,6 +40,8 @@ __all__ = [
     "PositiveReal",
     "Seed",
     "SettingsError",
+    "apply_profile",
+    "deep_merge",
     "load_settings",
     "param_key",
     "settings_fields",
@@ -65,6 +67,33 @@ PositiveReal = Annotated[float, Gt(0.0)]
 
 class SettingsError(InputError):
     """A params.yaml section that does not fit its settings class."""
+
+
+def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
+    """`base` with `override` merged in; nested mappings merge, anything else replaces."""
+    import copy
+
+    out = copy.deepcopy(dict(base))
+    for key, value in (override or {}).items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def apply_profile(section: Mapping[str, Any] | None, name: str) -> dict[str, Any]:
+    """The effective params section `name`: its chosen `profile`'s overrides merged over it
+    (it keeps its `profiles`, so the result loads as its settings class). `cpu` is the
+    section itself; an unknown profile fails, listing the known ones."""
+    section = dict(section or {})
+    profiles = section.get("profiles") or {}
+    chosen = section.get("profile") or "cpu"
+    if chosen not in profiles and chosen != "cpu":
+        raise SettingsError(f"{name}.profile {chosen!r} is not one of {sorted(profiles)}")
+    merged = deep_merge({k: v for k, v in section.items() if k != "profiles"}, profiles.get(chosen))
+    merged["profiles"] = profiles
+    return merged
 
 
 def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) -> T:

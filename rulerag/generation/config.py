@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +31,11 @@ from rulerag.settings import (
     Positive,
     PositiveReal,
     SettingsError,
+    deep_merge,
     load_settings,
+)
+from rulerag.settings import (
+    apply_profile as _apply_profile,
 )
 
 __all__ = [
@@ -165,29 +168,9 @@ def _check_prompt(where: str, prompt: str, rules: str) -> None:
         raise ValueError(f"{where}: rules must be one of {RULE_FILTERS}, not {rules!r}")
 
 
-def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`base` with `override` merged in; nested mappings merge, anything else replaces."""
-    out = copy.deepcopy(dict(base))
-    for key, value in (override or {}).items():
-        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
-            out[key] = deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def apply_profile(section: Mapping[str, Any]) -> dict[str, Any]:
-    """The effective section: the chosen profile's overrides merged over the section (which
-    keeps its `profiles`, so the result loads as `GenerationSettings`). An unknown profile name
-    fails, listing the known ones."""
-    section = dict(section or {})
-    profiles = section.get("profiles") or {}
-    name = section.get("profile") or "cpu"
-    if name not in profiles and name != "cpu":
-        raise SettingsError(f"generation.profile {name!r} is not one of {sorted(profiles)}")
-    merged = deep_merge({k: v for k, v in section.items() if k != "profiles"}, profiles.get(name))
-    merged["profiles"] = profiles
-    return merged
+    """`generation` with its chosen profile applied (`rulerag.settings.apply_profile`)."""
+    return _apply_profile(section, "generation")
 
 
 def generation_settings(section: Mapping[str, Any] | None) -> GenerationSettings:

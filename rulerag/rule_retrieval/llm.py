@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-__all__ = ["CachedLLM", "TextGenerator", "make_generator"]
+__all__ = ["CachedLLM", "LLMPool", "TextGenerator", "make_generator"]
 
 
 class TextGenerator(Protocol):
@@ -45,6 +45,7 @@ class CachedLLM:
         self.batch_size = max(1, int(batch_size))
         self.progress = progress
         self.calls = 0
+        self._memory: dict[str, str] = {}  # this run's answers, with or without a file
         self._db: sqlite3.Connection | None = None
         if cache_path is not None:
             Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
@@ -81,10 +82,10 @@ class CachedLLM:
         return [found[key] for key in keys]
 
     def _lookup(self, keys: set[str]) -> dict[str, str]:
-        if self._db is None or not keys:
-            return {}
-        out: dict[str, str] = {}
-        wanted = sorted(keys)
+        out = {key: self._memory[key] for key in keys if key in self._memory}
+        if self._db is None or len(out) == len(keys):
+            return out
+        wanted = sorted(keys - out.keys())
         for start in range(0, len(wanted), 500):
             chunk = wanted[start : start + 500]
             marks = ",".join("?" * len(chunk))
@@ -95,6 +96,7 @@ class CachedLLM:
         return out
 
     def _store(self, rows: list[tuple[str, str, str]]) -> None:
+        self._memory.update((key, out) for key, _, out in rows)
         if self._db is None:
             return
         self._db.executemany(
@@ -150,3 +152,52 @@ def make_generator(
             concurrency=api.concurrency,
         )
     raise ValueError(f"LLM kind must be 'local' or 'api', not {kind!r}")
+
+
+class _Budget:
+    """A generator answering with one purpose's length (the SI, or R³'s ranking)."""
+
+    def __init__(self, generator: Any, tokens: int) -> None:
+        self.generator, self.tokens = generator, tokens
+        self.name = getattr(generator, "name", "llm")
+
+    def generate(self, prompts: Sequence[str]) -> list[str]:
+        for attr in ("max_new_tokens", "max_tokens"):  # local / API generator
+            if hasattr(self.generator, attr):
+                setattr(self.generator, attr, self.tokens)
+        return self.generator.generate(prompts)
+
+
+class LLMPool:
+    """One model, loaded on first use, as a cached LLM per purpose: `induce` (the
+    self-induced rule, `max_new_tokens`) and `rank` (R³, `rank_max_new_tokens`)."""
+
+    def __init__(
+        self, settings: Any, cache_path: Path | None, *, model_cache: Path | None, api: Any
+    ) -> None:
+        self.settings, self.cache_path = settings, cache_path
+        self.model_cache, self.api = model_cache, api
+        self._generator: Any = None
+        self._llms: dict[str, CachedLLM] = {}
+
+    def __call__(self, purpose: str) -> CachedLLM:
+        spec = self.settings
+        tokens = {"induce": spec.max_new_tokens, "rank": spec.rank_max_new_tokens}[purpose]
+        if purpose not in self._llms:
+            if self._generator is None:
+                self._generator = make_generator(
+                    spec.kind, spec.model, max_new_tokens=tokens, batch_size=spec.batch_size,
+                    cache_dir=self.model_cache, api=self.api, dtype=spec.dtype,
+                    quantization=spec.quantization,
+                )  # fmt: skip
+            self._llms[purpose] = CachedLLM(
+                _Budget(self._generator, tokens),
+                self.cache_path,
+                identity=f"{spec.kind}:{spec.model}:max_new_tokens={tokens}",
+                batch_size=spec.batch_size,
+            )
+        return self._llms[purpose]
+
+    @property
+    def calls(self) -> int:
+        return sum(llm.calls for llm in self._llms.values())

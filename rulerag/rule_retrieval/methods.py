@@ -89,17 +89,21 @@ def select_rules(
     rule_form: str = "natural",
     query_form: str = "si",
     llm: CachedLLM | None = None,
+    rank_llm: CachedLLM | None = None,
     shots: Sequence[tuple[str, str]] = (),
     top_k: int = 10,
     top_n: int = 20,
 ) -> Selection:
-    """Rule ids per query by `method` (see the module notes)."""
+    """Rule ids per query by `method` (see the module notes). `llm` induces rules (and ranks
+    them unless `rank_llm`, the same model with a longer answer budget, is given)."""
     if method not in METHODS:
         raise ValueError(f"rule retrieval method must be one of {METHODS}, not {method!r}")
-    if uses_llm(method) and llm is None:
+    rank_llm = rank_llm or llm
+    siar, rerank = method.startswith("siar"), method.endswith("_r3")
+    if (siar and llm is None) or (rerank and rank_llm is None):
         raise ValueError(f"method {method!r} needs an LLM")
-    calls_before = llm.calls if llm is not None else 0
-    siar = method.startswith("siar")
+    used = {id(x): x for x in (llm, rank_llm) if x is not None}
+    calls_before = sum(x.calls for x in used.values())
     induced: list[str] = []
     if siar:
         assert llm is not None
@@ -107,16 +111,15 @@ def select_rules(
         texts = [search_text(q, si, query_form) for q, si in zip(queries, induced, strict=True)]
     else:
         texts = list(queries)
-    rerank = method.endswith("_r3")
     rows = index.search(texts, top_n if rerank else top_k)
     selection = Selection(method, query_form if siar else None, [], texts, induced=induced)
     if rerank:
-        assert llm is not None
+        assert rank_llm is not None
         rules = library.texts(rule_form)
         prompts = [
             r3_prompt(q, [rules[i] for i in cand]) for q, cand in zip(queries, rows, strict=True)
         ]
-        answers = llm.complete(prompts, desc="R3 re-ranking")
+        answers = rank_llm.complete(prompts, desc="R3 re-ranking")
         reranked = []
         for cand, answer in zip(rows, answers, strict=True):
             ranking = parse_ranking(answer, len(cand))
@@ -125,5 +128,5 @@ def select_rules(
             reranked.append([cand[i] for i in ranking.order])
         rows = reranked
     selection.ranked = [[library.ids[i] for i in r[:top_k]] for r in rows]
-    selection.llm_calls = (llm.calls if llm is not None else 0) - calls_before
+    selection.llm_calls = sum(x.calls for x in used.values()) - calls_before
     return selection

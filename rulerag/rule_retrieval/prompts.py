@@ -59,11 +59,20 @@ def si_prompt(query: str, shots: Sequence[tuple[str, str]]) -> str:
     return "\n".join(lines)
 
 
+#: what small models put before the rule despite "just output the rule": `rule:`, `The rule
+#: is:`, `The inferential rule to be applied is:`
+_PREAMBLE = re.compile(
+    r"^\s*(?:the\s+)?(?:inferential\s+)?rule(?:\s+(?:to\s+be\s+applied|would\s+be))?"
+    r"(?:\s+is)?\s*:\s*",
+    re.IGNORECASE,
+)
+
+
 def induced_rule(generation: str) -> str:
-    """The self-induced rule in a generation: its first non-empty line, without a repeated
-    `rule:` label."""
+    """The self-induced rule in a generation: its first non-empty line, without a label such
+    as `rule:` or `The rule is:`."""
     for line in generation.splitlines():
-        line = re.sub(r"^\s*rule\s*:\s*", "", line.strip(), flags=re.IGNORECASE).strip()
+        line = _PREAMBLE.sub("", line.strip()).strip()
         if line:
             return line
     return ""

@@ -36,6 +36,7 @@ SMALL = {
         "batch_size": 8,
         "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
     },
+    "rule_retrieval": {"queries": 4, "llm": {"max_new_tokens": 16, "rank_max_new_tokens": 24}},
 }
 
 
@@ -91,7 +92,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
-    assert len(stages) == 27, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 1
+    assert len(stages) == 28, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 1 + 1
 
     for config in (
         "bm25-standard",
@@ -125,6 +126,12 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     claims = pd.read_csv(data / "report" / "claims.csv")
     assert len(claims) == 8 and claims["p"].between(0, 1).all()
     assert "paired on the same queries" in (data / "report" / "results.md").read_text()
+
+    rule_retrieval = pd.read_csv(data / "rule_retrieval" / "results.csv")
+    methods = set(zip(rule_retrieval["retriever"], rule_retrieval["method"], strict=True))
+    assert {("-", "head"), ("bm25", "siar_r3"), ("minilm", "vanilla")} <= methods
+    assert rule_retrieval["R@10"].between(0, 100).all()
+    assert "SIAR-R³ (w/ SI + input)" in (data / "rule_retrieval" / "results.md").read_text()
 
     status = dvc("status", "--json", check=True)
     assert json.loads(status.stdout) == {}, status.stdout

@@ -22,6 +22,7 @@ from rulerag.orchestration import params_check
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
 from rulerag.retrieval.settings import IndexSettings, index_settings
 from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
+from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings
 from rulerag.rules.mining import MineRulesSettings, mine_rules_settings
 from rulerag.settings import SettingsError, settings_fields
 
@@ -37,6 +38,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "train_retriever": (TrainRetrieverSettings, train_retriever_settings),
     "retrieve": (RetrieveSettings, retrieve_settings),
     "generation": (GenerationSettings, generation_settings),
+    "rule_retrieval": (RuleRetrievalSettings, rule_retrieval_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}

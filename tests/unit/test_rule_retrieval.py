@@ -65,6 +65,8 @@ def test_the_prompts_are_the_papers() -> None:
     assert ranked.startswith(R3_TEMPLATE_HEAD.format(num=2, query="Who visits France"))
     assert "\n[1] rule a\n[2] rule b\nQuery: Who visits France.\nRank the 2 rules above" in ranked
     assert induced_rule("\n rule: If A then B.\nmore") == "If A then B."
+    assert induced_rule("The rule to be applied is: If A then B.") == "If A then B."
+    assert induced_rule("Rules of thumb: none") == "Rules of thumb: none"
 
 
 def test_the_self_induced_rule_is_the_search_text() -> None:
@@ -186,3 +188,48 @@ def test_a_broken_question_file_names_the_problem(tmp_path: Path) -> None:
     path.write_text(json.dumps([{"input": "q", "output": "a", "rule": ["nope"]}]))
     with pytest.raises(InputError, match="gold rule 'nope' is not in the rule library"):
         read_questions(path, LIBRARY)
+
+
+def test_the_evaluation_table_reuses_the_induced_rules() -> None:
+    """Every method x query form on one retriever; each distinct prompt reaches the LLM once."""
+    from rulerag.rule_retrieval.experiment import (
+        RuleRetrievalTask,
+        flat_metrics,
+        results_markdown,
+        run_evaluation,
+    )
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+
+    task = RuleRetrievalTask(
+        library=LIBRARY,
+        qids=("q1", "q2"),
+        queries=("Zed works with a laptop.", "Kim owns a cat."),
+        gold=(frozenset({"r2"}), frozenset({"r1"})),
+        shots=(("Bob owns a dog.", LIBRARY.natural[0]),),
+    )
+    fake = ScriptedLLM(
+        lambda p: "[2] > [1]" if p.startswith("You are an intelligent") else "If X owns Y."
+    )
+    llms = {"induce": CachedLLM(fake, None), "rank": CachedLLM(fake, None)}
+    settings = rule_retrieval_settings(
+        {"retrievers": ["bm25"], "top_k": 2, "top_n": 2, "ks": [1, 2], "similarity": False}
+    )
+    extra = [{"method": "head", "ranked": [["r2"], ["r1"]]}]
+    results, picked = run_evaluation(task, settings, llms.__getitem__, extra_rows=extra)
+    assert list(results["row"]) == [
+        "RuleRAG head relation (oracle)",
+        "vanilla retrieval",
+        "vanilla retrieval + R³",
+        "+ SIAR (w/ SI)",
+        "+ SIAR (w/ SI + input)",
+        "+ SIAR-R³ (w/ SI)",
+        "+ SIAR-R³ (w/ SI + input)",
+    ]
+    assert results.loc[0, "R@1"] == 100.0
+    si_prompts = [p for p in fake.prompts if p.startswith("You are given a Query")]
+    assert len(si_prompts) == 2  # induced once per query, reused by all four SIAR rows
+    assert len(fake.prompts) == len(set(fake.prompts))
+    assert len(picked) == 2 * len(results)
+    table = results_markdown(results, "demo", [1, 2])
+    assert "| **sparse retrieval (BM25), natural rules** |" in table
+    assert "bm25_natural_siar_si_input.recall_at_2" in flat_metrics(results, [1, 2])

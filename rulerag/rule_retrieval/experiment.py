@@ -1,0 +1,165 @@
+"""The rule-retrieval evaluation: every method x retriever x query form x rule form on one set
+of queries with gold rules, in the layout of the SIAR + R³ paper's Table 1.
+
+One LLM serves all combinations through the disk cache: the self-induced rule of a query is
+generated once and reused by every retriever and SIAR variant; an R³ prompt is paid once per
+distinct candidate list. Rows report Recall@k (percent), the LLM prompts a method sent
+(cache hits not counted, so a rerun shows 0) and its seconds.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rulerag.rule_retrieval.evaluate import recall_at_k
+from rulerag.rule_retrieval.library import RuleLibrary
+from rulerag.rule_retrieval.llm import CachedLLM
+from rulerag.rule_retrieval.methods import select_rules, uses_llm
+from rulerag.rule_retrieval.search import build_rule_index
+from rulerag.rule_retrieval.settings import RuleRetrievalSettings
+
+__all__ = [
+    "RuleRetrievalTask",
+    "flat_metrics",
+    "label",
+    "results_markdown",
+    "run_evaluation",
+]
+
+
+@dataclass(frozen=True)
+class RuleRetrievalTask:
+    """Queries with their gold rules over a library, and self-induction demonstrations."""
+
+    library: RuleLibrary
+    qids: tuple[str, ...]
+    queries: tuple[str, ...]
+    gold: tuple[frozenset[str], ...]
+    shots: tuple[tuple[str, str], ...] = ()
+
+
+def label(method: str, query_form: str | None) -> str:
+    """The row name the paper's tables use."""
+    form = {"si": "w/ SI", "si_input": "w/ SI + input"}.get(query_form or "", "")
+    return {
+        "vanilla": "vanilla retrieval",
+        "vanilla_r3": "vanilla retrieval + R³",
+        "siar": f"+ SIAR ({form})",
+        "siar_r3": f"+ SIAR-R³ ({form})",
+        "similarity": "RuleRAG similarity (θ, N)",
+        "head": "RuleRAG head relation (oracle)",
+    }[method]
+
+
+def run_evaluation(
+    task: RuleRetrievalTask,
+    settings: RuleRetrievalSettings,
+    llm_for: Callable[[str], CachedLLM] | None,
+    *,
+    model_cache: Path | None = None,
+    extra_rows: Sequence[dict[str, Any]] = (),
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(results: one row per combination, selections: one row per query and combination).
+
+    `llm_for(purpose)` gives the cached LLM for `"induce"` or `"rank"` (they differ in their
+    token budget); None when no method needs one. `extra_rows` are selections made elsewhere
+    (RuleRAG's own) to report beside: dicts with `method` and `ranked`.
+    """
+    ks = list(settings.ks)
+    rows: list[dict[str, Any]] = []
+    picked: list[dict[str, Any]] = []
+
+    def record(retriever: str, rule_form: str, name: str, form: str | None, ranked, info) -> None:
+        recall = recall_at_k(ranked, task.gold, ks)
+        rows.append(
+            {
+                "retriever": retriever,
+                "rule_form": rule_form,
+                "method": name,
+                "query_form": form,
+                "row": label(name, form),
+                **{f"R@{k}": round(100 * recall[k], 2) for k in ks},
+                **info,
+            }
+        )
+        for qid, rules in zip(task.qids, ranked, strict=True):
+            picked.append(
+                {
+                    "qid": qid,
+                    "retriever": retriever,
+                    "rule_form": rule_form,
+                    "method": name,
+                    "query_form": form or "",
+                    "rule_ids": list(rules),
+                }
+            )
+
+    for extra in extra_rows:
+        record("-", "natural", extra["method"], None, extra["ranked"], {"llm_calls": 0})
+    induce = llm_for("induce") if llm_for and any(map(uses_llm, settings.methods)) else None
+    rank = llm_for("rank") if llm_for and any(m.endswith("_r3") for m in settings.methods) else None
+    for rule_form in settings.rule_forms:
+        for retriever in settings.retrievers:
+            index = build_rule_index(
+                retriever,
+                task.library.texts(rule_form),
+                analyzer=settings.analyzer,
+                cache_dir=model_cache,
+            )
+            for method in settings.methods:
+                forms = settings.query_forms if method.startswith("siar") else (None,)
+                for form in forms:
+                    started = time.perf_counter()
+                    selection = select_rules(
+                        method, task.queries, task.library, index, rule_form=rule_form,
+                        query_form=form or "si", llm=induce, rank_llm=rank, shots=task.shots,
+                        top_k=settings.top_k, top_n=settings.top_n,
+                    )  # fmt: skip
+                    info = {
+                        "llm_calls": selection.llm_calls,
+                        "seconds": round(time.perf_counter() - started, 2),
+                        "r3_repaired": selection.r3_repaired,
+                        "r3_unparsed": selection.r3_unparsed,
+                    }
+                    record(retriever, rule_form, method, form, selection.ranked, info)
+    return pd.DataFrame(rows), pd.DataFrame(picked)
+
+
+def results_markdown(results: pd.DataFrame, title: str, ks: Sequence[int]) -> str:
+    """The results as the paper's Table 1 lays them out: a block per retriever (and rule
+    form), vanilla first, then the LLM's SIAR / SIAR-R³ rows."""
+    cols = [f"R@{k}" for k in ks]
+    lines = [
+        f"# {title}",
+        "",
+        "| | " + " | ".join(cols) + " | LLM calls |",
+        "|---" * (len(cols) + 2) + "|",
+    ]
+    for (retriever, rule_form), block in results.groupby(["retriever", "rule_form"], sort=False):
+        if retriever == "-":
+            head = "RuleRAG's own rule selection"
+        else:
+            kind = "sparse retrieval (BM25)" if retriever == "bm25" else f"dense ({retriever})"
+            head = f"{kind}, {rule_form} rules"
+        lines.append(f"| **{head}** |" + " |" * (len(cols) + 1))
+        for row in block.to_dict("records"):
+            values = " | ".join(f"{row[c]:.2f}" for c in cols)
+            lines.append(f"| {row['row']} | {values} | {int(row['llm_calls'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def flat_metrics(results: pd.DataFrame, ks: Sequence[int]) -> dict[str, float]:
+    """MLflow metrics: `<retriever>_<form>_<method>[_<query form>].recall_at_<k>`."""
+    out = {}
+    for row in results.to_dict("records"):
+        parts = (row["retriever"], row["rule_form"], row["method"], row["query_form"])
+        key = "_".join(str(p) for p in parts if p and p != "-")
+        for k in ks:
+            out[f"{key}.recall_at_{k}"] = float(row[f"R@{k}"])
+    return out
