@@ -18,14 +18,22 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rulerag.errors import InputError
 from rulerag.rule_retrieval.library import RuleLibrary
 
-__all__ = ["RuleQuestion", "load_set", "read_questions", "reasoning_prompt", "shots_from"]
+__all__ = [
+    "RuleQuestion",
+    "load_set",
+    "match_of",
+    "read_questions",
+    "reasoning_prompt",
+    "rulebench_task",
+    "shots_from",
+]
 
 #: rule file of each question file (RuleBench's layout; ULogic's `rules.json` = test rules)
 _RULE_FILES = {
@@ -119,3 +127,43 @@ def reasoning_prompt(question: RuleQuestion, rule: str | None) -> str:
         parts.append(f"Rule: {rule}")
     parts += [question.query, "Answer:"]
     return "\n".join(parts)
+
+
+def rulebench_task(
+    root: Path, name: str, queries: int | None, shots: int, seed: int, counterfactual: bool
+):
+    """(the retrieval task, the sampled test questions) of a RuleBench set: the test rule
+    library (doubled with the `-cf` rules when `counterfactual`), a seeded sample of test
+    questions, and self-induction shots from the set's validation or train questions."""
+    from rulerag.rule_retrieval.experiment import RuleRetrievalTask
+
+    library, questions = load_set(root, name, "test", counterfactual)
+    if queries is not None and queries < len(questions):
+        rng = random.Random(seed)
+        questions = [questions[i] for i in sorted(rng.sample(range(len(questions)), queries))]
+    demos: list[tuple[str, str]] = []
+    for split in ("validation", "train"):
+        if (Path(root) / name / f"{split}_data.json").is_file():
+            demo_library, demo_questions = load_set(root, name, split)
+            demos = shots_from(demo_questions, demo_library, shots, seed)
+            break
+    task = RuleRetrievalTask(
+        library=library,
+        qids=tuple(q.qid for q in questions),
+        queries=tuple(q.query for q in questions),
+        gold=tuple(frozenset(q.gold) for q in questions),
+        shots=tuple(demos),
+    )
+    return task, questions
+
+
+def match_of(
+    questions: Sequence[RuleQuestion],
+    top_rules: Sequence[str | None],
+    complete: Callable[[list[str]], list[str]],
+) -> float:
+    """The paper's Match for answering each question with its top-1 rule (None: no rule)."""
+    from rulerag.rule_retrieval.evaluate import match
+
+    prompts = [reasoning_prompt(q, r) for q, r in zip(questions, top_rules, strict=True)]
+    return match(complete(prompts), [q.answer for q in questions])

@@ -233,3 +233,35 @@ def test_the_evaluation_table_reuses_the_induced_rules() -> None:
     table = results_markdown(results, "demo", [1, 2])
     assert "| **sparse retrieval (BM25), natural rules** |" in table
     assert "bm25_natural_siar_si_input.recall_at_2" in flat_metrics(results, [1, 2])
+
+
+def test_chinese_rules_are_found_with_the_cjk_analyzer(tmp_path: Path) -> None:
+    """CAIL2018 is Chinese legal text: no spaces, so the English analysis sees one token per
+    sentence and finds nothing; CJK bigrams find the article."""
+    from rulerag.rule_retrieval.rulebench import read_questions
+
+    rules = {
+        "264": {
+            "NL": "盗窃公私财物，数额较大的，处三年以下有期徒刑。",
+            "FOL": "盗窃(X) => 徒刑(X)",
+        },
+        "266": {
+            "NL": "诈骗公私财物，数额较大的，处三年以下有期徒刑。",
+            "FOL": "诈骗(X) => 徒刑(X)",
+        },
+        "234": {"NL": "故意伤害他人身体的，处三年以下有期徒刑。", "FOL": "伤害(X) => 徒刑(X)"},
+    }
+    (tmp_path / "test_rule.json").write_text(json.dumps(rules, ensure_ascii=False))
+    cases = [
+        ("被告人张某秘密窃取他人财物，盗窃数额较大。", "盗窃罪", "264"),
+        ("被告人李某故意伤害被害人身体。", "故意伤害罪", "234"),
+    ]
+    questions = [{"input": q, "output": a, "rule": [r]} for q, a, r in cases]
+    (tmp_path / "test_data.json").write_text(json.dumps(questions, ensure_ascii=False))
+    library = RuleLibrary.from_rulebench(tmp_path / "test_rule.json")
+    asked = read_questions(tmp_path / "test_data.json", library)
+    cjk = BM25RuleIndex(library.natural, analyzer="cjk")
+    ranked = cjk.search([q.query for q in asked], 1)
+    assert [library.ids[r[0]] for r in ranked] == ["264", "234"]
+    english = BM25RuleIndex(library.natural, analyzer="english")
+    assert english.search([q.query for q in asked], 1) == [[], []]

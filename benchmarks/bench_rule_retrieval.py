@@ -1,0 +1,94 @@
+"""Rule retrieval's cost and quality per method: LLM prompts and seconds per query, Recall@k,
+and on RuleBench the paper's Match (the gold answer in the LLM's answer with the top-1 rule).
+
+Sources: `ruleqa:<dataset>` (after `dvc repro build_benchmark@<dataset>`; gold = the bank rules
+of the query's relation) or `rulebench:<set>` (`../shared/rulebench/<set>`, e.g. ulogic,
+clutrr; `--counterfactual` doubles the library with the `-cf` rules, the paper's robustness
+test). Nothing is cached, so the prompts and seconds are what a first run costs.
+
+    .venv/bin/python benchmarks/bench_rule_retrieval.py --source rulebench:ulogic --match
+    .venv/bin/python benchmarks/bench_rule_retrieval.py --source ruleqa:icews14 --queries 24
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from rulerag.generation.config import ApiSettings
+from rulerag.rule_retrieval.experiment import results_markdown, run_evaluation
+from rulerag.rule_retrieval.llm import LLMPool
+from rulerag.rule_retrieval.settings import rule_retrieval_settings
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--source", default="rulebench:ulogic")
+    parser.add_argument("--queries", type=int, default=24)
+    parser.add_argument("--retrievers", default="bm25,minilm")
+    parser.add_argument("--methods", default="vanilla,vanilla_r3,siar,siar_r3")
+    parser.add_argument("--top-n", type=int, default=10)
+    parser.add_argument("--model", default="smollm2")
+    parser.add_argument("--counterfactual", action="store_true")
+    parser.add_argument("--match", action="store_true", help="RuleBench: Match of the top-1 rule")
+    args = parser.parse_args()
+    settings = rule_retrieval_settings(
+        {
+            "queries": args.queries,
+            "retrievers": args.retrievers.split(","),
+            "methods": args.methods.split(","),
+            "top_n": args.top_n,
+            "similarity": False,
+            "llm": {"model": args.model},
+        }
+    )
+    kind, _, name = args.source.partition(":")
+    if kind == "ruleqa":
+        from rulerag.rule_retrieval.ruleqa import reference_rows, ruleqa_task
+
+        task, bank, test = ruleqa_task(
+            PROJECT / "data" / name, settings.queries, settings.shots, settings.seed
+        )
+        extra = reference_rows(task, bank, test, settings.top_k, None)
+        questions = None
+    else:
+        from rulerag.rule_retrieval.rulebench import rulebench_task
+
+        root = Path(os.environ.get("RULERAG_DATA_DIR", PROJECT.parent / "shared" / "kg"))
+        task, questions = rulebench_task(
+            root.parent / "rulebench", name, settings.queries, settings.shots, settings.seed,
+            args.counterfactual,
+        )  # fmt: skip
+        extra = []
+    llms = LLMPool(settings.llm, None, model_cache=PROJECT / ".models", api=ApiSettings())
+    results, picked = run_evaluation(
+        task, settings, llms, model_cache=PROJECT / ".models", extra_rows=extra
+    )
+    n = len(task.queries)
+    results["LLM calls / query"] = (results["llm_calls"] / n).round(2)
+    results["s / query"] = (results.get("seconds", 0) / n).round(2)
+    title = f"{args.source}{' + counterfactual rules' if args.counterfactual else ''}: {n} queries"
+    print(results_markdown(results, title, settings.ks))
+    cols = ["retriever", "row", "LLM calls / query", "s / query", "r3_repaired", "r3_unparsed"]
+    print(results[[c for c in cols if c in results]].to_markdown(index=False))
+    if args.match and questions is not None:
+        from rulerag.rule_retrieval.rulebench import match_of
+
+        text = task.library.text_of("natural")
+        answer = llms("rank").complete
+        rows = {"no rule": [None] * n, "golden rule": [text[q.gold[0]] for q in questions]}
+        for (retriever, method, form), group in picked.groupby(
+            ["retriever", "method", "query_form"], sort=False
+        ):
+            tops = [text[r[0]] if len(r) else None for r in group["rule_ids"]]
+            rows[f"{retriever} {method} {form}".strip()] = tops
+        print("\n| top-1 rule | Match (%) |\n|---|---|")
+        for label, tops in rows.items():
+            print(f"| {label} | {100 * match_of(questions, tops, answer):.1f} |")
+
+
+if __name__ == "__main__":
+    main()
