@@ -2,7 +2,8 @@
 
 Writes corpus.jsonl ({"id", "contents"}, Pyserini's JsonCollection format) with corpus.parquet
 (the structured fields), test.jsonl, f_r.jsonl, f_g.jsonl and stats.json, and prints the sizes
-beside the paper's Table 1 row for the KG.
+beside the paper's Table 1 row for the KG. A rule-retrieval selection (vanilla, SIAR, R³) uses
+`rule_retrieval`'s LLM, whose answers are cached in data/<dataset>/cache/.
 """
 
 from __future__ import annotations
@@ -10,15 +11,17 @@ from __future__ import annotations
 import sys
 
 from pipeline_steps.common import (
+    MODEL_CACHE,
     PROJECT_DIR,
     data_dir,
     dataset_parser,
     load_params,
     numeric_metrics,
+    rule_llm_cache,
     run_stage,
 )
 from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
-from rulerag.benchmark.settings import build_benchmark_settings
+from rulerag.benchmark.settings import RETRIEVAL_SELECTIONS, build_benchmark_settings
 from rulerag.io import staged_outputs, write_json, write_jsonl, write_parquet
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.store import read_kg
@@ -28,7 +31,8 @@ from rulerag.tracking import stage_run
 def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
     name = args.dataset
-    section = load_params().get("build_benchmark") or {}
+    params = load_params()
+    section = params.get("build_benchmark") or {}
     settings = build_benchmark_settings(section)
     paper = DATASETS[name].paper if name in DATASETS else {}
     config = benchmark_config(settings, name, paper)
@@ -37,16 +41,25 @@ def main(argv: list[str] | None = None) -> int:
 
     bank = pd.read_parquet(data_dir(name) / "rules" / "bank.parquet")
     out_dir = data_dir(name) / "benchmark"
-    with stage_run(
-        "build_benchmark", name, project_dir=PROJECT_DIR, params={"build_benchmark": section}
-    ) as run:
-        encoder = None
+    logged = {"build_benchmark": section}
+    if config.selection in RETRIEVAL_SELECTIONS:  # its LLM, shots and analyzer are these
+        logged["rule_retrieval"] = params["rule_retrieval"]
+    with stage_run("build_benchmark", name, project_dir=PROJECT_DIR, params=logged) as run:
+        encoder = selector = None
         if config.selection == "similarity":
             from rulerag.rules.selection import minilm_encoder
 
             encoder = minilm_encoder(settings.rule_selection.encoder)
-        bench = build_benchmark(kg, bank, config, encoder)
+        if config.selection in RETRIEVAL_SELECTIONS:
+            from rulerag.rule_retrieval.selector import benchmark_selector
+
+            selector = benchmark_selector(
+                params, bank, kg.relations, cache_path=rule_llm_cache(name), model_cache=MODEL_CACHE
+            )
+        bench = build_benchmark(kg, bank, config, encoder, selector)
         stats = {"dataset": name, **bench.stats, "seed": config.seed}
+        if selector is not None:
+            stats["selection_cost"] = dict(selector.cost)
         if name in DATASETS:
             stats["paper"] = dict(DATASETS[name].paper)
         provenance = {"stage": "build_benchmark", "dataset": name, "params": section}

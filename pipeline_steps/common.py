@@ -70,6 +70,13 @@ def data_dir(dataset: str) -> Path:
     return PROJECT_DIR / "data" / dataset
 
 
+def rule_llm_cache(dataset: str) -> Path:
+    """The LLM answers of rule retrieval (self-induced rules, R³ rankings) for one dataset,
+    shared by build_benchmark's selection and rule_retrieval_eval, so neither pays a prompt the
+    other has sent; no stage output (a cache, kept across reruns)."""
+    return data_dir(dataset) / "cache" / "rule_llm.sqlite"
+
+
 def numeric_metrics(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
     """Flatten the numbers of a stats dict into MLflow metric names (`splits.train` -> ...)."""
     out: dict[str, float] = {}

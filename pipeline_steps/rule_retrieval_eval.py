@@ -3,7 +3,7 @@
 data/<dataset>/{rules/bank.parquet, kg/relations.parquet, benchmark/test.jsonl, f_r.jsonl} ->
 data/<dataset>/rule_retrieval/: results.md (the paper's Table 1 layout), results.csv, recall.png,
 selections.parquet (the rules each combination chose per query), metrics.json. The LLM's
-answers are cached in rule_retrieval/cache/ (not an output), so a rerun sends no prompt.
+answers are cached in data/<dataset>/cache/ (not an output), so a rerun sends no prompt.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
+    rule_llm_cache,
     run_stage,
 )
 from rulerag.benchmark.settings import build_benchmark_settings
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     task, bank, test = ruleqa_task(data_dir(name), settings.queries, settings.shots, settings.seed)
     similarity = (selection.top_n, selection.threshold) if settings.similarity else None
     api = generation_settings(params["generation"]).api
-    llms = LLMPool(settings.llm, out_dir / "cache" / "llm.sqlite", model_cache=MODEL_CACHE, api=api)
+    llms = LLMPool(settings.llm, rule_llm_cache(name), model_cache=MODEL_CACHE, api=api)
     with stage_run(
         "rule_retrieval_eval", name, project_dir=PROJECT_DIR, params={"rule_retrieval": section}
     ) as run:

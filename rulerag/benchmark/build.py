@@ -8,6 +8,12 @@
 - F_R / F_G: the valid links' queries split into two disjoint halves by seed. F_R has one item
   per (query, selected rule) with oracle documents; F_G has queries, answers and rules.
 No query (subject, relation[, time]) of F_R or F_G is also a test query.
+
+Rules are selected once the queries are drawn (only the sampled test queries and the F pool
+are asked), by the query's relation (`head`), by Sentence-BERT similarity, or by a rule
+retriever (`RuleSelector`: vanilla / SIAR, optionally re-ranked with R³), which never sees the
+relation. The corpus filter `rule_neighbourhood` always follows the `head` rules, so every
+selection method is measured over the same corpus.
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, get_args
 
 import numpy as np
 import pandas as pd
@@ -24,6 +30,7 @@ from rulerag.benchmark.settings import (
     BuildBenchmarkSettings,
     CorpusSettings,
     RuleSelectionSettings,
+    SelectionMethod,
     StrataSettings,
     by_dataset,
 )
@@ -33,6 +40,19 @@ from rulerag.rules.selection import Encoder, select_by_head, select_by_similarit
 
 KEY = ["head", "relation", "time"]
 CORPUS_FILTERS = ("none", "rule_relations", "query_entities", "rule_neighbourhood")
+SELECTIONS: tuple[str, ...] = get_args(SelectionMethod)
+
+
+class RuleSelector(Protocol):
+    """A rule retriever for build_benchmark (`rulerag.rule_retrieval.selector`): bank rule ids
+    per query text, best first, at most `top_n`; `shots` are (query, rule id) demonstrations
+    for self-induction, `shots` many of them wanted."""
+
+    shots: int
+
+    def __call__(
+        self, queries: Sequence[str], shots: Sequence[tuple[str, str]]
+    ) -> list[list[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -59,8 +79,8 @@ class BenchmarkConfig:
             raise ValueError(
                 f"corpus filter must be one of {CORPUS_FILTERS}: {self.corpus_filter!r}"
             )
-        if self.selection not in ("head", "similarity"):
-            raise ValueError(f"rule selection must be 'head' or 'similarity': {self.selection!r}")
+        if self.selection not in SELECTIONS:
+            raise ValueError(f"rule selection must be one of {SELECTIONS}: {self.selection!r}")
         if len(self.strata_weights) != self.n_strata or min(self.strata_weights) < 0:
             raise ValueError("strata_weights needs one non-negative weight per stratum")
 
@@ -270,13 +290,63 @@ def _filter_corpus(
     return corpus[corpus["id"].isin(set(hits["id"]))]
 
 
+def _select_rules(
+    frames: Sequence[pd.DataFrame],
+    config: BenchmarkConfig,
+    bank: pd.DataFrame,
+    encoder: Encoder | None,
+    selector: RuleSelector | None,
+    rng: np.random.Generator,
+) -> None:
+    """Set each frame's `rule_ids` by the configured selection (in place).
+
+    A rule retriever's self-induction shots are F_R queries (the first frame after the test
+    one) with their best `head` rule, drawn by `rng`, never a test query; a query that is
+    itself a shot gets the next drawn query in its place, so no prompt shows its own rule.
+    """
+    if config.selection == "head":
+        for frame in frames:
+            frame["rule_ids"] = frame["head_rule_ids"]
+        return
+    if config.selection == "similarity":
+        if encoder is None:
+            raise ValueError("rule selection 'similarity' needs an encoder")
+        for frame in frames:
+            frame["rule_ids"] = select_by_similarity(
+                list(frame["query"]), bank, encoder, config.top_n, config.threshold
+            )
+        return
+    if selector is None:
+        raise ValueError(f"rule selection {config.selection!r} needs a rule selector")
+    pool = frames[1][frames[1]["head_rule_ids"].map(len) > 0]
+    drawn = pool.iloc[rng.permutation(len(pool))[: selector.shots + 1]]
+    demos = [
+        (str(q), str(rules[0]))
+        for q, rules in zip(drawn["query"], drawn["head_rule_ids"], strict=True)
+    ]
+    for frame in frames:
+        queries = [str(q) for q in frame["query"]]
+        groups: dict[tuple[tuple[str, str], ...], list[int]] = {}
+        for i, query in enumerate(queries):
+            shots = tuple(d for d in demos if d[0] != query)[: selector.shots]
+            groups.setdefault(shots, []).append(i)
+        chosen: list[list[str]] = [[] for _ in queries]
+        for shots, rows in groups.items():
+            picked = selector([queries[i] for i in rows], list(shots))
+            for i, rules in zip(rows, picked, strict=True):
+                chosen[i] = list(rules)[: config.top_n]
+        frame["rule_ids"] = chosen
+
+
 def build_benchmark(
     kg: KnowledgeGraph,
     bank: pd.DataFrame,
     config: BenchmarkConfig,
     encoder: Encoder | None = None,
+    selector: RuleSelector | None = None,
 ) -> Benchmark:
-    """Build corpus, Q, F_R and F_G deterministically from `config.seed`."""
+    """Build corpus, Q, F_R and F_G deterministically from `config.seed`; `encoder` serves the
+    `similarity` selection, `selector` the rule-retrieval ones (vanilla, SIAR, with R³ or not)."""
     facts = kg.facts.reset_index(drop=True).assign(fact_row=lambda f: np.arange(len(f)))
     names = _Namer(kg)
     temporal = kg.temporal
@@ -299,14 +369,7 @@ def build_benchmark(
                 frame["head_name"], frame["relation_name"], frame["time_text"], strict=True
             )
         ]
-        if config.selection == "head":
-            frame["rule_ids"] = select_by_head(list(frame["relation"]), bank, config.top_n)
-        else:
-            if encoder is None:
-                raise ValueError("rule selection 'similarity' needs an encoder")
-            frame["rule_ids"] = select_by_similarity(
-                list(frame["query"]), bank, encoder, config.top_n, config.threshold
-            )
+        frame["head_rule_ids"] = select_by_head(list(frame["relation"]), bank, config.top_n)
         return frame
 
     def finalise(frame: pd.DataFrame, prefix: str) -> pd.DataFrame:
@@ -343,6 +406,8 @@ def build_benchmark(
     half = (len(shuffled) + 1) // 2
     test = finalise(test, "test")
     f_r_q, f_g_q = finalise(shuffled.iloc[:half], "fr"), finalise(shuffled.iloc[half:], "fg")
+    rng_shots = np.random.default_rng([config.seed, 3])
+    _select_rules((test, f_r_q, f_g_q), config, bank, encoder, selector, rng_shots)
 
     # Corpus: configured splits, never a test link, then the configured filter.
     atoms = _first_subject_atom(bank)
@@ -360,6 +425,7 @@ def build_benchmark(
     # Filters look at every candidate query, not only the sampled ones, so the corpus does not
     # change with test_size.
     pool = pd.concat([candidates, valid], ignore_index=True)
+    pool = pool.assign(rule_ids=pool["head_rule_ids"])
     corpus = _filter_corpus(corpus, config.corpus_filter, bank, pool, atoms)
     corpus = corpus.reset_index(drop=True)
     corpus["contents"] = [

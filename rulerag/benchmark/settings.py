@@ -15,6 +15,7 @@ from typing import Any, Literal
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
 __all__ = [
+    "RETRIEVAL_SELECTIONS",
     "BuildBenchmarkSettings",
     "CorpusSettings",
     "RuleSelectionSettings",
@@ -42,14 +43,36 @@ class StrataSettings:
     weights: tuple[NonNegative, ...] | None = None  # one per stratum; None = equal weights
 
 
+#: RuleRAG's own selections (the query's relation; Sentence-BERT above θ) and the rule-retrieval
+#: methods of the SIAR + R³ paper (`rulerag.rule_retrieval`), which never look at the relation
+SelectionMethod = Literal["head", "similarity", "vanilla", "vanilla_r3", "siar", "siar_r3"]
+RETRIEVAL_SELECTIONS = ("vanilla", "vanilla_r3", "siar", "siar_r3")
+
+
 @dataclass(frozen=True)
 class RuleSelectionSettings:
-    """`build_benchmark.rule_selection`: the rules selected per query."""
+    """`build_benchmark.rule_selection`: the rules selected per query.
 
-    method: str = "head"  # head | similarity
-    top_n: Positive = 3
+    The retrieval methods search the bank (as a rule library) with the query (`vanilla`) or the
+    LLM's self-induced rule (`siar`), optionally re-ranked by the LLM (`*_r3`); their LLM, its
+    cache and the self-induction shots are `rule_retrieval`'s, so the evaluation stage and the
+    benchmark share one model and one set of answers.
+    """
+
+    method: SelectionMethod = "head"
+    top_n: Positive = 3  # rules kept per query
     threshold: Fraction = 0.7  # similarity only
     encoder: str = "minilm"  # sentence-transformers id or path (similarity only)
+    retriever: str = "bm25"  # retrieval methods: bm25, or a dense encoder alias / path / HF id
+    query_form: Literal["si", "si_input"] = "si_input"  # SIAR's search text
+    rule_form: Literal["natural", "formal"] = "natural"  # the rules' text searched and ranked
+    candidates: Positive = 10  # R³ re-ranks this many search results (the paper: 20)
+
+    def __post_init__(self) -> None:
+        if self.candidates < self.top_n:
+            raise ValueError(
+                f"candidates ({self.candidates}) must be at least top_n ({self.top_n})"
+            )
 
 
 @dataclass(frozen=True)

@@ -75,11 +75,12 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     }
 
     def dvc(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:
-        """`dvc <args>` in the project copy, output captured as text."""
+        """`dvc <args>` in the project copy, output captured as text (`env`: the default
+        environment unless given)."""
+        kwargs.setdefault("env", env)
         return subprocess.run(
             [str(BIN / "dvc"), *args],
             cwd=project_copy,
-            env=env,
             capture_output=True,
             text=True,
             **kwargs,
@@ -154,3 +155,62 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {"test-full-pipeline"}
     logged = {r.data.tags["rulerag.stage"] for r in runs}
     assert logged == {s.split("@")[0] for s in stages}, logged
+
+    _rule_retrieval_selection_runs_the_benchmark(project_copy, env, dvc)
+
+
+def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, dvc) -> None:
+    """build_benchmark with `siar_r3` against a local fake chat API: every test query's rules
+    are the R³ order of the BM25 search for its self-induced rule + query, ground truth rebuilt
+    here; a forced rerun sends no prompt (the cache); retrieval then searches with those rules."""
+    from rulerag.retrieval.rule_guided import NO_RULE
+    from rulerag.rule_retrieval.library import RuleLibrary
+    from rulerag.rule_retrieval.methods import search_text
+    from rulerag.rule_retrieval.prompts import SI_INSTRUCTION
+    from rulerag.rule_retrieval.search import BM25RuleIndex
+    from tests.unit.test_api_generator import FakeOpenAI
+
+    induced = "Make statement leads to Consult"
+
+    def reply(prompt: str) -> str:
+        return induced if prompt.startswith(SI_INSTRUCTION) else "[2] > [1] > [2] > [99]"
+
+    data = project_copy / "data" / "slice"
+    params_file = project_copy / "params.yaml"
+    with FakeOpenAI([], reply=reply) as server:
+        params = yaml.safe_load(params_file.read_text())
+        params["build_benchmark"]["rule_selection"].update(method="siar_r3", candidates=5)
+        params["rule_retrieval"]["llm"].update(kind="api", model="fake-model")
+        params["generation"]["api"]["base_url"] = server.url
+        params_file.write_text(yaml.safe_dump(params, sort_keys=False))
+        api_env = {**env, "RULERAG_API_KEY": "sk-local-test"}
+        done = dvc("repro", "-s", "build_benchmark@slice", env=api_env, timeout=600)
+        assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+        sent = len(server.requests)
+        again = dvc("repro", "-s", "-f", "build_benchmark@slice", env=api_env, timeout=600)
+        assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
+        assert len(server.requests) == sent  # every answer came from the cache
+
+    stats = json.loads((data / "benchmark" / "stats.json").read_text())
+    assert stats["selection"] == "siar_r3" and stats["selection_cost"]["llm_calls"] == 0
+    test = [json.loads(line) for line in (data / "benchmark" / "test.jsonl").open()]
+    f_g = [json.loads(line) for line in (data / "benchmark" / "f_g.jsonl").open()]
+    asked = {q["query"] for q in test + f_g}
+    si_prompts = {r["body"]["messages"][-1]["content"] for r in server.requests}
+    assert sum(p.startswith(SI_INSTRUCTION) for p in si_prompts) >= len(asked)
+    bank = pd.read_parquet(data / "rules" / "bank.parquet")
+    relations = pd.read_parquet(data / "kg" / "relations.parquet")
+    names = dict(zip(relations["id"], relations["name"], strict=True))
+    library = RuleLibrary.from_bank(bank, names)
+    index = BM25RuleIndex(library.natural)
+    for query in test:
+        (found,) = index.search([search_text(query["query"], induced, "si_input")], 5)
+        order = [1, 0, *range(2, len(found))] if len(found) > 1 else list(range(len(found)))
+        assert query["rule_ids"] == [library.ids[found[i]] for i in order][:3], query["qid"]
+
+    done = dvc("repro", "-s", "retrieve@slice-bm25-rg", timeout=600)
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    run = pd.read_parquet(data / "retrieval" / "bm25-rg" / "run.parquet")
+    searched = run.groupby("qid")["rule"].agg(set).to_dict()
+    for query in test:  # q ∘ r for each selected rule, the query alone when it has none
+        assert searched[query["qid"]] == (set(query["rule_ids"]) or {NO_RULE}), query["qid"]

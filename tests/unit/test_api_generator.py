@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -19,10 +20,14 @@ KEY = "sk-test-SECRET-0123456789"
 
 class FakeOpenAI:
     """A chat-completions endpoint answering from a script of (status, body) steps; once the
-    script is used up every request succeeds, echoing the last user message's first word."""
+    script is used up every request succeeds with `reply(last user message)` (default: the
+    message echoed after "A:")."""
 
-    def __init__(self, script: list[tuple[int, dict | None]]) -> None:
+    def __init__(
+        self, script: list[tuple[int, dict | None]], reply: Callable[[str], str] | None = None
+    ) -> None:
         self.script = list(script)
+        self.reply = reply or (lambda last: f"A:{last}")
         self.requests: list[dict] = []
         outer = self
 
@@ -40,7 +45,9 @@ class FakeOpenAI:
                 if status == 200 and payload is None:
                     last = body["messages"][-1]["content"]
                     payload = {
-                        "choices": [{"message": {"role": "assistant", "content": f"A:{last}"}}]
+                        "choices": [
+                            {"message": {"role": "assistant", "content": outer.reply(last)}}
+                        ]
                     }
                 data = json.dumps(payload or {"error": {"message": "busy"}}).encode()
                 self.send_response(status)

@@ -1,0 +1,119 @@
+"""Rule retrieval as build_benchmark's rule selection, so the whole RuleRAG grid (retrieval,
+training, generation) can run on the rules vanilla retrieval, SIAR or R³ choose.
+
+The bank becomes a rule library (its natural text, or the formal `r2(X, Y) <- r1(X, Y)` form)
+indexed once; a query's rules are the method's top `top_n` (`rule_selection.top_n`, 3 as
+RuleRAG's N). R³ re-ranks `candidates` search results. Nothing here looks at the query's
+relation: the self-induction shots are the only place a relation-matched rule appears, and
+build_benchmark draws them from F_R, never from the test queries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rulerag.rule_retrieval.library import RuleLibrary
+from rulerag.rule_retrieval.llm import LLMPool
+from rulerag.rule_retrieval.methods import METHODS, select_rules, uses_llm
+from rulerag.rule_retrieval.search import RuleIndex, build_rule_index
+
+__all__ = ["RetrievalSelector", "benchmark_selector"]
+
+
+class RetrievalSelector:
+    """`selector(queries, shots)`: bank rule ids per query, best first (build_benchmark's
+    `RuleSelector`); `cost` adds up what the LLM was asked and how often R³ was repaired."""
+
+    def __init__(
+        self,
+        method: str,
+        library: RuleLibrary,
+        index: RuleIndex,
+        llms: LLMPool | None,
+        *,
+        top_n: int = 3,
+        candidates: int = 10,
+        query_form: str = "si_input",
+        rule_form: str = "natural",
+        shots: int = 3,
+    ) -> None:
+        if method not in METHODS:
+            raise ValueError(f"rule retrieval method must be one of {METHODS}, not {method!r}")
+        if uses_llm(method) and llms is None:
+            raise ValueError(f"rule selection {method!r} needs an LLM")
+        self.method, self.library, self.index, self.llms = method, library, index, llms
+        self.top_n, self.candidates = top_n, max(candidates, top_n)
+        self.query_form, self.rule_form = query_form, rule_form
+        self.shots = shots
+        self._text = library.text_of(rule_form)
+        self.cost = {"queries": 0, "llm_calls": 0, "r3_repaired": 0, "r3_unparsed": 0}
+
+    def __call__(self, queries: Sequence[str], shots: Sequence[tuple[str, str]]) -> list[list[str]]:
+        if not queries:
+            return []
+        llms = self.llms
+        siar, rerank = self.method.startswith("siar"), self.method.endswith("_r3")
+        picked = select_rules(
+            self.method,
+            queries,
+            self.library,
+            self.index,
+            rule_form=self.rule_form,
+            query_form=self.query_form,
+            llm=llms("induce") if siar and llms else None,
+            rank_llm=llms("rank") if rerank and llms else None,
+            shots=[(query, self._text[rule_id]) for query, rule_id in shots],
+            top_k=self.top_n,
+            top_n=self.candidates,
+        )
+        self.cost["queries"] += len(queries)
+        self.cost["llm_calls"] += picked.llm_calls
+        self.cost["r3_repaired"] += picked.r3_repaired
+        self.cost["r3_unparsed"] += picked.r3_unparsed
+        return picked.ranked
+
+
+def benchmark_selector(
+    params: Mapping[str, Any],
+    bank: pd.DataFrame,
+    relations: pd.DataFrame,
+    *,
+    cache_path: Path | None,
+    model_cache: Path | None,
+) -> RetrievalSelector:
+    """The selector params.yaml's `build_benchmark.rule_selection` asks for, with
+    `rule_retrieval`'s LLM (its profile applied), shots and BM25 analyzer and, for an API LLM,
+    `generation.api`'s endpoint; `relations`: the KG's relations (id, name) for the formal form."""
+    from rulerag.benchmark.settings import build_benchmark_settings
+    from rulerag.generation.config import generation_settings
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+
+    selection = build_benchmark_settings(params["build_benchmark"]).rule_selection
+    rule_retrieval = rule_retrieval_settings(params["rule_retrieval"])
+    names = dict(zip(relations["id"], relations["name"], strict=True))
+    library = RuleLibrary.from_bank(bank, names)
+    index = build_rule_index(
+        selection.retriever,
+        library.texts(selection.rule_form),
+        analyzer=rule_retrieval.analyzer,
+        cache_dir=model_cache,
+    )
+    llms = None
+    if uses_llm(selection.method):
+        api = generation_settings(params["generation"]).api
+        llms = LLMPool(rule_retrieval.llm, cache_path, model_cache=model_cache, api=api)
+    return RetrievalSelector(
+        selection.method,
+        library,
+        index,
+        llms,
+        top_n=selection.top_n,
+        candidates=selection.candidates,
+        query_form=selection.query_form,
+        rule_form=selection.rule_form,
+        shots=rule_retrieval.shots,
+    )
