@@ -4,7 +4,9 @@ and on RuleBench the paper's Match (the gold answer in the LLM's answer with the
 Sources: `ruleqa:<dataset>` (after `dvc repro build_benchmark@<dataset>`; gold = the bank rules
 of the query's relation) or `rulebench:<set>` (`../shared/rulebench/<set>`, e.g. ulogic,
 clutrr; `--counterfactual` doubles the library with the `-cf` rules, the paper's robustness
-test). Nothing is cached, so the prompts and seconds are what a first run costs.
+test), or `rulebench:<folder>` for your own library in the same format (see
+`rulerag.rule_retrieval.rulebench`). Nothing is cached unless `--cache` names an SQLite file, so
+the prompts and seconds are what a first run costs.
 
     .venv/bin/python benchmarks/bench_rule_retrieval.py --source rulebench:ulogic --match
     .venv/bin/python benchmarks/bench_rule_retrieval.py --source ruleqa:icews14 --queries 24
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2")
     parser.add_argument("--counterfactual", action="store_true")
     parser.add_argument("--match", action="store_true", help="RuleBench: Match of the top-1 rule")
+    parser.add_argument("--cache", type=Path, help="SQLite answer cache shared between runs")
     args = parser.parse_args()
     settings = rule_retrieval_settings(
         {
@@ -63,7 +66,7 @@ def main() -> None:
             args.counterfactual,
         )  # fmt: skip
         extra = []
-    llms = LLMPool(settings.llm, None, model_cache=PROJECT / ".models", api=ApiSettings())
+    llms = LLMPool(settings.llm, args.cache, model_cache=PROJECT / ".models", api=ApiSettings())
     results, picked = run_evaluation(
         task, settings, llms, model_cache=PROJECT / ".models", extra_rows=extra
     )

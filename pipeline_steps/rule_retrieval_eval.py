@@ -2,8 +2,10 @@
 
 data/<dataset>/{rules/bank.parquet, kg/relations.parquet, benchmark/test.jsonl, f_r.jsonl} ->
 data/<dataset>/rule_retrieval/: results.md (the paper's Table 1 layout), results.csv, recall.png,
-selections.parquet (the rules each combination chose per query), metrics.json. The LLM's
-answers are cached in data/<dataset>/cache/ (not an output), so a rerun sends no prompt.
+selections.parquet (the rules each combination chose per query), claims.csv (the paper's
+claims as paired tests on the same queries, also under the table in results.md) and
+metrics.json. The LLM's answers are cached in data/<dataset>/cache/ (not an output), so a rerun
+sends no prompt.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pipeline_steps.common import (
 from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import generation_settings
 from rulerag.io import atomic_open, staged_outputs, write_json, write_parquet
+from rulerag.rule_retrieval.claims import claims_markdown, rule_claims
 from rulerag.rule_retrieval.experiment import flat_metrics, results_markdown, run_evaluation
 from rulerag.rule_retrieval.llm import LLMPool
 from rulerag.rule_retrieval.plots import plot_recall
@@ -49,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         results, picked = run_evaluation(
             task, settings, llms, model_cache=MODEL_CACHE, extra_rows=extra
         )
+        k = max(settings.ks)
+        claims = rule_claims(picked, task.qids, task.gold, k)
         title = f"{name}: rule retrieval, Recall@k (%) of the gold rules, {len(test)} test queries"
         metrics = {
             "queries": len(test),
@@ -61,11 +66,13 @@ def main(argv: list[str] | None = None) -> int:
             results.to_csv(staging / "results.csv", index=False)
             with atomic_open(staging / "results.md") as handle:
                 handle.write(results_markdown(results, title, settings.ks))
+                handle.write(claims_markdown(claims, k))
+            claims.to_csv(staging / "claims.csv", index=False)
             write_parquet(staging / "selections.parquet", picked, {"stage": "rule_retrieval_eval"})
-            plot_recall(results, max(settings.ks), staging / "recall.png", title)
+            plot_recall(results, k, staging / "recall.png", title)
             write_json(staging / "metrics.json", metrics)
         run.log_metrics(flat_metrics(results, settings.ks))
-        for artifact in ("results.md", "results.csv", "recall.png", "metrics.json"):
+        for artifact in ("results.md", "results.csv", "claims.csv", "recall.png", "metrics.json"):
             run.log_artifact(out_dir / artifact)
     print(f"rule_retrieval_eval@{name}:\n" + (out_dir / "results.md").read_text())
     return 0

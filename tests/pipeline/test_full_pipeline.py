@@ -133,6 +133,8 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert {("-", "head"), ("bm25", "siar_r3"), ("minilm", "vanilla")} <= methods
     assert rule_retrieval["R@10"].between(0, 100).all()
     assert "SIAR-R³ (w/ SI + input)" in (data / "rule_retrieval" / "results.md").read_text()
+    claims = pd.read_csv(data / "rule_retrieval" / "claims.csv")
+    assert len(claims) == 12 and claims["p"].between(0, 1).all()  # 6 claims x 2 retrievers
 
     status = dvc("status", "--json", check=True)
     assert json.loads(status.stdout) == {}, status.stdout

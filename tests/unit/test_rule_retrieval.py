@@ -265,3 +265,40 @@ def test_chinese_rules_are_found_with_the_cjk_analyzer(tmp_path: Path) -> None:
     assert [library.ids[r[0]] for r in ranked] == ["264", "234"]
     english = BM25RuleIndex(library.natural, analyzer="english")
     assert english.search([q.query for q in asked], 1) == [[], []]
+
+
+def test_claims_are_paired_on_the_same_queries() -> None:
+    """Hand-made selections: SIAR recalls q1-q4 where vanilla recalls only q5; McNemar 4 vs 1."""
+    import pandas as pd
+
+    from rulerag.rule_retrieval.claims import claims_markdown, rule_claims
+
+    qids = [f"q{i}" for i in range(1, 7)]
+    gold = [frozenset({"g"})] * 6
+    rows = []
+    for qid in qids:
+        siar_hit, vanilla_hit = qid in {"q1", "q2", "q3", "q4"}, qid == "q5"
+        for method, form, hit in (("siar", "si_input", siar_hit), ("vanilla", "", vanilla_hit)):
+            rules = ["x", "g"] if hit else ["x", "y"]
+            rows.append(("bm25", "natural", method, form, qid, rules))
+        rows.append(("-", "natural", "similarity", "", qid, []))
+    picked = pd.DataFrame(
+        rows, columns=["retriever", "rule_form", "method", "query_form", "qid", "rule_ids"]
+    )
+    claims = rule_claims(picked, qids, gold, k=2).set_index("claim")
+    siar = claims.loc["SIAR (w/ SI + input) above vanilla retrieval"]
+    assert (siar["R@2 better"], siar["R@2 worse"]) == (round(400 / 6, 2), round(100 / 6, 2))
+    assert (siar["only better"], siar["only worse"]) == (4, 1)
+    assert siar["p"] == 0.375 and siar["verdict"] == "same direction"  # 2 * P(X <= 1 | 5, .5)
+    similarity = claims.loc["vanilla retrieval above RuleRAG similarity (θ, N)"]
+    assert (similarity["only better"], similarity["only worse"]) == (1, 0)
+    assert "SIAR (w/ SI) above" not in " ".join(claims.index)  # no w/ SI row: no claim
+    assert (
+        rule_claims(picked, qids, gold, k=1)
+        .set_index("claim")
+        .loc["SIAR (w/ SI + input) above vanilla retrieval", "R@1 better"]
+        == 0.0
+    )
+    assert "| bm25 (natural) | SIAR (w/ SI + input) above vanilla retrieval |" in claims_markdown(
+        claims.reset_index(), 2
+    )
