@@ -73,13 +73,17 @@ def rule_claims(
                     f"R@{k} worse": round(100 * result.em_b, 2),
                     "only better": result.a_only,
                     "only worse": result.b_only,
-                    "p": round(result.p_value, 4),
+                    "p": float(f"{result.p_value:.4g}"),
                     "verdict": "holds"
                     if higher and result.p_value < alpha
                     else ("same direction" if higher else "no"),
                 }
             )
     return pd.DataFrame(rows)
+
+
+def _p(value: float) -> str:
+    return "<0.001" if value < 0.001 else f"{value:.3g}"
 
 
 def claims_markdown(claims: pd.DataFrame, k: int) -> str:
@@ -97,6 +101,6 @@ def claims_markdown(claims: pd.DataFrame, k: int) -> str:
         lines.append(
             f"| {row['retriever']} ({row['rule_form']}) | {row['claim']} | "
             f"{row[f'R@{k} better']:.1f} vs {row[f'R@{k} worse']:.1f} | "
-            f"{row['only better']} / {row['only worse']} | {row['p']:.3g} | {row['verdict']} |"
+            f"{row['only better']} / {row['only worse']} | {_p(row['p'])} | {row['verdict']} |"
         )
     return "\n".join(lines) + "\n"

@@ -155,22 +155,33 @@ def make_generator(
 
 
 class _Budget:
-    """A generator answering with one purpose's length (the SI, or R³'s ranking)."""
+    """A generator answering with one purpose's length (the SI, or R³'s ranking) and, for a
+    local model, whether decoding stops at the first line break."""
 
-    def __init__(self, generator: Any, tokens: int) -> None:
-        self.generator, self.tokens = generator, tokens
+    def __init__(self, generator: Any, tokens: int, one_line: bool) -> None:
+        self.generator, self.tokens, self.one_line = generator, tokens, one_line
         self.name = getattr(generator, "name", "llm")
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
         for attr in ("max_new_tokens", "max_tokens"):  # local / API generator
             if hasattr(self.generator, attr):
                 setattr(self.generator, attr, self.tokens)
+        if hasattr(self.generator, "stop_at_newline"):
+            self.generator.stop_at_newline = self.one_line
         return self.generator.generate(prompts)
 
 
 class LLMPool:
     """One model, loaded on first use, as a cached LLM per purpose: `induce` (the
-    self-induced rule, `max_new_tokens`) and `rank` (R³, `rank_max_new_tokens`)."""
+    self-induced rule, `max_new_tokens`) and `rank` (R³, `rank_max_new_tokens`).
+
+    R³'s answer is one line (`[2] > [1] > ...`), so a local model stops at its first line
+    break; the self-induced rule is not cut there, because small models often announce it on
+    a line of its own ("The inferential rule is:") and write it on the next one
+    (`prompts.induced_rule` takes the first line with content)."""
+
+    #: purpose -> (settings field of its token budget, decoding stops at the first line break)
+    PURPOSES = {"induce": ("max_new_tokens", False), "rank": ("rank_max_new_tokens", True)}
 
     def __init__(
         self, settings: Any, cache_path: Path | None, *, model_cache: Path | None, api: Any
@@ -182,7 +193,8 @@ class LLMPool:
 
     def __call__(self, purpose: str) -> CachedLLM:
         spec = self.settings
-        tokens = {"induce": spec.max_new_tokens, "rank": spec.rank_max_new_tokens}[purpose]
+        budget, one_line = self.PURPOSES[purpose]
+        tokens = getattr(spec, budget)
         if purpose not in self._llms:
             if self._generator is None:
                 self._generator = make_generator(
@@ -190,10 +202,11 @@ class LLMPool:
                     cache_dir=self.model_cache, api=self.api, dtype=spec.dtype,
                     quantization=spec.quantization,
                 )  # fmt: skip
+            stop = "line" if one_line else "budget"
             self._llms[purpose] = CachedLLM(
-                _Budget(self._generator, tokens),
+                _Budget(self._generator, tokens, one_line),
                 self.cache_path,
-                identity=f"{spec.kind}:{spec.model}:max_new_tokens={tokens}",
+                identity=f"{spec.kind}:{spec.model}:max_new_tokens={tokens}:stop={stop}",
                 batch_size=spec.batch_size,
             )
         return self._llms[purpose]

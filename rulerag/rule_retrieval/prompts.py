@@ -69,11 +69,13 @@ _PREAMBLE = re.compile(
 
 
 def induced_rule(generation: str) -> str:
-    """The self-induced rule in a generation: its first non-empty line, without a label such
-    as `rule:` or `The rule is:`."""
+    """The self-induced rule in a generation: its first line with content, without a label
+    such as `rule:` or `The rule is:`. A line that only announces the rule (it ends with a
+    colon, e.g. SmolLM2's "The inferential rule that can be applied to the given query is:")
+    is skipped: the rule is on the next line."""
     for line in generation.splitlines():
         line = _PREAMBLE.sub("", line.strip()).strip()
-        if line:
+        if line and not line.endswith(":"):
             return line
     return ""
 

@@ -28,7 +28,7 @@ class LLMSettings:
 
     kind: Literal["local", "api"] = "local"  # api: generation.api's endpoint and key
     model: str = "smollm2"  # alias, path or Hugging Face id (api: the served model's name)
-    max_new_tokens: Positive = 48  # the self-induced rule (one line)
+    max_new_tokens: Positive = 64  # the self-induced rule (a label line may come first)
     rank_max_new_tokens: Positive = 64  # R³'s ranking `[3] > [1] > ...` (one line)
     batch_size: Positive = 8
     dtype: str | None = None

@@ -67,6 +67,8 @@ def test_the_prompts_are_the_papers() -> None:
     assert induced_rule("\n rule: If A then B.\nmore") == "If A then B."
     assert induced_rule("The rule to be applied is: If A then B.") == "If A then B."
     assert induced_rule("Rules of thumb: none") == "Rules of thumb: none"
+    smollm2 = "The inferential rule that can be applied to the given query is:\n[A, r, B] leads to"
+    assert induced_rule(smollm2) == "[A, r, B] leads to"
 
 
 def test_the_self_induced_rule_is_the_search_text() -> None:
@@ -302,3 +304,29 @@ def test_claims_are_paired_on_the_same_queries() -> None:
     assert "| bm25 (natural) | SIAR (w/ SI + input) above vanilla retrieval |" in claims_markdown(
         claims.reset_index(), 2
     )
+
+
+def test_the_self_induced_rule_may_span_lines_and_the_ranking_may_not() -> None:
+    """A local model decodes SI to its budget (the rule may follow a label line) and R³'s
+    one-line ranking to the first line break; the cache keeps the two apart."""
+    from rulerag.rule_retrieval.llm import LLMPool
+    from rulerag.rule_retrieval.settings import LLMSettings
+
+    class LocalLike:
+        name = "local-like"
+        max_new_tokens, stop_at_newline = 0, True
+
+        def __init__(self) -> None:
+            self.seen: list[tuple[int, bool]] = []
+
+        def generate(self, prompts: Sequence[str]) -> list[str]:
+            self.seen.append((self.max_new_tokens, self.stop_at_newline))
+            return ["x"] * len(prompts)
+
+    pool = LLMPool(LLMSettings(max_new_tokens=64, rank_max_new_tokens=32), None,
+                   model_cache=None, api=None)  # fmt: skip
+    pool._generator = fake = LocalLike()
+    pool("induce").complete(["p"])
+    pool("rank").complete(["p"])
+    assert fake.seen == [(64, False), (32, True)]
+    assert pool("induce").identity != pool("rank").identity
