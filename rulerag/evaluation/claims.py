@@ -24,6 +24,7 @@ __all__ = [
     "PairedResult",
     "claims_table",
     "claims_to_markdown",
+    "p_text",
     "paired_em",
 ]
 
@@ -81,6 +82,13 @@ class PairedResult:
     b_only: int
     p_value: float
 
+    def verdict(self, alpha: float = 0.05) -> str:
+        """`holds`: row a is higher with p < alpha; `same direction`: higher without that
+        evidence; `no` otherwise."""
+        if self.em_a <= self.em_b:
+            return "no"
+        return "holds" if self.p_value < alpha else "same direction"
+
 
 def paired_em(a: Mapping[str, float], b: Mapping[str, float]) -> PairedResult:
     """Compare two rows' per-query EM (qid -> 0/1) on the queries both answered.
@@ -119,10 +127,6 @@ def claims_table(
         if claim.better not in per_query_em or claim.worse not in per_query_em:
             continue
         result = paired_em(per_query_em[claim.better], per_query_em[claim.worse])
-        higher = result.em_a > result.em_b
-        verdict = (
-            "holds" if higher and result.p_value < alpha else ("same direction" if higher else "no")
-        )
         rows.append(
             {
                 "claim": claim.text,
@@ -134,7 +138,7 @@ def claims_table(
                 "only better right": result.a_only,
                 "only worse right": result.b_only,
                 "p": result.p_value,
-                "verdict": verdict,
+                "verdict": result.verdict(alpha),
             }
         )
     columns = [
@@ -152,7 +156,8 @@ def claims_table(
     return pd.DataFrame(rows, columns=columns)
 
 
-def _p_text(p: float) -> str:
+def p_text(p: float) -> str:
+    """A p-value as the reports print it."""
     return "<0.001" if p < 0.001 else f"{p:.3f}"
 
 
@@ -173,6 +178,6 @@ def claims_to_markdown(table: pd.DataFrame, alpha: float = 0.05) -> str:
         lines.append(
             f"| {r['claim']} (`{r['better']}` vs `{r['worse']}`) | {r['queries']} | "
             f"{r['EM better']:.1f} | {r['EM worse']:.1f} | {r['only better right']} | "
-            f"{r['only worse right']} | {_p_text(r['p'])} | {r['verdict']} |"
+            f"{r['only worse right']} | {p_text(r['p'])} | {r['verdict']} |"
         )
     return "\n".join(lines) + "\n"

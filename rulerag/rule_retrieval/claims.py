@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from rulerag.evaluation.claims import paired_em
+from rulerag.evaluation.claims import p_text, paired_em
 
 __all__ = ["RULE_CLAIMS", "claims_markdown", "rule_claims"]
 
@@ -63,7 +63,6 @@ def rule_claims(
             if key(better) not in hits or key(worse) not in hits:
                 continue
             result = paired_em(hits[key(better)], hits[key(worse)])
-            higher = result.em_a > result.em_b
             rows.append(
                 {
                     "retriever": retriever,
@@ -74,16 +73,10 @@ def rule_claims(
                     "only better": result.a_only,
                     "only worse": result.b_only,
                     "p": float(f"{result.p_value:.4g}"),
-                    "verdict": "holds"
-                    if higher and result.p_value < alpha
-                    else ("same direction" if higher else "no"),
+                    "verdict": result.verdict(alpha),
                 }
             )
     return pd.DataFrame(rows)
-
-
-def _p(value: float) -> str:
-    return "<0.001" if value < 0.001 else f"{value:.3g}"
 
 
 def claims_markdown(claims: pd.DataFrame, k: int) -> str:
@@ -101,6 +94,6 @@ def claims_markdown(claims: pd.DataFrame, k: int) -> str:
         lines.append(
             f"| {row['retriever']} ({row['rule_form']}) | {row['claim']} | "
             f"{row[f'R@{k} better']:.1f} vs {row[f'R@{k} worse']:.1f} | "
-            f"{row['only better']} / {row['only worse']} | {_p(row['p'])} | {row['verdict']} |"
+            f"{row['only better']} / {row['only worse']} | {p_text(row['p'])} | {row['verdict']} |"
         )
     return "\n".join(lines) + "\n"
