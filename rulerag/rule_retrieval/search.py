@@ -37,10 +37,16 @@ class BM25RuleIndex:
         import bm25s
 
         self.name = "bm25"
-        self.analyzer = make_analyzer(analyzer)
+        self._analyze = make_analyzer(analyzer)
         self._retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
         self._retriever.index([self.analyzer(t) for t in texts], show_progress=False)
         self._size = len(texts)
+
+    def analyzer(self, text: str) -> list[str]:
+        """The analyzer's terms without empty ones: Snowball's Porter stems a lone `s` (as in
+        CLUTRR's `[Clarence]'s`) to "", which bm25s keeps as its reserved empty-document term
+        and then refuses in a query whose library never had it."""
+        return [term for term in self._analyze(text) if term]
 
     def search(self, texts: Sequence[str], k: int) -> list[list[int]]:
         out = []

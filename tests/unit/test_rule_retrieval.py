@@ -330,3 +330,12 @@ def test_the_self_induced_rule_may_span_lines_and_the_ranking_may_not() -> None:
     pool("rank").complete(["p"])
     assert fake.seen == [(64, False), (32, True)]
     assert pool("induce").identity != pool("rank").identity
+
+
+def test_bm25_rule_search_survives_a_term_the_stemmer_empties() -> None:
+    """CLUTRR's `[Clarence]'s` gives the token `s`, which Porter stems to "": no crash, and
+    the kinship words still find their rule."""
+    library = ("If B is the father of A, then A is the son of B.", "If B is the wife of A.")
+    index = BM25RuleIndex(library)
+    (rows,) = index.search(["[Clarence]'s son, [Emily]'s father"], 2)
+    assert rows[0] == 0
