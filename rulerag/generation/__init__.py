@@ -9,6 +9,8 @@
 * `training` - LoRA / QLoRA with the HF Trainer, loss on answer tokens only.
 * `samples`  - benchmark records + retrieval runs -> generator inputs.
 * `config`   - params profiles (cpu / paper) and the Table 2 grid.
+* `r2ag`     - R²AG: retrieval features, the R²-Former and retrieval-aware prompting (issue 14,
+               library only so far; no stage or grid row yet).
 
 Importing this package does not import torch or transformers; the modules that need them
 import them when called.

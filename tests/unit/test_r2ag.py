@@ -1,0 +1,165 @@
+"""R²AG: the retrieval features against a hand computation (paper App. A, Eq. 10-12)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from rulerag.generation.r2ag.features import retrieval_features
+
+S = 1 / math.sqrt(2)
+#: four documents in 2-D, the query along the first axis
+DOCS = np.array([[0.0, 1.0], [1.0, 0.0], [S, -S], [S, S]])
+QUERY = np.array([2.0, 0.0])  # length does not matter: cosine
+
+
+def cos(a, b) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+def eq_11_12(query, docs) -> list[tuple[float, float, float]]:
+    """The paper's formulas as written, with loops: softmax over all k, sorted by relevance."""
+    r = [cos(query, d) for d in docs]
+    order = sorted(range(len(docs)), key=lambda i: -r[i])
+    docs, r = [docs[i] for i in order], [r[i] for i in order]
+    z = sum(math.exp(x) for x in r)
+    out = []
+    for i, d in enumerate(docs):
+        prec = sum((math.exp(r[j]) / z) * docs[j] for j in range(i)) if i else None
+        gamma = 1.0 if prec is None else cos(d, prec)
+        sims = [cos(docs[j], d) for j in (i - 1, i + 1) if 0 <= j < len(docs)]
+        out.append((r[i], gamma, sum(sims) / len(sims)))
+    return out
+
+
+def test_features_match_a_hand_computation() -> None:
+    features, order = retrieval_features(QUERY, DOCS)
+    # ranked (1, 0), (S, -S), (S, S), (0, 1): relevance 1, S, S, 0 (the tie kept in list order)
+    assert order.tolist() == [1, 2, 3, 0]
+    np.testing.assert_allclose(features[:, 0], [1, S, S, 0], atol=1e-6)
+    # precedents: the first gets 1; the second has (1, 0) alone: cos = S
+    assert features[0, 1] == 1.0 and features[1, 1] == pytest.approx(S, abs=1e-6)
+    # the third's precedents e^1 (1, 0) + e^S (S, -S) point below the axis, away from (S, S)
+    precedent = math.e * np.array([1.0, 0.0]) + math.exp(S) * np.array([S, -S])
+    assert features[2, 1] == pytest.approx(cos(DOCS[3], precedent), abs=1e-6)
+    # neighbours: the ends have one (cos((1, 0), (S, -S)) = S; cos((S, S), (0, 1)) = S);
+    # (S, -S) sits between (1, 0) and (S, S): (S + 0) / 2
+    assert features[0, 2] == pytest.approx(S, abs=1e-6)
+    assert features[3, 2] == pytest.approx(S, abs=1e-6)
+    assert features[1, 2] == pytest.approx(S / 2, abs=1e-6)
+    np.testing.assert_allclose(features, eq_11_12(QUERY, list(DOCS)), atol=1e-6)
+
+
+def test_one_query_per_document_as_rule_guided_lists_have() -> None:
+    """A united q∘r list: each document's relevance uses the query that found it."""
+    queries = np.array([[0.0, 1.0], [1.0, 0.0], [1.0, 0.0], [1.0, 0.0]])
+    features, order = retrieval_features(queries, DOCS)
+    assert order[0] in (0, 1) and features[0, 0] == pytest.approx(1.0)
+    np.testing.assert_allclose(np.sort(features[:, 0]), [S, S, 1.0, 1.0], atol=1e-6)
+    with pytest.raises(ValueError, match="do not match"):
+        retrieval_features(queries[:3], DOCS)
+
+
+def test_short_lists() -> None:
+    one, _ = retrieval_features(QUERY, DOCS[:1])
+    assert one.tolist() == [[0.0, 1.0, 1.0]]
+    none, order = retrieval_features(QUERY, DOCS[:0])
+    assert none.shape == (0, 3) and order.shape == (0,)
+    unsorted, order = retrieval_features(QUERY, DOCS, sort=False)
+    assert order.tolist() == [0, 1, 2, 3] and unsorted[0, 0] == pytest.approx(0.0)
+
+
+def tiny_llm():
+    """A randomly initialised 2-layer Llama (hidden 32) and a tokenizer-free vocabulary."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=50, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64,
+    )  # fmt: skip
+    return LlamaForCausalLM(config)
+
+
+PLACE = 7  # the placeholder's token id in the toy vocabulary
+
+
+def test_placeholders_receive_exactly_the_projected_vectors() -> None:
+    import torch
+
+    from rulerag.generation.r2ag.prompting import inject
+
+    embeddings = torch.randn(2, 9, 4)
+    ids = torch.tensor(
+        [[1, PLACE, 2, 3, PLACE, 4, PLACE, 5, 6], [1, 2, PLACE, 3, PLACE, 0, 0, 0, 0]]
+    )
+    vectors = torch.arange(2 * 3 * 4, dtype=torch.float32).reshape(2, 3, 4)
+    doc_mask = torch.tensor([[True, True, True], [True, True, False]])
+    out = inject(embeddings, ids, PLACE, vectors, doc_mask)
+    slots = ids == PLACE
+    assert torch.equal(out[~slots], embeddings[~slots])  # nothing else moves
+    assert torch.equal(out[0, [1, 4, 6]], vectors[0])  # in document order
+    assert torch.equal(out[1, [2, 4]], vectors[1, :2])
+    with pytest.raises(ValueError, match="do not match"):
+        inject(embeddings, ids, PLACE, vectors)  # row 2 has 2 placeholders for 3 documents
+
+
+def test_a_frozen_llm_stays_unchanged_while_the_former_learns() -> None:
+    import torch
+
+    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.model import R2AGModel
+
+    llm = tiny_llm()
+    before = {name: p.detach().clone() for name, p in llm.named_parameters()}
+    former = R2Former(FormerConfig(hidden_size=32, d_model=16, heads=2, max_docs=4))
+    model = R2AGModel(llm, former, PLACE)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    assert trainable and all(any(p is q for q in former.parameters()) for p in trainable)
+    optimizer = torch.optim.AdamW(trainable, lr=1e-2)
+    ids = torch.tensor([[3, PLACE, 10, 11, PLACE, 12, 13, 20, 21]])
+    labels = torch.full_like(ids, -100)
+    labels[0, -2:] = ids[0, -2:]  # LM loss on the answer tokens only
+    features = torch.rand(1, 2, 3)
+    former_before = [p.detach().clone() for p in former.parameters()]
+    for _ in range(3):
+        out = model(ids, torch.ones_like(ids), features, labels=labels,
+                    doc_labels=torch.tensor([[1.0, 0.0]]))  # fmt: skip
+        optimizer.zero_grad()
+        out.loss.backward()
+        optimizer.step()
+    assert out.lm_loss > 0 and out.qdm_loss > 0
+    for name, p in llm.named_parameters():
+        assert torch.equal(p, before[name]), name
+    assert any(
+        not torch.equal(a, b) for a, b in zip(former_before, former.parameters(), strict=True)
+    )
+    new = model.generate(ids, torch.ones_like(ids), features, max_new_tokens=2, do_sample=False)
+    assert new.shape[-1] >= 2
+
+
+def test_the_qdm_loss_falls_when_labels_follow_relevance() -> None:
+    import torch
+
+    from rulerag.generation.r2ag.former import FormerConfig, R2Former, qdm_loss
+
+    torch.manual_seed(0)
+    former = R2Former(FormerConfig(hidden_size=8, d_model=32, heads=4, max_docs=10))
+    features = torch.rand(64, 10, 3)
+    labels = (features[..., 0] > 0.6).float()  # answer-bearing = relevant enough
+    optimizer = torch.optim.AdamW(former.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(150):
+        loss = qdm_loss(former(features).relevance_logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.5 * losses[0]
+    former.eval()
+    with torch.no_grad():
+        predicted = former(features).relevance_logits > 0
+    assert (predicted == labels.bool()).float().mean() > 0.9
