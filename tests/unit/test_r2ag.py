@@ -163,3 +163,27 @@ def test_the_qdm_loss_falls_when_labels_follow_relevance() -> None:
     with torch.no_grad():
         predicted = former(features).relevance_logits > 0
     assert (predicted == labels.bool()).float().mean() > 0.9
+
+
+def test_the_rulerag_prompt_carries_one_placeholder_per_document() -> None:
+    """The paper's RuleRAG prompt (rules included) with marked documents: the tokenizer sees
+    exactly one placeholder token per document, in document order."""
+    from rulerag.generation.models import load_causal_lm, load_tokenizer
+    from rulerag.generation.prompts import render_prompt
+    from rulerag.generation.r2ag.prompting import PLACEHOLDER, add_placeholder, mark_documents
+
+    tokenizer = load_tokenizer("smollm2")
+    model = load_causal_lm("smollm2")
+    rows = model.get_input_embeddings().num_embeddings
+    place = add_placeholder(tokenizer, model)
+    assert add_placeholder(tokenizer, model) == place  # idempotent
+    assert model.get_input_embeddings().num_embeddings >= rows
+    docs = ["Time 2014-01-02 A Consult B.", "Time 2014-01-03 A Host a visit C."]
+    prompt = render_prompt(
+        "rule", "Time 2014-01-04 what does A Make a visit ?", mark_documents(docs),
+        ["[Entity1, Host a visit, Entity2] leads to [Entity2, Make a visit, Entity1]"],
+        temporal=True,
+    )  # fmt: skip
+    assert prompt.count(PLACEHOLDER) == 2 and "[2]similarity: <R> Time 2014-01-03" in prompt
+    ids = tokenizer(prompt)["input_ids"]
+    assert ids.count(place) == 2

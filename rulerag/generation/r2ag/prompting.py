@@ -32,8 +32,10 @@ def add_placeholder(tokenizer: Any, model: Any | None = None) -> int:
 
 
 def mark_documents(documents: Sequence[str]) -> list[str]:
-    """Each document preceded by its placeholder, as the prompt lists them."""
-    return [f"{PLACEHOLDER} {doc}" for doc in documents]
+    """Each document preceded by its rank and placeholder, `[i]similarity: <R> <document>`
+    (the paper's Table 5), ready for any prompt that lists documents: RuleRAG's (rules
+    included) or the plain one (`rulerag.generation.prompts.render_prompt`)."""
+    return [f"[{i}]similarity: {PLACEHOLDER} {doc}" for i, doc in enumerate(documents, 1)]
 
 
 def inject(
