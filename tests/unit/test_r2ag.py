@@ -187,3 +187,16 @@ def test_the_rulerag_prompt_carries_one_placeholder_per_document() -> None:
     assert prompt.count(PLACEHOLDER) == 2 and "[2]similarity: <R> Time 2014-01-03" in prompt
     ids = tokenizer(prompt)["input_ids"]
     assert ids.count(place) == 2
+
+
+def test_document_labels_follow_recall_and_the_oracles() -> None:
+    from rulerag.generation.r2ag.labels import document_labels
+
+    texts = ["concept coach new new.", "A moved to New York.", "Nothing here."]
+    labels = document_labels(texts, answers=["new york"])
+    assert labels.tolist() == [0.0, 1.0, 0.0]  # whole words: "new new" is not "new york"
+    assert document_labels(texts, answers=["NEW"]).tolist() == [1.0, 1.0, 0.0]
+    oracle = document_labels(texts, mode="oracle", doc_ids=["D1", "D2", "D3"], oracle_ids=["D3"])
+    assert oracle.tolist() == [0.0, 0.0, 1.0]
+    with pytest.raises(ValueError, match="label mode"):
+        document_labels(texts, mode="gold")
