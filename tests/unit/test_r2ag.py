@@ -200,3 +200,30 @@ def test_document_labels_follow_recall_and_the_oracles() -> None:
     assert oracle.tolist() == [0.0, 0.0, 1.0]
     with pytest.raises(ValueError, match="label mode"):
         document_labels(texts, mode="gold")
+
+
+def test_a_united_list_measures_each_document_against_the_text_that_found_it() -> None:
+    """A bag-of-words encoder: the document found with rule r1 is relevant to `q ∘ r1`, not
+    to the query alone; documents found without a rule use the query."""
+    from rulerag.generation.r2ag.lists import list_features
+    from rulerag.retrieval.rule_guided import NO_RULE
+
+    vocab = ["alice", "visit", "consult", "host"]
+
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.array([[t.lower().count(w) for w in vocab] for t in texts], dtype=float)
+
+    docs = {"D1": encode(["alice consult"])[0], "D2": encode(["alice visit"])[0]}
+    rule_texts = {"r1": "[Entity1, Consult, Entity2] leads to [Entity1, Host, Entity2]"}
+    features = list_features(
+        "alice visit", ["D1", "D2"], ["r1", NO_RULE], rule_texts=rule_texts, encode=encode,
+        doc_vectors=docs,
+    )  # fmt: skip
+    q_r1 = encode(["alice visit " + rule_texts["r1"]])[0]
+    assert features[0, 0] == pytest.approx(cos(q_r1, docs["D1"]), abs=1e-6)
+    assert features[1, 0] == pytest.approx(1.0, abs=1e-6)  # "alice visit" vs "alice visit"
+    assert features[0, 1] == 1.0 and features[1, 1] == pytest.approx(
+        cos(docs["D2"], docs["D1"]), abs=1e-6
+    )
+    with pytest.raises(ValueError, match="one rule"):
+        list_features("q", ["D1"], [], rule_texts={}, encode=encode, doc_vectors=docs)
