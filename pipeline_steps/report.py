@@ -1,10 +1,11 @@
 """Stage `report`: the result grid of one dataset in the layout of the paper's Table 2.
 
 Reads data/<dataset>/generation/<config>/metrics.json for every configuration in
-`generation.configs` and writes data/<dataset>/report/results.md (Markdown, the paper's figures
-beside ours), results.csv (the same numbers) and results.png (bars of R@10 / EM / T-F1).
-Below the table, results.md checks the paper's claims row against row on the same queries
-(exact McNemar on predictions.jsonl, `rulerag.evaluation.claims`); claims.csv has the numbers.
+`generation.configs` and every R²AG row of `r2ag.rows`, and writes data/<dataset>/report/:
+results.md (Markdown, the paper's figures beside ours), results.csv (the same numbers) and
+results.png (bars of R@10 / EM / T-F1). Below the table, results.md checks the paper's claims
+(and R²AG's) row against row on the same queries (exact McNemar on predictions.jsonl,
+`rulerag.evaluation.claims`); claims.csv has the numbers.
 """
 
 from __future__ import annotations
@@ -14,9 +15,15 @@ import sys
 from typing import Any
 
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params, run_stage
-from rulerag.evaluation.claims import claims_table, claims_to_markdown
+from rulerag.evaluation.claims import (
+    PAPER_CLAIMS,
+    R2AG_CLAIMS,
+    claims_table,
+    claims_to_markdown,
+)
 from rulerag.evaluation.report import plot_results, results_table, to_markdown
 from rulerag.generation.config import generation_settings
+from rulerag.generation.r2ag.settings import r2ag_settings
 from rulerag.io import atomic_open, iter_jsonl, staged_outputs
 from rulerag.tracking import stage_run
 
@@ -24,8 +31,9 @@ from rulerag.tracking import stage_run
 def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
     name = args.dataset
-    settings = generation_settings(load_params().get("generation"))
-    configs = list(settings.configs)
+    params = load_params()
+    settings = generation_settings(params.get("generation"))
+    configs = [*settings.configs, *r2ag_settings(params.get("r2ag")).rows]
     base = data_dir(name)
     metrics: dict[str, dict[str, Any]] = {}
     per_query_em: dict[str, dict[str, float]] = {}
@@ -40,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         else:
             missing.append(config)
-    claims = claims_table(per_query_em)
+    claims = claims_table(per_query_em, (*PAPER_CLAIMS, *R2AG_CLAIMS))
     table = results_table(metrics, name, order=configs)
     queries = sorted({int(m["queries"]) for m in metrics.values() if m.get("queries")})
     generators = sorted({str(m.get("generator")) for m in metrics.values()})

@@ -20,6 +20,7 @@ import pandas as pd
 
 __all__ = [
     "PAPER_CLAIMS",
+    "R2AG_CLAIMS",
     "Claim",
     "PairedResult",
     "claims_table",
@@ -68,6 +69,15 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
         "rg_retriever_rgft_generator",
         "RGFT ablation: fine-tuning the retriever helps",
     ),
+)
+
+
+#: What the R²AG paper claims (§4: retrieval information helps a frozen LLM, and R²AG on top of
+#: fine-tuning helps further), each against its twin row without the R²-Former.
+R2AG_CLAIMS: tuple[Claim, ...] = (
+    Claim("r2ag", "standard_rag", "R²AG: retrieval information helps a frozen generator"),
+    Claim("rulerag_r2ag", "rulerag_icl", "R²AG on RuleRAG-ICL's retrieval and prompt helps"),
+    Claim("rulerag_r2ag_ft", "rulerag_ft", "R²AG + LoRA above RuleRAG-FT (RGFT retrieval)"),
 )
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import pandas as pd
 
 __all__ = [
+    "EXTRA_ROWS",
     "METRIC_COLUMNS",
     "PAPER_TABLE2",
     "PAPER_TABLE2_TEXT",
@@ -42,6 +43,14 @@ TABLE2_ROWS: tuple[tuple[str, str, str], ...] = (
     ("ssft_retriever_ssft_generator", "Rule ablation", "SSFT-retriever + SSFT-generator"),
     ("rg_retriever_rgft_generator", "RGFT ablation", "RG-retriever + RGFT-generator"),
     ("rgft_retriever_rg_generator", "RGFT ablation", "RGFT-retriever + RG-generator"),
+)
+
+#: Rows of methods the RuleRAG paper does not run, with their group and label (no paper figures).
+EXTRA_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("r2ag", "R²AG", "retriever + R²-Former + frozen generator"),
+    ("rulerag_r2ag", "R²AG", "RG-retriever + R²-Former + frozen RG-generator"),
+    ("r2ag_ft", "R²AG", "retriever + R²-Former + LoRA generator"),
+    ("rulerag_r2ag_ft", "R²AG", "RGFT-retriever + R²-Former + LoRA RG-generator"),
 )
 
 #: Our metric names -> Table 2's column names.
@@ -114,7 +123,7 @@ def results_table(
     order when given; else the paper's rows first, then any others by name. Rows without
     metrics are kept, empty, so a missing run is visible.
     """
-    known = {name: (group, label) for name, group, label in TABLE2_ROWS}
+    known = {name: (group, label) for name, group, label in (*TABLE2_ROWS, *EXTRA_ROWS)}
     names = (
         list(order)
         if order is not None

@@ -8,6 +8,7 @@ run, united over the lists of the rules its prompt shows (`samples.load_samples`
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,18 +30,37 @@ class RowResult:
     metrics: dict[str, Any]
 
 
-def run_row(base: Path, dataset: str, grid: GridConfig, settings: GenerationSettings) -> RowResult:
-    """Answer and score the row's test queries (data/<dataset>/ is `base`)."""
+def run_row(
+    base: Path,
+    dataset: str,
+    grid: GridConfig,
+    settings: GenerationSettings,
+    generator_factory: Callable[..., Any] | None = None,
+) -> RowResult:
+    """Answer and score the row's test queries (data/<dataset>/ is `base`).
+
+    `generator_factory(base, grid, settings, retrieval)` builds the row's generator (default
+    `make_generator`). A generator with `render(format, kind, sample)` writes its own prompts
+    and one with `generate_samples(samples, prompts)` reads the samples too (R²AG does both).
+    """
     retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
     test = read_jsonl(base / "benchmark" / "test.jsonl")
     queries = sample_queries(test, settings.test_queries, settings.seed)
     samples = load_samples(base, queries, retrieval, RUN_FILENAME, grid.rules, settings)
-    formats = [prompt_format(settings, s) for s in samples]
-    prompts = [f.render_sample(grid.prompt, s) for f, s in zip(formats, samples, strict=True)]
     started = time.perf_counter()
-    generator = make_generator(base, grid, settings, retrieval)
+    generator = (generator_factory or make_generator)(base, grid, settings, retrieval)
     loaded = time.perf_counter()
-    generations = generator.generate(prompts)
+    render = getattr(generator, "render", None)
+    prompts = [
+        render(prompt_format(settings, s), grid.prompt, s)
+        if render
+        else prompt_format(settings, s).render_sample(grid.prompt, s)
+        for s in samples
+    ]
+    if hasattr(generator, "generate_samples"):
+        generations = generator.generate_samples(samples, prompts)
+    else:
+        generations = generator.generate(prompts)
     seconds = time.perf_counter() - loaded
     ks = settings.recall_k
     records = []

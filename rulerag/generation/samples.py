@@ -33,6 +33,7 @@ __all__ = [
     "RUN_FILENAME",
     "build_samples",
     "fg_examples",
+    "fg_samples",
     "load_corpus",
     "load_samples",
     "prompt_format",
@@ -40,6 +41,7 @@ __all__ = [
     "sample_queries",
     "selected_rules",
     "united_documents",
+    "united_lists",
 ]
 
 
@@ -61,7 +63,18 @@ def united_documents(
     rules: str = "all",
     rule_ids: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, list[str]]:
-    """Each query's documents: the union over its (query, rule) lists, best score first.
+    """Each query's documents: the union over its (query, rule) lists, best score first
+    (`united_lists` without the rules)."""
+    return {q: [doc for doc, _ in pairs] for q, pairs in united_lists(run, rules, rule_ids).items()}
+
+
+def united_lists(
+    run: pd.DataFrame,
+    rules: str = "all",
+    rule_ids: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, list[tuple[str, str]]]:
+    """Each query's (document, rule that gave its best score) pairs: the union over its
+    (query, rule) lists, best score first.
 
     The union is the retrieval stage's own (`rulerag.retrieval.rule_guided.unite`: best score
     per document, ties by per-rule rank, then id). `rules` keeps `all` rows, only the
@@ -75,20 +88,23 @@ def united_documents(
     if rules not in RULE_FILTERS:
         raise ValueError(f"rules must be one of {RULE_FILTERS}, not {rules!r}")
     frame = run.astype({"qid": str, "doc_id": str})
-    if "rule" in frame:
-        frame = frame.assign(rule=frame["rule"].fillna(NO_RULE).astype(str))
-        is_query = frame["rule"] == NO_RULE
-        if rules != "all":
-            frame = frame[is_query if rules == "query_only" else ~is_query]
-            is_query = is_query[frame.index]
-        if rule_ids is not None:
-            allowed = {(str(q), str(r)) for q, ids in rule_ids.items() for r in ids}
-            pairs = pd.Series(list(zip(frame["qid"], frame["rule"], strict=True)), frame.index)
-            frame = frame[is_query | pairs.isin(allowed)]
+    rule = frame["rule"].fillna(NO_RULE).astype(str) if "rule" in frame else NO_RULE
+    frame = frame.assign(rule=rule)
+    is_query = frame["rule"] == NO_RULE
+    if rules != "all":
+        frame = frame[is_query if rules == "query_only" else ~is_query]
+        is_query = is_query[frame.index]
+    if rule_ids is not None:
+        allowed = {(str(q), str(r)) for q, ids in rule_ids.items() for r in ids}
+        pairs = pd.Series(list(zip(frame["qid"], frame["rule"], strict=True)), frame.index)
+        frame = frame[is_query | pairs.isin(allowed)]
     if frame.empty:
         return {}
     united = unite(frame)
-    return {str(q): list(g["doc_id"]) for q, g in united.groupby("qid", sort=False)}
+    return {
+        str(q): list(zip(g["doc_id"], g["rule"], strict=True))
+        for q, g in united.groupby("qid", sort=False)
+    }
 
 
 def load_corpus(path: Path, ids: Iterable[str] | None = None) -> dict[str, str]:
@@ -121,13 +137,16 @@ def build_samples(
     num_documents: int,
     max_rules: int | None,
     keep_retrieved: int = 10,
+    doc_rules: Mapping[str, Mapping[str, str]] | None = None,
 ) -> list[Sample]:
     """One `Sample` per query.
 
     `documents` maps qid -> ranked doc ids (None: the configuration retrieves nothing). The
     prompt gets the first `num_documents`; the first `keep_retrieved` are kept (text and ids)
     for Recall@k and the predictions file. Rules: `selected_rules`. A record with a `time` is
-    a temporal query (the paper instruction's forms depend on it).
+    a temporal query (the paper instruction's forms depend on it). `doc_rules` (qid -> doc id ->
+    the rule whose list gave it its best score) goes to `extra["doc_rules"]`, aligned with
+    `extra["doc_ids"]` (R²AG measures each document against the text that found it).
     """
     samples = []
     for record in queries:
@@ -139,6 +158,9 @@ def build_samples(
         if documents is not None:
             ids = [d for d in documents.get(qid, []) if d in corpus]
             extra["doc_ids"] = ids[: max(num_documents, keep_retrieved)]
+            if doc_rules is not None:
+                found = doc_rules.get(qid, {})
+                extra["doc_rules"] = [found.get(d, "") for d in extra["doc_ids"]]
             retrieved = tuple(corpus[d] for d in ids[:keep_retrieved])
             prompt_docs = tuple(corpus[d] for d in ids[:num_documents])
             extra["retrieved"] = retrieved
@@ -170,6 +192,7 @@ def load_samples(
     from the bank, the document texts from the corpus."""
     rule_texts = read_rule_texts(base / "rules" / "bank.parquet")
     documents = None
+    doc_rules = None
     needed: set[str] = set()
     if retrieval:
         path = base / "retrieval" / retrieval / run_file
@@ -178,7 +201,9 @@ def load_samples(
         run = pd.read_parquet(path)
         run = run[run["qid"].astype(str).isin({str(q["qid"]) for q in queries})]
         shown = {str(q["qid"]): selected_rules(q, rule_texts, settings.max_rules) for q in queries}
-        documents = united_documents(run, rules, shown)
+        lists = united_lists(run, rules, shown)
+        documents = {q: [doc for doc, _ in pairs] for q, pairs in lists.items()}
+        doc_rules = {q: dict(pairs) for q, pairs in lists.items()}
         needed = {d for ids in documents.values() for d in ids[: settings.keep_retrieved]}
     corpus = load_corpus(base / "benchmark" / "corpus.jsonl", needed) if needed else {}
     return build_samples(
@@ -189,7 +214,27 @@ def load_samples(
         num_documents=settings.num_documents,
         max_rules=settings.max_rules,
         keep_retrieved=max(settings.recall_k),
+        doc_rules=doc_rules,
     )
+
+
+def fg_samples(
+    base: Path,
+    n: int,
+    retrieval: str | None,
+    rules: str,
+    settings: GenerationSettings,
+    shuffle: bool = False,
+) -> list[Sample]:
+    """A seeded sample of n answered F_G queries as generator inputs (see `fg_examples`)."""
+    pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
+    if retrieval:
+        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
+    chosen = sample_queries(pool, n, settings.seed)
+    if shuffle:
+        order = np.random.default_rng(settings.seed + 1).permutation(len(chosen))
+        chosen = [chosen[int(i)] for i in order]
+    return load_samples(base, chosen, retrieval, RUN_FG_FILENAME, rules, settings)
 
 
 def fg_examples(
@@ -208,14 +253,7 @@ def fg_examples(
     that run holds; none when `retrieval` is None), the prompt kind, style and rule filter.
     `shuffle` reorders the sample with seed + 1 (training splits dev off its head).
     """
-    pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
-    if retrieval:
-        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
-    chosen = sample_queries(pool, n, settings.seed)
-    if shuffle:
-        order = np.random.default_rng(settings.seed + 1).permutation(len(chosen))
-        chosen = [chosen[int(i)] for i in order]
-    samples = load_samples(base, chosen, retrieval, RUN_FG_FILENAME, rules, settings)
+    samples = fg_samples(base, n, retrieval, rules, settings, shuffle)
     return [(prompt_format(settings, s).render_sample(prompt, s), s.answers[0]) for s in samples]
 
 

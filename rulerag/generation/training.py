@@ -263,23 +263,40 @@ def _cuda() -> bool:
 
 
 def _peft_model(model: Any, settings: TrainSettings) -> Any:
+    return lora_model(
+        model,
+        settings.lora,
+        quantization=settings.quantization,
+        gradient_checkpointing=settings.gradient_checkpointing,
+    )
+
+
+def lora_model(
+    model: Any,
+    lora: LoraSettings,
+    *,
+    quantization: str | None = None,
+    gradient_checkpointing: bool = False,
+) -> Any:
+    """`model` wrapped by peft with trainable LoRA adapters of `lora` (base weights frozen;
+    a 4-bit base prepared for k-bit training first)."""
     from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
 
-    if settings.quantization in ("nf4", "4bit"):
+    if quantization in ("nf4", "4bit"):
         model = prepare_model_for_kbit_training(
-            model, use_gradient_checkpointing=settings.gradient_checkpointing
+            model, use_gradient_checkpointing=gradient_checkpointing
         )
-    elif settings.gradient_checkpointing:
+    elif gradient_checkpointing:
         model.gradient_checkpointing_enable()
         model.enable_input_require_grads()
     num_layers = getattr(model.config, "num_hidden_layers", None)
-    layers = settings.lora.layer_indices(num_layers) if num_layers else None
+    layers = lora.layer_indices(num_layers) if num_layers else None
     config = LoraConfig(
         layers_to_transform=layers,
-        r=settings.lora.r,
-        lora_alpha=settings.lora.alpha,
-        lora_dropout=settings.lora.dropout,
-        target_modules=list(settings.lora.target_modules),
+        r=lora.r,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=list(lora.target_modules),
         task_type=TaskType.CAUSAL_LM,
         bias="none",
     )

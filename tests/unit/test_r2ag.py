@@ -227,3 +227,134 @@ def test_a_united_list_measures_each_document_against_the_text_that_found_it() -
     )
     with pytest.raises(ValueError, match="one rule"):
         list_features("q", ["D1"], [], rule_texts={}, encode=encode, doc_vectors=docs)
+
+
+def test_a_prompt_cut_from_the_left_keeps_its_last_documents_vectors() -> None:
+    """`max_prompt_tokens` may cut the first documents off: the surviving placeholders get the
+    vectors of the documents they stand for (first_doc on), not the first ones."""
+    import torch
+
+    from rulerag.generation.r2ag.prompting import inject
+
+    embeddings = torch.randn(1, 5, 4)
+    ids = torch.tensor([[PLACE, 2, PLACE, 3, 4]])  # documents 2 and 3 of 0..3 survive
+    vectors = torch.arange(16, dtype=torch.float32).reshape(1, 4, 4)
+    out = inject(embeddings, ids, PLACE, vectors, first_doc=torch.tensor([2]))
+    assert torch.equal(out[0, 0], vectors[0, 2]) and torch.equal(out[0, 2], vectors[0, 3])
+    assert torch.equal(out[0, [1, 3, 4]], embeddings[0, [1, 3, 4]])
+    with pytest.raises(ValueError, match="do not match"):
+        inject(embeddings, ids, PLACE, vectors, first_doc=torch.tensor([1]))
+
+
+def _sample(qid: str, docs: list[str], answers=("Paris",)):
+    from rulerag.generation.prompts import Sample
+
+    ids = [f"d{i}" for i in range(len(docs))]
+    return Sample(qid, f"query {qid}", tuple(answers), tuple(docs), extra={"doc_ids": ids})
+
+
+def test_examples_and_batches_line_up_features_labels_and_placeholders() -> None:
+    import torch
+
+    from rulerag.generation.r2ag.data import R2AGCollator, make_example
+
+    two = _sample("a", ["lives in Paris", "lives in Rome"])
+    one = _sample("b", ["visited Paris"])
+    features = np.ones((2, 3), dtype=np.float32)
+    cut = make_example(two, [1, PLACE, 5, 6], PLACE, features, labels=[-100, -100, -100, 6])
+    assert cut.first_doc == 1 and cut.doc_labels.tolist() == [1.0, 0.0]
+    whole = make_example(one, [PLACE, 4], PLACE, features[:1], labels=[-100, 4])
+    batch = R2AGCollator(pad_token_id=0)([cut, whole])
+    assert batch["input_ids"].tolist() == [[1, PLACE, 5, 6], [PLACE, 4, 0, 0]]
+    assert batch["labels"][1].tolist() == [-100, 4, -100, -100]
+    assert batch["doc_mask"].tolist() == [[True, True], [True, False]]
+    assert batch["first_doc"].tolist() == [1, 0]
+    left = R2AGCollator(pad_token_id=0, side="left")([whole, cut])
+    assert left["input_ids"][0].tolist() == [0, 0, PLACE, 4] and "labels" in left
+    assert torch.equal(left["attention_mask"][0], torch.tensor([0, 0, 1, 1]))
+    with pytest.raises(ValueError, match="placeholders"):
+        make_example(one, [PLACE, PLACE], PLACE, features[:1])
+    with pytest.raises(ValueError, match="features"):
+        make_example(one, [PLACE], PLACE, features)
+
+
+def test_training_fits_the_former_keeps_the_best_dev_state_and_round_trips(tmp_path) -> None:
+    import torch
+
+    from rulerag.generation.r2ag.data import R2AGExample
+    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.model import R2AGModel
+    from rulerag.generation.r2ag.settings import R2AGTrain
+    from rulerag.generation.r2ag.training import load_former, save_r2ag, train_r2ag
+
+    rng = np.random.default_rng(0)
+
+    def example(i: int) -> R2AGExample:
+        features = rng.random((2, 3)).astype(np.float32)
+        answer = 20 + int(features[0, 0] > 0.5)  # the answer follows the first relevance
+        ids = [3, PLACE, 10, PLACE, 11, answer]
+        labels = [-100] * 5 + [answer]
+        doc_labels = (features[:, 0] > 0.5).astype(np.float32)
+        return R2AGExample(str(i), ids, labels, features, doc_labels)
+
+    llm = tiny_llm()
+    frozen = {name: p.detach().clone() for name, p in llm.named_parameters()}
+    former = R2Former(FormerConfig(hidden_size=32, d_model=16, heads=2, max_docs=4))
+    model = R2AGModel(llm, former, PLACE)
+    settings = R2AGTrain(
+        samples=48, dev_samples=8, epochs=4, learning_rate=3e-3, batch_size=4,
+        gradient_accumulation=2, eval_steps=4, logging_steps=2,
+    )  # fmt: skip
+    data = [example(i) for i in range(56)]
+    stats = train_r2ag(model, data[8:], data[:8], settings, pad_token_id=0, progress=False)
+    assert stats["steps"] == 24 and stats["warmup_steps"] == 1
+    assert stats["dev_best"]["loss"] < stats["dev_before"]["loss"]
+    assert stats["dev_best"]["loss"] == min(p["loss"] for p in stats["dev_curve"])
+    assert stats["loss_curve"][-1]["loss"] < stats["loss_curve"][0]["loss"]
+    for name, p in llm.named_parameters():
+        assert torch.equal(p, frozen[name]), name
+    assert not model.llm.training  # a frozen LLM is never put in training mode
+    save_r2ag(model, tmp_path / "v", {"base_model": "tiny"}, {"steps": stats["steps"]})
+    loaded, meta = load_former(tmp_path / "v")
+    assert meta["base_model"] == "tiny" and meta["former"]["d_model"] == 16
+    for (name, a), b in zip(former.state_dict().items(), loaded.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert not (tmp_path / "v" / "adapter").exists()  # no LoRA, no adapter
+
+
+def test_r2ag_settings_reject_what_cannot_run() -> None:
+    from rulerag.generation.r2ag.settings import r2ag_settings
+    from rulerag.settings import SettingsError
+
+    settings = r2ag_settings({"features": ["relevance", "neighbour"]})
+    assert settings.feature_mask() == [1.0, 0.0, 1.0]
+    assert settings.rows == ("r2ag", "rulerag_r2ag") and settings.train.learning_rate == 2e-4
+    for bad, match in (
+        ({"features": ["recency"]}, "recency"),
+        ({"labels": "oracle"}, "oracle documents"),
+        ({"rows": ["nope"]}, "nope"),
+        ({"variants": {"x": {"prompt": "query"}}, "rows": []}, "rule or plain"),
+        ({"train": {"schedule": "step"}}, "schedule"),
+    ):
+        with pytest.raises((SettingsError, ValueError), match=match):
+            r2ag_settings(bad)
+
+
+def test_united_lists_keep_the_rule_of_each_documents_best_score() -> None:
+    import pandas as pd
+
+    from rulerag.generation.samples import united_documents, united_lists
+
+    run = pd.DataFrame(
+        {
+            "qid": ["q"] * 4,
+            "rule": ["", "r1", "r1", "r2"],
+            "rank": [1, 1, 2, 1],
+            "doc_id": ["a", "b", "a", "c"],
+            "score": [0.5, 0.9, 0.7, 0.8],
+        }
+    )
+    assert united_lists(run)["q"] == [("b", "r1"), ("c", "r2"), ("a", "r1")]
+    assert united_documents(run)["q"] == ["b", "c", "a"]
+    assert united_lists(run, rule_ids={"q": ["r2"]})["q"] == [("c", "r2"), ("a", "")]
+    assert united_lists(run.drop(columns="rule"))["q"][0] == ("b", "")

@@ -67,7 +67,12 @@ class R2Former(nn.Module):
             )
         ranks = torch.arange(k, device=features.device)
         x = self.embed(features) + self.rank(ranks)[None]
-        padding = None if mask is None else ~mask.bool()
+        padding = None
+        if mask is not None:
+            padding = ~mask.bool()
+            # a list with no document: attend over its padding rather than over nothing (NaN);
+            # it has no placeholder to fill and no QDM label, so the output is never read
+            padding = padding & ~padding.all(dim=1, keepdim=True)
         hidden = self.encoder(x, src_key_padding_mask=padding)
         return FormerOutput(hidden, self.relevance(hidden).squeeze(-1), self.project(hidden))
 

@@ -53,16 +53,27 @@ class R2AGModel(nn.Module):
         if freeze_llm:
             freeze(llm)
 
+    def train(self, mode: bool = True) -> R2AGModel:
+        """Training mode for what learns; a frozen LLM stays in eval mode (no dropout), so it
+        computes exactly what it computes at inference."""
+        super().train(mode)
+        if mode and not any(p.requires_grad for p in self.llm.parameters()):
+            self.llm.eval()
+        return self
+
     def input_embeddings(
         self,
         input_ids: torch.Tensor,
         features: torch.Tensor,
         doc_mask: torch.Tensor | None = None,
+        first_doc: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(the prompt's input embeddings with E^R at the placeholders, the QDM logits)."""
         out = self.former(features, doc_mask)
         embeddings = self.llm.get_input_embeddings()(input_ids)
-        injected = inject(embeddings, input_ids, self.placeholder_id, out.projected, doc_mask)
+        injected = inject(
+            embeddings, input_ids, self.placeholder_id, out.projected, doc_mask, first_doc
+        )
         return injected, out.relevance_logits
 
     def forward(
@@ -73,8 +84,9 @@ class R2AGModel(nn.Module):
         doc_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
         doc_labels: torch.Tensor | None = None,
+        first_doc: torch.Tensor | None = None,
     ) -> R2AGOutput:
-        embeddings, relevance = self.input_embeddings(input_ids, features, doc_mask)
+        embeddings, relevance = self.input_embeddings(input_ids, features, doc_mask, first_doc)
         out = self.llm(inputs_embeds=embeddings, attention_mask=attention_mask, labels=labels)
         zero = embeddings.new_zeros(())
         lm = out.loss if labels is not None else zero
@@ -88,8 +100,9 @@ class R2AGModel(nn.Module):
         attention_mask: torch.Tensor,
         features: torch.Tensor,
         doc_mask: torch.Tensor | None = None,
+        first_doc: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> torch.Tensor:
         """The LLM's continuation (new tokens only) of prompts with retrieval embeddings."""
-        embeddings, _ = self.input_embeddings(input_ids, features, doc_mask)
+        embeddings, _ = self.input_embeddings(input_ids, features, doc_mask, first_doc)
         return self.llm.generate(inputs_embeds=embeddings, attention_mask=attention_mask, **kwargs)

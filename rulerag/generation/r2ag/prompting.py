@@ -44,22 +44,31 @@ def inject(
     placeholder_id: int,
     vectors: torch.Tensor,
     doc_mask: torch.Tensor | None = None,
+    first_doc: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`embeddings` (b, T, h) with the i-th placeholder of each row replaced by `vectors[b, i]`
     (b, k, h); a row must hold exactly as many placeholders as it has documents (`doc_mask`,
-    default all k), else the prompt and the list disagree and this raises."""
+    default all k), else the prompt and the list disagree and this raises.
+
+    `first_doc` (b,): the rank of the document each row's first placeholder stands for, when a
+    prompt cut from the left (`max_prompt_tokens`) lost its first documents; the row then holds
+    placeholders for documents first_doc..k-1 only."""
     slots = input_ids == placeholder_id
     wanted = (
         torch.full((vectors.shape[0],), vectors.shape[1], device=input_ids.device)
         if doc_mask is None
         else doc_mask.sum(dim=1)
     )
+    if first_doc is not None:
+        wanted = wanted - first_doc.to(wanted.device)
     found = slots.sum(dim=1)
     if not torch.equal(found.to(wanted.dtype), wanted):
         raise ValueError(
             f"placeholders per prompt {found.tolist()} do not match documents {wanted.tolist()}"
         )
     order = torch.cumsum(slots.long(), dim=1) - 1  # which document a placeholder stands for
+    if first_doc is not None:
+        order = order + first_doc.to(order.device).long().unsqueeze(1)
     gathered = torch.gather(
         vectors.to(embeddings.dtype),
         1,

@@ -1,0 +1,151 @@
+"""params.yaml `r2ag`: the R²AG generators (stages `train_r2ag`, `generate_r2ag`), typed.
+
+A variant says which retrieval run feeds it and which prompt it reads, like a grid row; its
+generator is `generation.model` with an R²-Former in front, the LLM frozen (or with LoRA on
+it: `lora: true`, the paper's "R²AG + fine-tuning"). The documents per prompt, the prompt
+style, the test queries and the decoding are `generation`'s, so an R²AG row differs from its
+grid twin (`r2ag` vs `standard_rag`, `rulerag_r2ag` vs `rulerag_icl`) only by R²AG.
+
+Defaults here are the paper's where it states them (App. A: lr 2e-4, dropout 0.1, 4 heads,
+hidden size 256, Adam; LoRA of its RAFT combination r 16 / alpha 32 / dropout 0.1) and the
+official code's otherwise (1 encoder layer, 2 epochs, batch 2 x 2 accumulation, constant
+schedule after a 3 % warm-up, max grad norm 0.3). params.yaml's `cpu` profile shrinks them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rulerag.generation.config import RULE_FILTERS
+from rulerag.generation.prompts import PROMPT_KINDS
+from rulerag.generation.r2ag.features import FEATURES
+from rulerag.generation.r2ag.labels import LABEL_MODES
+from rulerag.generation.training import LoraSettings
+from rulerag.settings import (
+    Count,
+    Fraction,
+    NonNegative,
+    Positive,
+    PositiveReal,
+    Seed,
+    apply_profile,
+    load_settings,
+)
+
+__all__ = ["R2AGSettings", "R2AGTrain", "R2AGVariant", "r2ag_settings"]
+
+SCHEDULES = ("constant", "linear", "cosine")
+
+
+@dataclass
+class R2AGVariant:
+    """One R²AG generator: its retrieval (a mode of `generation.retriever` or a full
+    `<index>-<mode>` name), prompt kind and rule filter (as a grid row), LoRA or not."""
+
+    retrieval: str = "standard"
+    prompt: str = "plain"
+    rules: str = "all"
+    lora: bool = False
+
+
+def _default_variants() -> dict[str, R2AGVariant]:
+    return {
+        "r2ag": R2AGVariant("standard", "plain"),
+        "rulerag_r2ag": R2AGVariant("rg", "rule"),
+    }
+
+
+@dataclass
+class FormerSettings:
+    """The R²-Former's shape (`former.FormerConfig` less the LLM width)."""
+
+    d_model: Positive = 256
+    layers: Positive = 1
+    heads: Positive = 4
+    dropout: Fraction = 0.1
+
+
+@dataclass
+class R2AGTrain:
+    """Training of the R²-Former (and LoRA when the variant has it) on F_G."""
+
+    samples: Positive = 2048
+    dev_samples: Count = 128
+    epochs: PositiveReal = 2.0
+    learning_rate: PositiveReal = 2e-4
+    batch_size: Positive = 2
+    gradient_accumulation: Positive = 2
+    schedule: str = "constant"
+    warmup: NonNegative = 0.03  # a ratio of all steps when < 1, else steps
+    max_grad_norm: NonNegative = 0.3  # 0 = no clipping
+    weight_decay: NonNegative = 0.0
+    max_answer_tokens: Positive = 32
+    eval_steps: Positive = 50  # dev loss every N optimiser steps; the best state is kept
+    logging_steps: Positive = 5
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.schedule!r}")
+
+
+def _paper_lora() -> LoraSettings:
+    return LoraSettings(r=16, alpha=32, dropout=0.1, target_modules=["q_proj", "v_proj"])
+
+
+@dataclass
+class R2AGSettings:
+    """params.yaml's `r2ag` section, with its chosen profile applied."""
+
+    profile: str = "cpu"
+    rows: tuple[str, ...] = ("r2ag", "rulerag_r2ag")  # variants dvc.yaml trains and runs
+    variants: dict[str, R2AGVariant] = field(default_factory=_default_variants)
+    #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
+    features: tuple[str, ...] = FEATURES
+    qdm_weight: NonNegative = 1.0  # 0 = without the QDM loss (Table 3)
+    #: QDM document labels. Only `answer` (names a gold answer, as Recall@k): R²AG trains on
+    #: F_G, whose queries have no oracle documents (F_R and F_G are disjoint query sets)
+    labels: str = "answer"
+    #: dense index whose encoder and corpus embeddings give the features; None =
+    #: generation.retriever (a BM25 run still needs one: R²AG reads dense representations)
+    encoder: str | None = None
+    former: FormerSettings = field(default_factory=FormerSettings)
+    train: R2AGTrain = field(default_factory=R2AGTrain)
+    lora: LoraSettings = field(default_factory=_paper_lora)
+    seed: Seed = 12
+    profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.features) - set(FEATURES))
+        if unknown:
+            raise ValueError(f"features: {unknown} not among {', '.join(FEATURES)}")
+        if self.labels not in LABEL_MODES:
+            raise ValueError(f"labels must be one of {LABEL_MODES}, not {self.labels!r}")
+        if self.labels != "answer":
+            raise ValueError(
+                "labels: only 'answer' on F_G (its queries have no oracle documents; F_R's "
+                "oracle documents belong to other queries)"
+            )
+        for name, variant in self.variants.items():
+            if variant.prompt not in PROMPT_KINDS or variant.prompt == "query":
+                raise ValueError(f"variants.{name}: prompt must be rule or plain")
+            if variant.rules not in RULE_FILTERS:
+                raise ValueError(f"variants.{name}: rules must be one of {RULE_FILTERS}")
+        missing = [row for row in self.rows if row not in self.variants]
+        if missing:
+            raise ValueError(f"rows: {missing} are not in variants ({sorted(self.variants)})")
+
+    def variant(self, name: str) -> R2AGVariant:
+        if name not in self.variants:
+            raise ValueError(f"r2ag: unknown variant {name!r} ({sorted(self.variants)})")
+        return self.variants[name]
+
+    def feature_mask(self) -> list[float]:
+        """1 for each feature the R²-Former sees, 0 for one ablated (`FEATURES` order)."""
+        return [1.0 if f in self.features else 0.0 for f in FEATURES]
+
+
+def r2ag_settings(section: Mapping[str, Any] | None) -> R2AGSettings:
+    """params.yaml's `r2ag` section as typed settings, profile applied, strictly."""
+    return load_settings(R2AGSettings, apply_profile(section or {}, "r2ag"), "r2ag")
