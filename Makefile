@@ -20,7 +20,8 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data
+.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
+	exp-r2ag-ablation exp-r2ag-ft
 
 setup: $(STAMP)
 
@@ -55,6 +56,22 @@ exp-k: setup
 exp-data: setup
 	export PATH=$(abspath $(BIN)):$$PATH; for n in $(EXP_SAMPLES); do \
 	  dvc exp run --name samples-$$n -S generation.train.samples=$$n || exit 1; done; \
+	dvc exp show --only-changed --md
+
+# R²AG's Table 3 as DVC experiments (only train_r2ag, generate_r2ag and report rerun): each
+# retrieval feature left out, then the QDM loss off; `dvc exp show` compares them.
+exp-r2ag-ablation: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name r2ag-no-relevance -S 'r2ag.features=[precedent,neighbour]' || exit 1; \
+	dvc exp run --name r2ag-no-precedent -S 'r2ag.features=[relevance,neighbour]' || exit 1; \
+	dvc exp run --name r2ag-no-neighbour -S 'r2ag.features=[relevance,precedent]' || exit 1; \
+	dvc exp run --name r2ag-no-qdm -S r2ag.qdm_weight=0 || exit 1; \
+	dvc exp show --only-changed --md
+
+# R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).
+exp-r2ag-ft: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
 	dvc exp show --only-changed --md
 
 test: setup

@@ -37,6 +37,7 @@ SMALL = {
         "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
     },
     "rule_retrieval": {"queries": 4, "llm": {"max_new_tokens": 16, "rank_max_new_tokens": 24}},
+    "r2ag": {"train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1}},
 }
 
 
@@ -93,7 +94,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
-    assert len(stages) == 28, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 1 + 1
+    assert len(stages) == 32, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 2 + 2 + 1 + 1
 
     for config in (
         "bm25-standard",
@@ -118,14 +119,32 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     for variant in ("rgft", "ssft"):
         assert (data / "generation" / "adapters" / variant / "adapter_config.json").is_file()
     table = pd.read_csv(data / "report" / "results.csv")
-    assert len(table) == 10 and table["EM"].between(0, 100).all()
+    assert len(table) == 12 and table["EM"].between(0, 100).all()
+    assert list(table["config"][-2:]) == ["r2ag", "rulerag_r2ag"]
+    for variant, rules in (("r2ag", False), ("rulerag_r2ag", True)):
+        trained = json.loads((data / "generation" / f"train_r2ag_{variant}.json").read_text())
+        assert trained["train_samples"] == 8 and trained["feature_encoder"] == (
+            "minilm-rg" if rules else "minilm-standard"
+        )
+        assert (data / "generation" / "r2ag_models" / variant / "former.safetensors").is_file()
+        twin = "rulerag_icl" if rules else "standard_rag"
+        ours = [json.loads(x) for x in (data / "generation" / variant / "predictions.jsonl")
+                .read_text().splitlines()]  # fmt: skip
+        theirs = [json.loads(x) for x in (data / "generation" / twin / "predictions.jsonl")
+                  .read_text().splitlines()]  # fmt: skip
+        assert [r["qid"] for r in ours] == [r["qid"] for r in theirs]
+        for a, b in zip(ours, theirs, strict=True):
+            assert a["doc_ids"] == b["doc_ids"]  # the same documents, only R²AG differs
+            assert a["prompt"].count("similarity: <R> ") == min(5, len(a["doc_ids"]))
+            assert ("# Rules:" in a["prompt"]) == rules
     for line in (data / "generation" / "rulerag_ft" / "predictions.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert {"prompt", "prediction", "answers", "em", "token_f1"} <= set(record)
         assert record["prompt"].startswith("# Instruct: For the query in the form of")
     assert (data / "report" / "results.png").stat().st_size > 0
     claims = pd.read_csv(data / "report" / "claims.csv")
-    assert len(claims) == 8 and claims["p"].between(0, 1).all()
+    assert len(claims) == 10 and claims["p"].between(0, 1).all()
+    assert {"r2ag", "rulerag_r2ag"} <= set(claims["better"])
     assert "paired on the same queries" in (data / "report" / "results.md").read_text()
 
     rule_retrieval = pd.read_csv(data / "rule_retrieval" / "results.csv")
@@ -143,7 +162,12 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     exp = dvc("exp", "run", "--name", "short", "-S", "generation.max_new_tokens=4", timeout=900)
     assert exp.returncode == 0, exp.stdout[-4000:] + exp.stderr[-4000:]
     assert "Running stage 'generate@slice-rulerag_ft'" in exp.stdout
-    for skipped in ("train_generator@slice-rgft", "train_retriever@slice-minilm-rgft"):
+    assert "Running stage 'generate_r2ag@slice-r2ag'" in exp.stdout
+    for skipped in (
+        "train_generator@slice-rgft",
+        "train_retriever@slice-minilm-rgft",
+        "train_r2ag@slice-r2ag",
+    ):
         assert f"Running stage '{skipped}'" not in exp.stdout
     listed = dvc("exp", "show", "--json", check=True)
     assert '"short"' in listed.stdout

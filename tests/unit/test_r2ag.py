@@ -358,3 +358,46 @@ def test_united_lists_keep_the_rule_of_each_documents_best_score() -> None:
     assert united_documents(run)["q"] == ["b", "c", "a"]
     assert united_lists(run, rule_ids={"q": ["r2"]})["q"] == [("c", "r2"), ("a", "")]
     assert united_lists(run.drop(columns="rule"))["q"][0] == ("b", "")
+
+
+def test_the_generator_answers_samples_through_the_placeholders() -> None:
+    """R2AGGenerator with SmolLM2's tokenizer and chat template over a tiny random LLM: marked
+    prompts, one vector per document, answers cut at the first line break as the grid's."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rulerag.generation.models import load_tokenizer
+    from rulerag.generation.prompts import PromptFormat
+    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.generator import R2AGGenerator
+    from rulerag.generation.r2ag.model import R2AGModel
+    from rulerag.generation.r2ag.prompting import add_placeholder
+
+    tokenizer = load_tokenizer("smollm2")
+    place = add_placeholder(tokenizer)
+    torch.manual_seed(0)
+    llm = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+            num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
+        )
+    )  # fmt: skip
+    model = R2AGModel(llm, R2Former(FormerConfig(32, d_model=16, heads=2)), place).eval()
+
+    class Features:
+        def features(self, sample):
+            return np.ones((len(sample.documents), 3), dtype=np.float32)
+
+    generator = R2AGGenerator(model, tokenizer, Features(), max_new_tokens=4, batch_size=2)
+    samples = [
+        _sample("a", ["Time 2014-01-02 A Consult B.", "Time 2014-01-03 A Host a visit C."]),
+        _sample("b", ["Time 2014-01-05 D Praise E."]),
+        _sample("c", []),
+    ]
+    prompts = [generator.render(PromptFormat("paper", True), "plain", s) for s in samples]
+    assert prompts[0].count("similarity: <R> Time") == 2 and "<R>" not in prompts[2]
+    out = generator.generate_samples(samples, prompts)
+    assert len(out) == 3 and all(isinstance(x, str) and "\n" not in x.strip() for x in out)
+    assert generator.stats.prompts == 3 and generator.stats.new_tokens <= 3 * 4
+    with pytest.raises(TypeError, match="generate_samples"):
+        generator.generate(prompts)
