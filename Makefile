@@ -21,7 +21,7 @@ export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
-	exp-r2ag-ablation exp-r2ag-ft
+	exp-r2ag exp-r2ag-ablation exp-r2ag-ft
 
 setup: $(STAMP)
 
@@ -58,14 +58,23 @@ exp-data: setup
 	  dvc exp run --name samples-$$n -S generation.train.samples=$$n || exit 1; done; \
 	dvc exp show --only-changed --md
 
-# R²AG's Table 3 as DVC experiments (only train_r2ag, generate_r2ag and report rerun): each
-# retrieval feature left out, then the QDM loss off; `dvc exp show` compares them.
+# R²AG rows beside the grid as a DVC experiment (only train_r2ag, generate_r2ag and report
+# run; the report then tests r2ag vs standard_rag and rulerag_r2ag vs rulerag_icl).
+R2AG_ROWS := -S 'r2ag.rows=[r2ag,rulerag_r2ag]'
+exp-r2ag: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name r2ag $(R2AG_ROWS) && dvc exp show --only-changed --md
+
+# R²AG's Table 3: each retrieval feature left out, then the QDM loss off.
 exp-r2ag-ablation: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name r2ag-no-relevance -S 'r2ag.features=[precedent,neighbour]' || exit 1; \
-	dvc exp run --name r2ag-no-precedent -S 'r2ag.features=[relevance,neighbour]' || exit 1; \
-	dvc exp run --name r2ag-no-neighbour -S 'r2ag.features=[relevance,precedent]' || exit 1; \
-	dvc exp run --name r2ag-no-qdm -S r2ag.qdm_weight=0 || exit 1; \
+	dvc exp run --name r2ag-no-relevance $(R2AG_ROWS) -S 'r2ag.features=[precedent,neighbour]' \
+	  || exit 1; \
+	dvc exp run --name r2ag-no-precedent $(R2AG_ROWS) -S 'r2ag.features=[relevance,neighbour]' \
+	  || exit 1; \
+	dvc exp run --name r2ag-no-neighbour $(R2AG_ROWS) -S 'r2ag.features=[relevance,precedent]' \
+	  || exit 1; \
+	dvc exp run --name r2ag-no-qdm $(R2AG_ROWS) -S r2ag.qdm_weight=0 || exit 1; \
 	dvc exp show --only-changed --md
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).

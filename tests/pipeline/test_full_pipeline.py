@@ -37,7 +37,10 @@ SMALL = {
         "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
     },
     "rule_retrieval": {"queries": 4, "llm": {"max_new_tokens": 16, "rank_max_new_tokens": 24}},
-    "r2ag": {"train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1}},
+    "r2ag": {
+        "rows": ["r2ag", "rulerag_r2ag"],  # off by default (make run's budget); on here
+        "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
+    },
 }
 
 

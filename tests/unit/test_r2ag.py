@@ -328,7 +328,7 @@ def test_r2ag_settings_reject_what_cannot_run() -> None:
 
     settings = r2ag_settings({"features": ["relevance", "neighbour"]})
     assert settings.feature_mask() == [1.0, 0.0, 1.0]
-    assert settings.rows == ("r2ag", "rulerag_r2ag") and settings.train.learning_rate == 2e-4
+    assert settings.rows == () and settings.train.learning_rate == 2e-4
     for bad, match in (
         ({"features": ["recency"]}, "recency"),
         ({"labels": "oracle"}, "oracle documents"),

@@ -99,7 +99,7 @@ class R2AGSettings:
     """params.yaml's `r2ag` section, with its chosen profile applied."""
 
     profile: str = "cpu"
-    rows: tuple[str, ...] = ("r2ag", "rulerag_r2ag")  # variants dvc.yaml trains and runs
+    rows: tuple[str, ...] = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
     variants: dict[str, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
     features: tuple[str, ...] = FEATURES
