@@ -17,6 +17,7 @@ import yaml
 from rulerag import params_schema
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
+from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
@@ -39,6 +40,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "retrieve": (RetrieveSettings, retrieve_settings),
     "generation": (GenerationSettings, generation_settings),
     "rule_retrieval": (RuleRetrievalSettings, rule_retrieval_settings),
+    "r2ag": (R2AGSettings, r2ag_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}
