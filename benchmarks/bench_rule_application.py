@@ -1,0 +1,74 @@
+"""Temporal rule application and link-forecasting evaluation: speed and MRR against TLogic's.
+
+Run by hand, never as a test (after `mine_rules` for the dataset):
+
+    .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
+        [--lengths 1 2 3] [--window 0] [--top-k 20] [--out FILE]
+
+Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3) to every test fact
+in both directions with TLogic's semantics (`rulerag.rules.application`) and prints queries
+per minute, MRR and Hits@1/3/10 (time-aware filtered, `rulerag.rules.forecasting`) beside
+TLogic's published ICEWS14 figures (its Table 3: MRR 0.4304, Hits@1 0.3356, @3 0.4827, @10
+0.6117). The reference implementation applies about 210 queries a minute with two processes
+on a 2-core machine. `--limit` evaluates the first N test facts only (a quick look).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rulerag.rules.application import ApplySettings  # noqa: E402
+from rulerag.rules.bank import frame_rules  # noqa: E402
+from rulerag.rules.forecasting import forecast  # noqa: E402
+
+TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dataset", default="icews14")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--window", type=int, default=0)
+    parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    base = ROOT / "data" / args.dataset
+    facts = pd.read_parquet(base / "kg" / "facts.parquet")
+    n_relations = len(pd.read_parquet(base / "kg" / "relations.parquet"))
+    n_entities = len(pd.read_parquet(base / "kg" / "entities.parquet"))
+    if args.limit:
+        test = facts[facts["split"] == "test"].head(args.limit)
+        facts = pd.concat([facts[facts["split"] != "test"], test])
+    rules = frame_rules(pd.read_parquet(base / "rules" / "rules.parquet"))
+    settings = ApplySettings(lengths=tuple(args.lengths), window=args.window, top_k=args.top_k)
+    started = time.perf_counter()
+    result = forecast(facts, rules, n_relations, n_entities, settings)
+    seconds = time.perf_counter() - started
+    queries = len(result.ranks)
+    report = {
+        "dataset": args.dataset,
+        "rules": len(rules),
+        "queries": queries,
+        "seconds": round(seconds, 1),
+        "queries_per_minute": round(60 * queries / seconds),
+        **{k: round(v, 4) for k, v in result.metrics.items()},
+        "tlogic_published": TLOGIC_ICEWS14 if args.dataset == "icews14" else None,
+    }
+    print(json.dumps(report, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
