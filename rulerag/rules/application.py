@@ -142,6 +142,8 @@ def _groundings(
 ) -> pd.DataFrame:
     """Every grounding of `rule` for `queries` (columns key, sub, ts): key, e0..eL, t0..tL-1."""
     frame = queries.rename(columns={"sub": "e0", "ts": "tq"})
+    constrained = {v for group in rule.constraints for v in group}
+    last = len(rule.body)
     for hop, relation in enumerate(rule.body):
         table = edges.get(relation)
         if table is None or frame.empty:
@@ -155,7 +157,14 @@ def _groundings(
         if hop:
             keep &= times >= frame[f"t{hop - 1}"]
         frame = frame[keep]
-    last = len(rule.body)
+        if hop + 1 < last and len(frame) > 1:
+            # What the rest of the path and the score depend on: where it is, when, the
+            # constrained entities it passed, and the latest first-hop time. Of the paths
+            # alike in the rest, the one with the latest t0 is kept (with its entities, for
+            # the explanation), so hub entities do not multiply paths hop after hop.
+            alike = ["key", f"e{hop + 1}", f"t{hop}"]
+            alike += [f"e{v}" for v in sorted(constrained) if 0 < v <= hop]
+            frame = frame.loc[frame.groupby(alike, sort=False)["t0"].idxmax()]
     for group in rule.constraints:
         anchor = frame[f"e{group[0]}"]
         same = np.ones(len(frame), dtype=bool)

@@ -475,6 +475,26 @@ def sample_walks(
     return ok, edges
 
 
+def enumerate_length1(
+    g: TemporalGraph, heads: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every one-atom rule some walk could find, without walking: (head, body (m, 1), pattern)
+    for each head relation h in `heads` and relation b (TLogic ids, inverses included) with
+    facts h(x, y, t) and b(x, y, t') for t' < t on one pair x != y. A walk of length 1 from
+    h(x, y, t) steps back from y to x along an edge before t, which is exactly such a fact
+    read backwards; pairs x == y (a constrained rule) are left to the walks."""
+    frame = pd.DataFrame({"s": g.s, "r": g.r, "o": g.o, "t": g.t})
+    frame = frame[frame["s"] != frame["o"]]
+    spans = frame.groupby(["s", "o", "r"], sort=False)["t"].agg(["min", "max"]).reset_index()
+    heads_only = spans[spans["r"].isin(heads)][["s", "o", "r", "max"]]
+    pairs = heads_only.merge(spans[["s", "o", "r", "min"]], on=["s", "o"], suffixes=("", "_b"))
+    found = pairs.loc[pairs["min"] < pairs["max"], ["r", "r_b"]].drop_duplicates()
+    head = found["r"].to_numpy(np.int64)
+    body = found["r_b"].to_numpy(np.int64).reshape(-1, 1)
+    pat = np.full(len(head), _identity_code(2), dtype=np.int64)
+    return head, body, pat
+
+
 def walk_rules(g: TemporalGraph, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """TLogic's `create_rule` for successful walks: (head rel, body rels (W, l), pattern code).
 
@@ -686,6 +706,10 @@ class TemporalMinerSettings:
     transition: str = "exp"  # exp (prefer recent edges) or unif
     num_samples: Positive = 500  # body groundings sampled per rule for its confidence
     exact: bool = False  # count every body grounding instead of sampling
+    #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
+    #: samples) or exact (every structure with a body fact before a head fact on the same
+    #: entity pair, confidence over every grounding; longer rules still come from walks)
+    length1: str = "walks"
     min_confidence: Fraction = 0.0
     min_rule_support: Count = 1  # 1 = TLogic's `conf > 0`
     min_body_support: Count = 1
@@ -707,6 +731,7 @@ def mine_temporal(
     seed: int = SEED,
     num_samples: int = _DEFAULT.num_samples,
     exact: bool = _DEFAULT.exact,
+    length1: str = _DEFAULT.length1,
     min_confidence: float = _DEFAULT.min_confidence,
     min_rule_support: int = _DEFAULT.min_rule_support,
     min_body_support: int = _DEFAULT.min_body_support,
@@ -729,6 +754,8 @@ def mine_temporal(
     """
     if transition not in ("exp", "unif"):
         raise ValueError(f"transition must be 'exp' or 'unif', not {transition!r}")
+    if length1 not in ("walks", "exact"):
+        raise ValueError(f"length1 must be 'walks' or 'exact', not {length1!r}")
     if any(int(k) < 1 for k in lengths):
         raise ValueError(f"rule lengths must be >= 1, got {list(lengths)}")
     if num_samples < 1 and not exact:
@@ -748,6 +775,12 @@ def mine_temporal(
         )
         ok, edges = sample_walks(g, np.repeat(heads, walks_per_relation), length, u, transition)
         head, body, pat = walk_rules(g, edges[ok])
+        counted_exactly = exact or (length == 1 and length1 == "exact")
+        if length == 1 and length1 == "exact":
+            extra_head, extra_body, extra_pat = enumerate_length1(g, heads)
+            head = np.concatenate([head, extra_head])
+            body = np.concatenate([body, extra_body])
+            pat = np.concatenate([pat, extra_pat])
         uniq = _unique_rows(np.column_stack([head, body, pat]))
         head, body, pat = head[uniq], body[uniq], pat[uniq]
         groups, rule_grp = np.unique(body, axis=0, return_inverse=True)
@@ -757,10 +790,10 @@ def mine_temporal(
         ) as bar:
             body_supp, rule_supp = _confidences(
                 g, groups, rule_grp, head, pat,
-                exact=exact, num_samples=num_samples, seed=seed, bar=bar,
+                exact=counted_exactly, num_samples=num_samples, seed=seed, bar=bar,
             )  # fmt: skip
         conf = np.where(body_supp > 0, rule_supp / np.maximum(body_supp, 1), 0.0)
-        if not exact:
+        if not counted_exactly:
             conf = np.round(conf, 6)
         keep = (
             (rule_supp >= min_rule_support)

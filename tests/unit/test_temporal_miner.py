@@ -534,3 +534,24 @@ def test_non_path_rules_are_refused_by_the_writer(tmp_path: Path):
     with pytest.raises(ValueError, match="path"):
         write_tlogic_json([closed], tmp_path / "x.json", 3)
     assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_exact_length1_finds_every_one_atom_rule_without_walks(seed):
+    """length1="exact" lists every one-atom rule a walk could produce (the constraint-free ones;
+    self-loop rules still come from walks) with its exact confidence, however few walks run."""
+    facts = random_kg(seed, n_entities=9, n_relations=3, n_facts=40, n_times=6)
+    rules = mine_temporal(
+        facts, 9, 3, lengths=(1,), walks_per_relation=1, length1="exact",
+        min_rule_support=0, seed=seed, progress=False,
+    )  # fmt: skip
+    possible = {k for k in all_walk_rules(facts, 3, 1) if not k[3]}  # no var constraints
+    assert possible <= {r.key for r in rules}
+    few_walks = mine_temporal(facts, 9, 3, lengths=(1,), walks_per_relation=1, seed=seed,
+                              min_rule_support=0, progress=False)  # fmt: skip
+    assert len(few_walks) < len(possible)  # what the option is for
+    for rule in rules:
+        body, supp = brute_force(facts, rule)
+        assert (rule.body_support, rule.support) == (body, supp), rule
+    with pytest.raises(ValueError, match="length1"):
+        mine_temporal(facts, 9, 3, length1="all", progress=False)
