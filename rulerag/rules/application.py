@@ -62,6 +62,9 @@ class ApplySettings:
     a: float = 0.5
     min_confidence: float = 0.01
     min_body_support: float = 2.0
+    #: False for a static KG: no time order or recency, a candidate's score from one rule is
+    #: the rule's confidence (AMIE's PCA confidence), aggregated by noisy-or as AnyBURL can
+    temporal: bool = True
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,17 @@ def applied_rules(
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()
     for index, rule in enumerate(rules):
-        if rule.length not in settings.lengths or not rule.temporal:
+        if rule.length not in settings.lengths or rule.temporal != settings.temporal:
             continue
-        confidence = float(rule.confidence or 0.0)
+        confidence = float(rule.confidence or 0.0) if settings.temporal else rule.score
         if confidence < settings.min_confidence:
             continue
-        if (rule.body_support or 0.0) < settings.min_body_support:
+        if settings.temporal and (rule.body_support or 0.0) < settings.min_body_support:
             continue
-        head, body, groups = rule_to_tlogic(rule, n)
+        try:
+            head, body, groups = rule_to_tlogic(rule, n)
+        except ValueError:  # not a path (AMIE's two atoms on the head's pair): not applied
+            continue
         copies = [(head, tuple(body))]
         if rule.length == 1:
             copies.append(((head + n) % (2 * n), ((body[0] + n) % (2 * n),)))
@@ -109,13 +115,14 @@ def applied_rules(
 
 
 def edges_with_inverses(facts: pd.DataFrame, n_relations: int) -> pd.DataFrame:
-    """Every fact as (sub, rel, obj, ts) plus its inverse (obj, rel + n, sub, ts)."""
+    """Every fact as (sub, rel, obj, ts) plus its inverse (obj, rel + n, sub, ts); a static
+    fact (no time) has ts 0."""
     forward = pd.DataFrame(
         {
             "sub": facts["head"].to_numpy(np.int64),
             "rel": facts["relation"].to_numpy(np.int64),
             "obj": facts["tail"].to_numpy(np.int64),
-            "ts": facts["time"].to_numpy(np.int64),
+            "ts": pd.array(facts["time"], dtype="Int64").fillna(0).to_numpy(np.int64),
         }
     )
     inverse = forward.rename(columns={"sub": "obj", "obj": "sub"}).assign(
@@ -138,7 +145,11 @@ class Candidates:
 
 
 def _groundings(
-    rule: AppliedRule, queries: pd.DataFrame, edges: dict[int, pd.DataFrame], window: int
+    rule: AppliedRule,
+    queries: pd.DataFrame,
+    edges: dict[int, pd.DataFrame],
+    window: int,
+    temporal: bool = True,
 ) -> pd.DataFrame:
     """Every grounding of `rule` for `queries` (columns key, sub, ts): key, e0..eL, t0..tL-1."""
     frame = queries.rename(columns={"sub": "e0", "ts": "tq"})
@@ -150,13 +161,14 @@ def _groundings(
             return pd.DataFrame()
         step = table.rename(columns={"sub": f"e{hop}", "obj": f"e{hop + 1}", "ts": f"t{hop}"})
         frame = frame.merge(step, on=f"e{hop}", how="inner")
-        times = frame[f"t{hop}"]
-        keep = times < frame["tq"]
-        if window > 0:
-            keep &= times >= frame["tq"] - window
-        if hop:
-            keep &= times >= frame[f"t{hop - 1}"]
-        frame = frame[keep]
+        if temporal:
+            times = frame[f"t{hop}"]
+            keep = times < frame["tq"]
+            if window > 0:
+                keep &= times >= frame["tq"] - window
+            if hop:
+                keep &= times >= frame[f"t{hop - 1}"]
+            frame = frame[keep]
         if hop + 1 < last and len(frame) > 1:
             # What the rest of the path and the score depend on: where it is, when, the
             # constrained entities it passed, and the latest first-hop time. Of the paths
@@ -206,15 +218,16 @@ def apply_rules(
             bar.update(1)
             if active.empty:
                 continue
-            found = _groundings(rule, active, tables, settings.window)
+            found = _groundings(rule, active, tables, settings.window, settings.temporal)
             if found.empty:
                 continue
             latest = found.loc[found.groupby(["key", "cand"], sort=False)["t0"].idxmax()]
-            scores = (
-                settings.a * rule.confidence
-                + (1 - settings.a)
-                * np.exp(settings.lmbda * (latest["t0"].to_numpy() - latest["tq"].to_numpy()))
-            ).astype(np.float32)
+            if settings.temporal:
+                recency = np.exp(settings.lmbda * (latest["t0"] - latest["tq"]).to_numpy())
+                scores = settings.a * rule.confidence + (1 - settings.a) * recency
+            else:
+                scores = np.full(len(latest), rule.confidence)
+            scores = scores.astype(np.float32)
             last = len(rule.body)
             for row, score in zip(latest.itertuples(index=False), scores.tolist(), strict=True):
                 key, cand = int(row.key), int(row.cand)

@@ -1,5 +1,9 @@
 """Link forecasting with applied rules, evaluated as TLogic evaluates it (`mycode/evaluate.py`).
 
+On a static KG the same is link prediction: the history is every split but the evaluated one,
+rules score by their confidence (no recency), and the filter removes every known answer
+(the standard filtered setting; time-aware filtering at a single time point).
+
 Every fact (s, r, o, t) of the evaluated split is two queries: (s, r, ?, t) for the object and
 (o, r⁻¹, ?, t) for the subject. Candidates come from `application.apply_rules` (history: every
 split before t). A query no rule answers falls back to TLogic's baseline: the objects of its
@@ -80,10 +84,13 @@ def forecast(
     settings = settings or ApplySettings()
     queries = forecast_queries(facts, split, n_relations)
     unique = queries.drop_duplicates("key")[["key", "sub", "rel", "ts"]]
+    # a temporal KG's history is every fact before the query time (its own split included);
+    # a static KG's is every other split
+    history = facts if settings.temporal else facts[facts["split"] != split]
     candidates = apply_rules(
         unique,
         applied_rules(rules, n_relations, settings),
-        edges_with_inverses(facts, n_relations),
+        edges_with_inverses(history, n_relations),
         settings,
         progress=progress,
     )

@@ -15,7 +15,7 @@ from rulerag.rules.application import (
     noisy_or,
     time_aware_filter,
 )
-from rulerag.rules.rule import Rule
+from rulerag.rules.rule import Atom, Rule
 
 N_REL = 4  # 0 body, 1 head, 2 a, 3 b
 BODY, HEAD, A, B = range(4)
@@ -131,3 +131,76 @@ def test_time_aware_filtered_ranks_equal_a_brute_force_filter() -> None:
 def test_noisy_or() -> None:
     assert noisy_or([0.5, 0.5]) == pytest.approx(0.75)
     assert noisy_or([0.3]) == pytest.approx(0.3)
+
+
+def brute_force_scores(rows, rule, query, n_rel, settings):
+    """Every grounding by nested loops over the facts (inverses added), TLogic's score."""
+    from itertools import product
+
+    from rulerag.rules.tlogic_io import rule_to_tlogic
+
+    head, body, groups = rule_to_tlogic(rule, n_rel)
+    edges = [(s, r, o, t) for s, r, o, t in rows] + [(o, r + n_rel, s, t) for s, r, o, t in rows]
+    sub, tq = query
+    best: dict[int, int] = {}
+    for path in product(edges, repeat=len(body)):
+        if any(e[1] != b for e, b in zip(path, body, strict=True)) or path[0][0] != sub:
+            continue
+        if any(path[i][0] != path[i - 1][2] for i in range(1, len(path))):
+            continue
+        times = [e[3] for e in path]
+        if any(t >= tq for t in times) or times != sorted(times):
+            continue
+        ents = [sub] + [e[2] for e in path]
+        if any(len({ents[v] for v in g}) > 1 for g in groups):
+            continue
+        best[ents[-1]] = max(best.get(ents[-1], -1), times[0])
+    a, lmbda = settings.a, settings.lmbda
+    return {
+        c: float(np.float32(a * rule.confidence + (1 - a) * np.exp(lmbda * (t0 - tq))))
+        for c, t0 in best.items()
+    }
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_multi_hop_scores_equal_a_brute_force_enumeration(seed) -> None:
+    rng = np.random.default_rng(seed)
+    rows = [(int(s), int(r), int(o), int(t)) for s, r, o, t in zip(
+        rng.integers(0, 6, 40), rng.integers(0, 3, 40), rng.integers(0, 6, 40),
+        rng.integers(0, 8, 40), strict=True)]  # fmt: skip
+    kg = facts(rows)
+    rules = [
+        Rule.path(0, [(1, False), (2, True)], temporal=True, confidence=0.6, body_support=9.0),
+        Rule.path(
+            0, [(2, False), (1, False), (1, True)], temporal=True, confidence=0.4, body_support=9.0
+        ),  # fmt: skip
+        Rule(
+            Atom(0, 0, 2),
+            (Atom(1, 0, 1), Atom(2, 1, 2)),
+            True,
+            ((0, 2),),
+            confidence=0.5,
+            body_support=9.0,
+        ),  # fmt: skip
+    ]
+    settings = ApplySettings(top_k=10_000)
+    edges = edges_with_inverses(kg, 3)
+    for rule in rules:
+        applied = applied_rules([rule], 3, settings)
+        for sub in range(6):
+            got = apply_rules(queries([(0, sub, 0, 8)]), applied, edges, settings,
+                              progress=False)[0].scores  # fmt: skip
+            assert got == pytest.approx(brute_force_scores(rows, rule, (sub, 8), 3, settings))
+
+
+def test_static_rules_score_by_confidence_without_time() -> None:
+    kg = facts([(1, BODY, 2, 0), (1, A, 3, 0), (3, B, 4, 0)]).assign(time=pd.NA)
+    one = Rule.path(HEAD, [(BODY, False)], pca_confidence=0.6)
+    two = Rule.path(HEAD, [(A, False), (B, False)], pca_confidence=0.3)
+    settings = ApplySettings(temporal=False, min_body_support=0)
+    rules = applied_rules([one, two], N_REL, settings)
+    out = apply_rules(queries([(0, 1, HEAD, 0)]), rules, edges_with_inverses(kg, N_REL),
+                      settings, progress=False)[0]  # fmt: skip
+    assert out.scores == pytest.approx({2: 0.6, 4: 0.3})
+    assert out.explanations[4] == [(1, A, 3, 0), (3, B, 4, 0)]
+    assert not applied_rules([one], N_REL)  # a temporal application ignores static rules
