@@ -144,54 +144,143 @@ class Candidates:
         return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+@dataclass(frozen=True)
+class _Adjacency:
+    """One relation's edges sorted by (subject, time): `code` = sub * span + (ts - t_min), so
+    the edges of an entity within a time range are one `searchsorted` away."""
+
+    code: np.ndarray
+    obj: np.ndarray
+    ts: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Edges:
+    by_relation: dict[int, _Adjacency]
+    t_min: int
+    span: int
+
+    @classmethod
+    def build(cls, edges: pd.DataFrame) -> _Edges:
+        ts = edges["ts"].to_numpy(np.int64)
+        t_min = int(ts.min()) if len(ts) else 0
+        span = (int(ts.max()) - t_min + 1) if len(ts) else 1
+        code = edges["sub"].to_numpy(np.int64) * span + (ts - t_min)
+        rel = edges["rel"].to_numpy(np.int64)
+        order = np.lexsort((code, rel))
+        rel, code = rel[order], code[order]
+        obj, ts = edges["obj"].to_numpy(np.int64)[order], ts[order]
+        cuts = np.flatnonzero(np.diff(rel)) + 1
+        by_relation = {}
+        for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rel)], strict=True):
+            if hi > lo:
+                by_relation[int(rel[lo])] = _Adjacency(code[lo:hi], obj[lo:hi], ts[lo:hi])
+        return cls(by_relation, t_min, span)
+
+    def ranges(
+        self, adjacency: _Adjacency, ents: np.ndarray, lo: np.ndarray, hi: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """[start, end) of each entity's edges with lo <= time < hi."""
+        base = ents * self.span
+        first = np.clip(lo - self.t_min, 0, self.span)
+        stop = np.clip(hi - self.t_min, 0, self.span)
+        start = np.searchsorted(adjacency.code, base + first, side="left")
+        end = np.searchsorted(adjacency.code, base + stop, side="left")
+        return start, np.maximum(end - start, 0)
+
+
+def _ragged(start: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The concatenation of range(start[i], start[i] + counts[i])."""
+    total = int(counts.sum())
+    offsets = np.cumsum(counts) - counts
+    return np.arange(total) - np.repeat(offsets, counts) + np.repeat(start, counts)
+
+
+def _latest_per_group(columns: Sequence[np.ndarray], t0: np.ndarray) -> np.ndarray:
+    """Row indices keeping, of the rows equal in `columns`, the one with the largest t0."""
+    order = np.lexsort((-t0, *columns[::-1]))
+    keep = np.ones(len(order), dtype=bool)
+    if len(order) > 1:
+        same = np.ones(len(order) - 1, dtype=bool)
+        for column in columns:
+            ordered = column[order]
+            same &= ordered[1:] == ordered[:-1]
+        keep[1:] = ~same
+    return order[keep]
+
+
+@dataclass
+class _Paths:
+    """Groundings under construction: the query each belongs to and the path so far."""
+
+    key: np.ndarray
+    tq: np.ndarray
+    ents: list[np.ndarray]  # e0 (the query subject), e1, ...
+    times: list[np.ndarray]  # t0, t1, ...
+
+    def take(self, rows: np.ndarray) -> _Paths:
+        return _Paths(
+            self.key[rows],
+            self.tq[rows],
+            [e[rows] for e in self.ents],
+            [t[rows] for t in self.times],
+        )
+
+
 def _groundings(
     rule: AppliedRule,
-    queries: pd.DataFrame,
-    edges: dict[int, pd.DataFrame],
+    key: np.ndarray,
+    sub: np.ndarray,
+    tq: np.ndarray,
+    edges: _Edges,
     window: int,
     temporal: bool = True,
-) -> pd.DataFrame:
-    """Every grounding of `rule` for `queries` (columns key, sub, ts): key, e0..eL, t0..tL-1."""
-    frame = queries.rename(columns={"sub": "e0", "ts": "tq"})
-    constrained = {v for group in rule.constraints for v in group}
+) -> _Paths | None:
+    """Every grounding of `rule` for the queries (key, sub, tq); None when there is none."""
+    paths = _Paths(key, tq, [sub], [])
+    constrained = sorted({v for group in rule.constraints for v in group})
     last = len(rule.body)
+    unbounded = np.full(len(key), np.iinfo(np.int64).min // 4)
     for hop, relation in enumerate(rule.body):
-        table = edges.get(relation)
-        if table is None or frame.empty:
-            return pd.DataFrame()
-        step = table.rename(columns={"sub": f"e{hop}", "obj": f"e{hop + 1}", "ts": f"t{hop}"})
-        frame = frame.merge(step, on=f"e{hop}", how="inner")
+        adjacency = edges.by_relation.get(relation)
+        if adjacency is None or len(paths.key) == 0:
+            return None
         if temporal:
-            times = frame[f"t{hop}"]
-            keep = times < frame["tq"]
+            lo = paths.times[-1] if hop else unbounded[: len(paths.key)]
             if window > 0:
-                keep &= times >= frame["tq"] - window
-            if hop:
-                keep &= times >= frame[f"t{hop - 1}"]
-            frame = frame[keep]
-        if hop + 1 < last and len(frame) > 1:
+                lo = np.maximum(lo, paths.tq - window)
+            hi = paths.tq  # strictly before the query
+        else:
+            lo = np.zeros(len(paths.key), np.int64) + edges.t_min
+            hi = lo + edges.span
+        start, counts = edges.ranges(adjacency, paths.ents[-1], lo, hi)
+        index = _ragged(start, counts)
+        paths = paths.take(np.repeat(np.arange(len(paths.key)), counts))
+        paths.ents.append(adjacency.obj[index])
+        paths.times.append(adjacency.ts[index])
+        if hop + 1 < last and len(paths.key) > 1:
             # What the rest of the path and the score depend on: where it is, when, the
             # constrained entities it passed, and the latest first-hop time. Of the paths
             # alike in the rest, the one with the latest t0 is kept (with its entities, for
             # the explanation), so hub entities do not multiply paths hop after hop.
-            alike = ["key", f"e{hop + 1}", f"t{hop}"]
-            alike += [f"e{v}" for v in sorted(constrained) if 0 < v <= hop]
-            frame = frame.loc[frame.groupby(alike, sort=False)["t0"].idxmax()]
+            alike = [paths.key, paths.ents[-1], paths.times[-1]]
+            alike += [paths.ents[v] for v in constrained if 0 < v <= hop]
+            paths = paths.take(_latest_per_group(alike, paths.times[0]))
+    same = np.ones(len(paths.key), dtype=bool)
     for group in rule.constraints:
-        anchor = frame[f"e{group[0]}"]
-        same = np.ones(len(frame), dtype=bool)
         for position in group[1:]:
-            same &= (frame[f"e{position}"] == anchor).to_numpy()
-        frame = frame[same]
-    return frame.rename(columns={f"e{last}": "cand"})
+            same &= paths.ents[position] == paths.ents[group[0]]
+    paths = paths.take(np.flatnonzero(same))
+    return paths if len(paths.key) else None
 
 
 def _done(score_lists: dict[int, list[float]], top_k: int) -> bool:
-    """TLogic's stop: the best top_k candidates (by score list) have distinct score lists."""
+    """TLogic's stop: with each candidate's scores sorted descending, the best top_k
+    candidates (by those lists) have pairwise different lists."""
     if len(score_lists) < top_k:
         return False
-    best = sorted(score_lists.values(), reverse=True)[:top_k]
-    return len({tuple(x) for x in best}) >= top_k
+    best = sorted((sorted(x, reverse=True) for x in score_lists.values()), reverse=True)
+    return len({tuple(x) for x in best[:top_k]}) >= top_k
 
 
 def apply_rules(
@@ -205,7 +294,7 @@ def apply_rules(
     """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key)."""
     from tqdm.auto import tqdm
 
-    tables = {int(r): g[["sub", "obj", "ts"]] for r, g in edges.groupby("rel", sort=False)}
+    graph = _Edges.build(edges)
     out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
     lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}
     best: dict[tuple[int, int], float] = {}
@@ -213,45 +302,45 @@ def apply_rules(
     total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
     for rel, group in groups:
-        active = group[["key", "sub", "ts"]]
+        key = group["key"].to_numpy(np.int64)
+        sub = group["sub"].to_numpy(np.int64)
+        tq = group["ts"].to_numpy(np.int64)
         for rule in rules.get(int(rel), []):
             bar.update(1)
-            if active.empty:
+            if len(key) == 0:
                 continue
-            found = _groundings(rule, active, tables, settings.window, settings.temporal)
-            if found.empty:
+            found = _groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
+            if found is None:
                 continue
-            latest = found.loc[found.groupby(["key", "cand"], sort=False)["t0"].idxmax()]
+            found = found.take(_latest_per_group([found.key, found.ents[-1]], found.times[0]))
             if settings.temporal:
-                recency = np.exp(settings.lmbda * (latest["t0"] - latest["tq"]).to_numpy())
+                recency = np.exp(settings.lmbda * (found.times[0] - found.tq))
                 scores = settings.a * rule.confidence + (1 - settings.a) * recency
             else:
-                scores = np.full(len(latest), rule.confidence)
-            scores = scores.astype(np.float32)
-            last = len(rule.body)
-            for row, score in zip(latest.itertuples(index=False), scores.tolist(), strict=True):
-                key, cand = int(row.key), int(row.cand)
-                lists[key].setdefault(cand, []).append(score)
-                if score > best.get((key, cand), -1.0):
-                    best[(key, cand)] = score
-                    path = [
+                scores = np.full(len(found.key), rule.confidence)
+            scores = scores.astype(np.float32).tolist()
+            keys, cands = found.key.tolist(), found.ents[-1].tolist()
+            for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
+                lists[k].setdefault(cand, []).append(score)
+                if score > best.get((k, cand), -1.0):
+                    best[(k, cand)] = score
+                    out[k].rules[cand] = rule.index
+                    out[k].explanations[cand] = [
                         (
-                            int(getattr(row, f"e{i}")),
+                            int(found.ents[i][row]),
                             rule.body[i],
-                            int(row.cand) if i + 1 == last else int(getattr(row, f"e{i + 1}")),
-                            int(getattr(row, f"t{i}")),
+                            int(found.ents[i + 1][row]),
+                            int(found.times[i][row]),
                         )
-                        for i in range(last)
+                        for i in range(len(rule.body))
                     ]
-                    out[key].rules[cand] = rule.index
-                    out[key].explanations[cand] = path
-            touched = set(latest["key"].astype(int))
-            finished = {k for k in touched if _done(lists[k], settings.top_k)}
+            finished = [k for k in set(keys) if _done(lists[k], settings.top_k)]
             if finished:
-                active = active[~active["key"].isin(finished)]
+                active = ~np.isin(key, finished)
+                key, sub, tq = key[active], sub[active], tq[active]
     bar.close()
-    for key, candidates in lists.items():
-        out[key].scores = {c: noisy_or(s) for c, s in candidates.items()}
+    for k, candidates in lists.items():
+        out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out
 
 
