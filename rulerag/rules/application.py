@@ -29,6 +29,8 @@ per-relation edge tables); the stopping test runs only for queries a rule touche
 
 from __future__ import annotations
 
+import bisect
+import heapq
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -159,6 +161,7 @@ class _Edges:
     by_relation: dict[int, _Adjacency]
     t_min: int
     span: int
+    n_entities: int  # above every entity id (codes key * n_entities + entity)
 
     @classmethod
     def build(cls, edges: pd.DataFrame) -> _Edges:
@@ -175,7 +178,8 @@ class _Edges:
         for lo, hi in zip(np.r_[0, cuts], np.r_[cuts, len(rel)], strict=True):
             if hi > lo:
                 by_relation[int(rel[lo])] = _Adjacency(code[lo:hi], obj[lo:hi], ts[lo:hi])
-        return cls(by_relation, t_min, span)
+        top = max(int(edges["sub"].max()), int(edges["obj"].max())) + 1 if len(edges) else 1
+        return cls(by_relation, t_min, span, top)
 
     def ranges(
         self, adjacency: _Adjacency, ents: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -263,7 +267,7 @@ def _groundings(
             # constrained entities it passed, and the latest first-hop time. Of the paths
             # alike in the rest, the one with the latest t0 is kept (with its entities, for
             # the explanation), so hub entities do not multiply paths hop after hop.
-            alike = [paths.key, paths.ents[-1], paths.times[-1]]
+            alike = [paths.key * edges.n_entities + paths.ents[-1], paths.times[-1]]
             alike += [paths.ents[v] for v in constrained if 0 < v <= hop]
             paths = paths.take(_latest_per_group(alike, paths.times[0]))
     same = np.ones(len(paths.key), dtype=bool)
@@ -274,13 +278,14 @@ def _groundings(
     return paths if len(paths.key) else None
 
 
-def _done(score_lists: dict[int, list[float]], top_k: int) -> bool:
+def _done(negated: dict[int, list[float]], top_k: int) -> bool:
     """TLogic's stop: with each candidate's scores sorted descending, the best top_k
-    candidates (by those lists) have pairwise different lists."""
-    if len(score_lists) < top_k:
+    candidates (by those lists) have pairwise different lists. `negated` holds each
+    candidate's negated scores in ascending order (the same order, kept sorted on insert)."""
+    if len(negated) < top_k:
         return False
-    best = sorted((sorted(x, reverse=True) for x in score_lists.values()), reverse=True)
-    return len({tuple(x) for x in best[:top_k]}) >= top_k
+    best = heapq.nsmallest(top_k, negated.values())
+    return len({tuple(x) for x in best}) >= top_k
 
 
 def apply_rules(
@@ -312,7 +317,8 @@ def apply_rules(
             found = _groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
             if found is None:
                 continue
-            found = found.take(_latest_per_group([found.key, found.ents[-1]], found.times[0]))
+            pair = found.key * graph.n_entities + found.ents[-1]
+            found = found.take(_latest_per_group([pair], found.times[0]))
             if settings.temporal:
                 recency = np.exp(settings.lmbda * (found.times[0] - found.tq))
                 scores = settings.a * rule.confidence + (1 - settings.a) * recency
@@ -321,7 +327,7 @@ def apply_rules(
             scores = scores.astype(np.float32).tolist()
             keys, cands = found.key.tolist(), found.ents[-1].tolist()
             for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
-                lists[k].setdefault(cand, []).append(score)
+                bisect.insort(lists[k].setdefault(cand, []), -score)
                 if score > best.get((k, cand), -1.0):
                     best[(k, cand)] = score
                     out[k].rules[cand] = rule.index
@@ -340,7 +346,7 @@ def apply_rules(
                 key, sub, tq = key[active], sub[active], tq[active]
     bar.close()
     for k, candidates in lists.items():
-        out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
+        out[k].scores = {c: noisy_or([-x for x in s]) for c, s in candidates.items()}
     return out
 
 
