@@ -42,6 +42,7 @@ SECTIONS: dict[str, str] = {
     "retrieve": "rulerag.retrieval.configs:retrieve_settings",
     "generation": "rulerag.generation.config:generation_settings",
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
+    "apply_rules": "rulerag.rules.answers:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
 }
 #: top-level keys that are not a stage's section

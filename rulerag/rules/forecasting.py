@@ -51,10 +51,19 @@ class ForecastResult:
     candidates: dict[int, Candidates]
 
 
-def forecast_queries(facts: pd.DataFrame, split: str, n_relations: int) -> pd.DataFrame:
-    """The split's facts as object and subject queries: sub, rel, obj, ts, key (one key per
-    distinct (sub, rel, ts), shared by facts that differ only in the answer)."""
+def forecast_queries(
+    facts: pd.DataFrame,
+    split: str,
+    n_relations: int,
+    max_facts: int | None = None,
+    seed: int = 12,
+) -> pd.DataFrame:
+    """The split's facts (a seeded sample of `max_facts` of them; None = all) as object and
+    subject queries: sub, rel, obj, ts, key (one key per distinct (sub, rel, ts), shared by
+    facts that differ only in the answer)."""
     chosen = facts[facts["split"] == split]
+    if max_facts is not None and max_facts < len(chosen):
+        chosen = chosen.sample(n=max_facts, random_state=seed).sort_index()
     edges = edges_with_inverses(chosen, n_relations)
     keys = edges.groupby(["sub", "rel", "ts"], sort=False).ngroup()
     return edges.assign(key=keys.to_numpy(np.int64)).reset_index(drop=True)
@@ -78,11 +87,14 @@ def forecast(
     settings: ApplySettings | None = None,
     *,
     split: str = "test",
+    max_facts: int | None = None,
+    seed: int = 12,
     progress: bool = True,
 ) -> ForecastResult:
-    """Apply `rules` to every fact of `split` (both directions) and rank the answers."""
+    """Apply `rules` to every fact of `split` (a seeded sample of `max_facts`; both
+    directions) and rank the answers; the history and the filter are every fact."""
     settings = settings or ApplySettings()
-    queries = forecast_queries(facts, split, n_relations)
+    queries = forecast_queries(facts, split, n_relations, max_facts, seed)
     unique = queries.drop_duplicates("key")[["key", "sub", "rel", "ts"]]
     # a temporal KG's history is every fact before the query time (its own split included);
     # a static KG's is every other split

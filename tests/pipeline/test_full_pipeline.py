@@ -97,7 +97,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
-    assert len(stages) == 32, stages  # 3 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 2 + 2 + 1 + 1
+    assert len(stages) == 33, stages  # 3 + 1 + 2 + 2 + 4 + 2 + 1 + 2 + 10 + 2 + 2 + 1 + 1
 
     for config in (
         "bm25-standard",
@@ -149,6 +149,17 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert len(claims) == 10 and claims["p"].between(0, 1).all()
     assert {"r2ag", "rulerag_r2ag"} <= set(claims["better"])
     assert "paired on the same queries" in (data / "report" / "results.md").read_text()
+
+    applied = json.loads((data / "rule_application" / "metrics.json").read_text())
+    assert applied["temporal"] and 0 < applied["mrr"] <= 1 and applied["queries"] > 0
+    assert applied["hits_at_1"] <= applied["hits_at_3"] <= applied["hits_at_10"]
+    answers = [json.loads(x) for x in (data / "rule_application" / "answers.jsonl")
+               .read_text().splitlines()]  # fmt: skip
+    assert len(answers) == 24 and any(a["candidates"] for a in answers)
+    for answer in answers:
+        for candidate in answer["candidates"]:
+            assert " leads to " in candidate["rule"] and candidate["evidence"]
+    assert "TLogic" not in (data / "rule_application" / "results.md").read_text()  # not ICEWS14
 
     rule_retrieval = pd.read_csv(data / "rule_retrieval" / "results.csv")
     methods = set(zip(rule_retrieval["retriever"], rule_retrieval["method"], strict=True))

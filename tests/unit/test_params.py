@@ -24,6 +24,7 @@ from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
 from rulerag.retrieval.settings import IndexSettings, index_settings
 from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings
+from rulerag.rules.answers import ApplyRulesSettings, apply_rules_settings
 from rulerag.rules.mining import MineRulesSettings, mine_rules_settings
 from rulerag.settings import SettingsError, settings_fields
 
@@ -41,6 +42,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "generation": (GenerationSettings, generation_settings),
     "rule_retrieval": (RuleRetrievalSettings, rule_retrieval_settings),
     "r2ag": (R2AGSettings, r2ag_settings),
+    "apply_rules": (ApplyRulesSettings, apply_rules_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}
