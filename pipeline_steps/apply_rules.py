@@ -10,6 +10,7 @@ metrics.json, results.md, answers.jsonl (per query: candidates with score, rule,
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from dataclasses import asdict
@@ -83,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             applying,
             entity_names=dict(zip(entities["id"], entities["name"], strict=True)),
             relation_names=dict(zip(relations["id"], relations["name"], strict=True)),
+            time_unit=json.loads((base / "kg" / "stats.json").read_text())["time_unit"],
             keep=settings.candidates,
         )
         answered = sum(bool(a["candidates"]) for a in answers)

@@ -18,6 +18,7 @@ from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_pa
 from rulerag.evaluation.claims import (
     PAPER_CLAIMS,
     R2AG_CLAIMS,
+    RULE_CLAIMS,
     claims_table,
     claims_to_markdown,
 )
@@ -48,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         else:
             missing.append(config)
-    claims = claims_table(per_query_em, (*PAPER_CLAIMS, *R2AG_CLAIMS))
+    claims = claims_table(per_query_em, (*PAPER_CLAIMS, *RULE_CLAIMS, *R2AG_CLAIMS))
     table = results_table(metrics, name, order=configs)
     queries = sorted({int(m["queries"]) for m in metrics.values() if m.get("queries")})
     generators = sorted({str(m.get("generator")) for m in metrics.values()})

@@ -21,6 +21,7 @@ import pandas as pd
 __all__ = [
     "PAPER_CLAIMS",
     "R2AG_CLAIMS",
+    "RULE_CLAIMS",
     "Claim",
     "PairedResult",
     "claims_table",
@@ -78,6 +79,14 @@ R2AG_CLAIMS: tuple[Claim, ...] = (
     Claim("r2ag", "standard_rag", "R²AG: retrieval information helps a frozen generator"),
     Claim("rulerag_r2ag", "rulerag_icl", "R²AG on RuleRAG-ICL's retrieval and prompt helps"),
     Claim("rulerag_r2ag_ft", "rulerag_ft", "R²AG + LoRA above RuleRAG-FT (RGFT retrieval)"),
+)
+
+
+#: Rules that answer (issue 15): rule application alone, and its evidence in the prompt.
+RULE_CLAIMS: tuple[Claim, ...] = (
+    Claim("symbolic", "standard_rag", "rules alone above Standard RAG"),
+    Claim("symbolic", "rulerag_icl", "rules alone above RuleRAG-ICL"),
+    Claim("rulerag_icl_evidence", "rulerag_icl", "rule-derived evidence helps RuleRAG-ICL"),
 )
 
 

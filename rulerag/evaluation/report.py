@@ -47,6 +47,8 @@ TABLE2_ROWS: tuple[tuple[str, str, str], ...] = (
 
 #: Rows of methods the RuleRAG paper does not run, with their group and label (no paper figures).
 EXTRA_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("symbolic", "Rules alone", "applied rules' best candidate (no LM)"),
+    ("rulerag_icl_evidence", "Rules alone", "RuleRAG-ICL + rule-derived evidence"),
     ("r2ag", "R²AG", "retriever + R²-Former + frozen generator"),
     ("rulerag_r2ag", "R²AG", "RG-retriever + R²-Former + frozen RG-generator"),
     ("r2ag_ft", "R²AG", "retriever + R²-Former + LoRA generator"),

@@ -53,9 +53,10 @@ __all__ = [
     "retrieval_name",
 ]
 
-#: base: the model as it is (ICL); api: the chat API with k-shot examples; any other name is a
-#: variant trained by `train_generator` (rgft, ssft).
-GENERATOR_KINDS = ("base", "api")
+#: base: the model as it is (ICL); api: the chat API with k-shot examples; symbolic: the rules'
+#: best applied candidate, no model (`symbolic.py`); any other name is a variant trained by
+#: `train_generator` (rgft, ssft).
+GENERATOR_KINDS = ("base", "api", "symbolic")
 #: which rows of a retrieval run are united into a query's documents
 RULE_FILTERS = ("all", "query_only", "rules_only")
 
@@ -66,9 +67,10 @@ class GridConfig:
 
     name: str = ""
     retrieval: str | None = None  # retrieval mode or config; None: no retrieval
-    generator: str = "base"  # base | api | a trained variant (rgft, ssft)
+    generator: str = "base"  # base | api | symbolic | a trained variant (rgft, ssft)
     prompt: str = "rule"  # rule | plain | query
     rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
+    evidence: Count = 0  # rule-derived evidence documents before the retrieved ones
 
     @property
     def trained(self) -> bool:

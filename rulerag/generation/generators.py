@@ -5,7 +5,8 @@
   wrote to `generation/adapters/<variant>/`, checked against what it was trained with (base
   model, chat template, prompt style), so it is never prompted differently from its training;
 * `api`: an OpenAI-compatible chat endpoint with the paper's fixed F_G examples as a k-shot
-  prompt (`api.py`).
+  prompt (`api.py`);
+* `symbolic` is not built here: it needs no model (`grid.run_row` answers it, `symbolic.py`).
 
 Nothing here imports torch at module level: `passive_openmp` must run before it is loaded.
 """
@@ -72,6 +73,8 @@ def make_generator(
 ) -> Any:
     """The row's generator (see the module docstring)."""
     prompt_format = PromptFormat(settings.prompt_style)
+    if grid.generator == "symbolic":
+        raise ValueError("the symbolic row is answered by rulerag.generation.grid (no model)")
     if grid.generator == "api":
         from rulerag.generation.api import ApiGenerator
 

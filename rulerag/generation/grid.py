@@ -47,8 +47,17 @@ def run_row(
     test = read_jsonl(base / "benchmark" / "test.jsonl")
     queries = sample_queries(test, settings.test_queries, settings.seed)
     samples = load_samples(base, queries, retrieval, RUN_FILENAME, grid.rules, settings)
+    if grid.evidence:
+        from rulerag.generation.symbolic import add_evidence, read_answers
+
+        samples = add_evidence(samples, read_answers(base), grid.evidence)
     started = time.perf_counter()
-    generator = (generator_factory or make_generator)(base, grid, settings, retrieval)
+    if grid.generator == "symbolic" and generator_factory is None:
+        from rulerag.generation.symbolic import SymbolicGenerator, read_answers
+
+        generator: Any = SymbolicGenerator(read_answers(base))
+    else:
+        generator = (generator_factory or make_generator)(base, grid, settings, retrieval)
     loaded = time.perf_counter()
     render = getattr(generator, "render", None)
     prompts = [
@@ -80,6 +89,7 @@ def run_row(
                 "generation": generation,
                 "rule_ids": sample.extra.get("rule_ids", []),
                 "doc_ids": sample.extra.get("doc_ids", []),
+                **({"evidence": sample.extra["evidence"]} if "evidence" in sample.extra else {}),
                 "prompt": prompt,
             }
         )

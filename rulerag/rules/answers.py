@@ -16,6 +16,8 @@ from typing import Any
 
 import pandas as pd
 
+from rulerag.benchmark.text import document_text
+from rulerag.kg.schema import format_time
 from rulerag.rules.application import (
     ApplySettings,
     applied_rules,
@@ -94,11 +96,13 @@ def rule_answers(
     *,
     entity_names: Mapping[int, str],
     relation_names: Mapping[int, str],
+    time_unit: str | None = None,
     keep: int = 10,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """For each RuleQA query (`head`, `relation`, `time`): its best `keep` candidates with
-    score, the rule that scored it best (text) and that rule's body facts (text), best first."""
+    score, the rule that scored it best (text) and that rule's body facts, written as the
+    corpus writes documents (`Time 2014-06-23 A Make a visit B.`), best first."""
     frame = pd.DataFrame(
         {
             "key": range(len(queries)),
@@ -118,8 +122,8 @@ def rule_answers(
     def fact_text(sub: int, rel: int, obj: int, ts: int) -> str:
         if rel >= n_relations:  # an inverse edge, read forwards
             sub, rel, obj = obj, rel - n_relations, sub
-        when = f" (time {ts})" if settings.temporal else ""
-        return f"{entity_names[sub]} {relation_names[rel]} {entity_names[obj]}{when}"
+        when = format_time(ts, time_unit) if settings.temporal else None
+        return document_text(entity_names[sub], relation_names[rel], entity_names[obj], when)
 
     out = []
     for key, query in enumerate(queries):
