@@ -49,6 +49,8 @@ TABLE2_ROWS: tuple[tuple[str, str, str], ...] = (
 EXTRA_ROWS: tuple[tuple[str, str, str], ...] = (
     ("symbolic", "Rules alone", "applied rules' best candidate (no LM)"),
     ("rulerag_icl_evidence", "Rules alone", "RuleRAG-ICL + rule-derived evidence"),
+    ("standard_rag_rank", "Answer ranking", "Standard RAG, candidates ranked by the LM"),
+    ("rulerag_icl_rank", "Answer ranking", "RuleRAG-ICL, candidates ranked by the LM"),
     ("r2ag", "R²AG", "retriever + R²-Former + frozen generator"),
     ("rulerag_r2ag", "R²AG", "RG-retriever + R²-Former + frozen RG-generator"),
     ("r2ag_ft", "R²AG", "retriever + R²-Former + LoRA generator"),

@@ -57,6 +57,8 @@ __all__ = [
 #: best applied candidate, no model (`symbolic.py`); any other name is a variant trained by
 #: `train_generator` (rgft, ssft).
 GENERATOR_KINDS = ("base", "api", "symbolic")
+#: generate: greedy decoding; rank: the best of a candidate set (`ranking.py`)
+DECODINGS = ("generate", "rank")
 #: which rows of a retrieval run are united into a query's documents
 RULE_FILTERS = ("all", "query_only", "rules_only")
 
@@ -71,6 +73,7 @@ class GridConfig:
     prompt: str = "rule"  # rule | plain | query
     rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
     evidence: Count = 0  # rule-derived evidence documents before the retrieved ones
+    decoding: str | None = None  # generate | rank; None = generation.decoding
 
     @property
     def trained(self) -> bool:
@@ -129,6 +132,8 @@ class GenerationSettings(ModelSettings):
     num_documents: Count = 5
     max_rules: Positive | None = None
     max_new_tokens: Positive = 10
+    #: generate (greedy) or rank (score the candidate set, `ranking.py`); a row may override
+    decoding: str = "generate"
     batch_size: Positive = 8
     recall_k: tuple[Positive, ...] = (10,)
     test_queries: Positive | None = 100
@@ -148,6 +153,10 @@ class GenerationSettings(ModelSettings):
         for name, entry in self.grid.items():
             entry.name = name
             _check_prompt(f"grid.{name}", entry.prompt, entry.rules)
+            if (entry.decoding or self.decoding) not in DECODINGS:
+                raise ValueError(f"grid.{name}: decoding must be one of {DECODINGS}")
+        if self.decoding not in DECODINGS:
+            raise ValueError(f"decoding must be one of {DECODINGS}, not {self.decoding!r}")
         for name, variant in self.train.variants.items():
             _check_prompt(f"train.variants.{name}", variant.prompt, variant.rules)
 

@@ -66,7 +66,11 @@ def run_row(
         else prompt_format(settings, s).render_sample(grid.prompt, s)
         for s in samples
     ]
-    if hasattr(generator, "generate_samples"):
+    decoding = grid.decoding or settings.decoding
+    ranked: list[dict[str, Any]] = []
+    if decoding == "rank":
+        generations, ranked = _ranked(base, queries, samples, prompts, generator, settings)
+    elif hasattr(generator, "generate_samples"):
         generations = generator.generate_samples(samples, prompts)
     else:
         generations = generator.generate(prompts)
@@ -90,12 +94,20 @@ def run_row(
                 "rule_ids": sample.extra.get("rule_ids", []),
                 "doc_ids": sample.extra.get("doc_ids", []),
                 **({"evidence": sample.extra["evidence"]} if "evidence" in sample.extra else {}),
+                **(ranked[len(records)] if ranked else {}),
                 "prompt": prompt,
             }
         )
     metrics: dict[str, Any] = aggregate(
         records, ["em", "token_f1", *[f"recall_at_{k}" for k in ks]]
     )
+    if ranked:
+        from rulerag.generation.ranking import rank_metrics
+
+        metrics.update(rank_metrics([r["gold_rank"] for r in ranked]))
+        metrics["mean_candidates"] = round(
+            sum(r["candidate_count"] for r in ranked) / len(ranked), 1
+        )
     metrics.update(
         {
             "dataset": dataset,
@@ -103,6 +115,7 @@ def run_row(
             "retrieval": retrieval,
             "generator": generator.name,
             "prompt": grid.prompt,
+            "decoding": decoding,
             "prompt_style": settings.prompt_style,
             "max_rules": settings.max_rules,
             "profile": settings.profile,
@@ -117,3 +130,29 @@ def run_row(
         metrics["new_tokens_per_second"] = round(stats.new_tokens_per_second, 2)
         metrics["mean_prompt_tokens"] = round(stats.prompt_tokens / max(1, stats.prompts), 1)
     return RowResult(records, metrics)
+
+
+def _ranked(
+    base: Path,
+    queries: list[dict[str, Any]],
+    samples: list[Any],
+    prompts: list[str],
+    generator: Any,
+    settings: GenerationSettings,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """`decoding: rank`: candidates from the prompt's documents and the rules' answers, scored
+    by the local generator (`ranking.py`)."""
+    from rulerag.generation.ranking import answer_by_ranking, candidate_sets, doc_entity_names
+    from rulerag.generation.symbolic import ANSWERS_FILE, read_answers
+
+    if not hasattr(generator, "tokenizer"):
+        raise ValueError("decoding: rank needs a local generator (it scores with the model)")
+    rules = (
+        {q: [c["name"] for c in cands] for q, cands in read_answers(base).items()}
+        if (base / ANSWERS_FILE).is_file()
+        else {}
+    )
+    subjects = {str(q["qid"]): str(q.get("head_name", "")) for q in queries}
+    candidates = candidate_sets(samples, doc_entity_names(base), subjects, rules)
+    formats = [prompt_format(settings, s) for s in samples]
+    return answer_by_ranking(generator, samples, prompts, formats, candidates)

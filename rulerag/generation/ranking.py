@@ -1,0 +1,183 @@
+"""Answer ranking (`decoding: rank`): the generator scores a candidate set instead of writing.
+
+How temporal KG forecasting with language models is often scored, and a training-free
+comparison small models can take part in (greedy decoding leaves SmolLM2-135M at EM 0 on every
+training-free row). Candidates of a query: the entities its prompt's documents name (heads
+and tails of their KG links, the query's own subject left out) plus the applied rules'
+candidates (`apply_rules`' answers.jsonl), each once. Each candidate's score is the model's
+log-likelihood of writing it as the answer after the prompt (the training target: the paper
+style's `Kabul.` and the end-of-sequence token), summed over its tokens; the answer is the best.
+The gold answer's reciprocal rank among the candidates (0 when it is not one) gives MRR and
+Hits@k beside EM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rulerag.generation.prompts import PromptFormat, Sample
+from rulerag.generation.training import encode_example
+
+__all__ = [
+    "RANK_HITS",
+    "answer_by_ranking",
+    "candidate_sets",
+    "doc_entity_names",
+    "gold_rank",
+    "rank_metrics",
+    "score_candidates",
+]
+
+
+#: Hits@k reported for ranked rows
+RANK_HITS = (1, 3, 10)
+
+
+def candidate_sets(
+    samples: Sequence[Sample],
+    doc_entities: Mapping[str, tuple[str, str]],
+    subjects: Mapping[str, str],
+    rule_candidates: Mapping[str, Sequence[str]] | None = None,
+) -> list[list[str]]:
+    """Each sample's candidates: the names its prompt documents hold (`doc_entities`: doc id
+    -> (head name, tail name)), then the rules' candidates, without the query's subject."""
+    out = []
+    for sample in samples:
+        names: list[str] = []
+        shown = list(sample.extra.get("doc_ids", []))[: len(sample.documents)]
+        for doc_id in shown:
+            names.extend(doc_entities.get(doc_id, ()))
+        names.extend((rule_candidates or {}).get(sample.qid, ()))
+        subject = subjects.get(sample.qid)
+        out.append([n for n in dict.fromkeys(names) if n != subject])
+    return out
+
+
+def score_candidates(
+    model: Any,
+    tokenizer: Any,
+    prompt: str,
+    candidates: Sequence[str],
+    prompt_format: PromptFormat,
+    *,
+    chat_template: bool,
+    max_prompt_tokens: int | None,
+    batch_size: int = 16,
+) -> list[float]:
+    """Summed log-probability of each candidate as the answer to `prompt` (tokenised as
+    training tokenises a (prompt, answer) pair, so the model is asked what it was taught)."""
+    import torch
+
+    if not candidates:
+        return []
+    encoded = [
+        encode_example(
+            tokenizer,
+            prompt,
+            prompt_format.target(c),
+            chat_template=chat_template,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+        for c in candidates
+    ]
+    device = next(model.parameters()).device
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    scores: list[float] = []
+    for start in range(0, len(encoded), batch_size):
+        chunk = encoded[start : start + batch_size]
+        width = max(len(e["input_ids"]) for e in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
+        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
+        for row, e in enumerate(chunk):
+            n = len(e["input_ids"])
+            ids[row, :n] = torch.tensor(e["input_ids"])
+            mask[row, :n] = 1
+            labels[row, :n] = torch.tensor(e["labels"])
+        with torch.inference_mode():
+            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        target = labels[:, 1:].to(device)
+        picked = logprobs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        scores.extend((picked * (target != -100)).sum(dim=1).tolist())
+    return scores
+
+
+def gold_rank(ranked: Sequence[str], golds: Sequence[str]) -> int | None:
+    """1-based rank of the first gold answer among the ranked candidates (SQuAD-normalised
+    comparison, as EM), None when no candidate is gold."""
+    from rulerag.evaluation.metrics import normalize_answer
+
+    wanted = {normalize_answer(g) for g in golds}
+    for position, name in enumerate(ranked, 1):
+        if normalize_answer(name) in wanted:
+            return position
+    return None
+
+
+def rank_metrics(ranks: Sequence[int | None]) -> dict[str, float]:
+    """MRR and Hits@k of the gold answer among the candidates (a query without the gold one
+    among its candidates counts 0), and how often it was among them."""
+    if not ranks:
+        return {}
+    reciprocal = np.array([0.0 if r is None else 1.0 / r for r in ranks])
+    out = {"rank_mrr": float(reciprocal.mean())}
+    for k in RANK_HITS:
+        out[f"rank_hits_at_{k}"] = float(np.mean([r is not None and r <= k for r in ranks]))
+    out["gold_among_candidates"] = float(np.mean([r is not None for r in ranks]))
+    return out
+
+
+def doc_entity_names(base: Any) -> dict[str, tuple[str, str]]:
+    """Doc id -> (head name, tail name) of its KG link, from data/<dataset>/ (`base`)."""
+    import pandas as pd
+
+    corpus = pd.read_parquet(base / "benchmark" / "corpus.parquet", columns=["id", "head", "tail"])
+    entities = pd.read_parquet(base / "kg" / "entities.parquet", columns=["id", "name"])
+    names = dict(zip(entities["id"].astype(int), entities["name"].astype(str), strict=True))
+    return {
+        str(d): (names[int(h)], names[int(t)])
+        for d, h, t in zip(corpus["id"], corpus["head"], corpus["tail"], strict=True)
+    }
+
+
+def answer_by_ranking(
+    generator: Any,
+    samples: Sequence[Sample],
+    prompts: Sequence[str],
+    formats: Sequence[PromptFormat],
+    candidates: Sequence[Sequence[str]],
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """The best-scored candidate of each sample as its generation, and per sample the ranked
+    candidates (top 10 with scores) and the gold answer's rank."""
+    from tqdm.auto import tqdm
+
+    generations, extras = [], []
+    rows = zip(samples, prompts, formats, candidates, strict=True)
+    for sample, prompt, prompt_format, names in tqdm(
+        rows, total=len(samples), desc="rank answers", unit="query"
+    ):
+        scores = score_candidates(
+            generator.model,
+            generator.tokenizer,
+            prompt,
+            names,
+            prompt_format,
+            chat_template=generator.chat_template,
+            max_prompt_tokens=generator.max_prompt_tokens,
+            batch_size=max(1, generator.batch_size),
+        )
+        ranked = [n for _, n in sorted(zip(scores, names, strict=True), key=lambda x: -x[0])]
+        generations.append(ranked[0] if ranked else "")
+        top = sorted(zip(names, scores, strict=True), key=lambda x: -x[1])[:10]
+        extras.append(
+            {
+                "candidates": [[n, round(s, 4)] for n, s in top],
+                "candidate_count": len(names),
+                "gold_rank": gold_rank(ranked, sample.answers),
+            }
+        )
+    return generations, extras

@@ -1,0 +1,94 @@
+"""Answer ranking: candidate sets, log-likelihood scores against a direct computation, MRR."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rulerag.generation.prompts import PromptFormat, Sample
+from rulerag.generation.ranking import candidate_sets, gold_rank, rank_metrics, score_candidates
+
+
+def test_candidates_come_from_the_prompt_documents_and_the_rules() -> None:
+    sample = Sample("q", "what does A visit ?", ("Kabul",), ("A met B.", "B visits C."),
+                    extra={"doc_ids": ["D0", "D1", "D2"]})  # fmt: skip
+    docs = {"D0": ("A", "B"), "D1": ("B", "C"), "D2": ("X", "Y")}  # D2 is not in the prompt
+    got = candidate_sets([sample], docs, {"q": "A"}, {"q": ["Kabul", "C"]})
+    assert got == [["B", "C", "Kabul"]]  # the subject left out, each name once
+
+
+def test_gold_rank_and_metrics() -> None:
+    assert gold_rank(["Iran", "the Kabul"], ["kabul"]) == 2  # SQuAD-normalised, as EM
+    assert gold_rank(["Iran"], ["Kabul"]) is None
+    metrics = rank_metrics([1, 2, None, 4])
+    assert metrics["rank_mrr"] == pytest.approx((1 + 0.5 + 0 + 0.25) / 4)
+    assert metrics["rank_hits_at_1"] == 0.25 and metrics["rank_hits_at_3"] == 0.5
+    assert metrics["rank_hits_at_10"] == 0.75 and metrics["gold_among_candidates"] == 0.75
+
+
+def test_scores_are_the_summed_answer_log_likelihood() -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rulerag.generation.models import load_tokenizer
+    from rulerag.generation.training import encode_example
+
+    tokenizer = load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4)).eval()  # fmt: skip
+    fmt = PromptFormat("paper", True)
+    prompt, names = "# Query: what does A visit ?\n# Answer:", ["Kabul", "Islamic Republic of Iran"]
+    scores = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                              max_prompt_tokens=None, batch_size=1)  # fmt: skip
+    batched = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                               max_prompt_tokens=None, batch_size=8)  # fmt: skip
+    assert scores == pytest.approx(batched, abs=1e-4)  # right padding changes nothing
+    for name, score in zip(names, scores, strict=True):
+        e = encode_example(tokenizer, prompt, fmt.target(name), chat_template=True)
+        with torch.no_grad():
+            logits = model(torch.tensor([e["input_ids"]])).logits[0]
+        total = 0.0
+        for i, label in enumerate(e["labels"]):
+            if label != -100:
+                total += torch.log_softmax(logits[i - 1], -1)[label].item()
+        assert score == pytest.approx(total, abs=1e-4)
+        assert score < 0 and math.isfinite(score)
+
+
+def test_a_ranked_row_answers_with_its_best_candidate(tmp_path) -> None:
+    import pandas as pd
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rulerag.generation.config import GridConfig, generation_settings
+    from rulerag.generation.grid import run_row
+    from rulerag.generation.local import LocalGenerator
+    from rulerag.generation.models import load_tokenizer
+    from tests.unit.test_symbolic import SETTINGS, toy
+
+    base = toy(tmp_path)
+    pd.DataFrame({"id": ["D0", "D1"], "head": [0, 1], "tail": [2, 3]}).to_parquet(
+        base / "benchmark" / "corpus.parquet"
+    )
+    (base / "kg").mkdir()
+    pd.DataFrame({"id": [0, 1, 2, 3], "name": ["A", "B", "C", "D"]}).to_parquet(
+        base / "kg" / "entities.parquet"
+    )
+    tokenizer = load_tokenizer("smollm2")
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+        num_attention_heads=4, num_key_value_heads=4)).eval()  # fmt: skip
+    generator = LocalGenerator(model, tokenizer, batch_size=4)
+    grid = GridConfig("ranked", "rg", "base", "rule", decoding="rank")
+    result = run_row(base, "toy", grid, generation_settings(SETTINGS), lambda *a: generator)
+    first = result.records[0]
+    # t0's prompt shows D0 (A met C.) and the rules name Kabul and Iran; the toy queries carry
+    # no head_name, so the subject A stays a candidate
+    assert {name for name, _ in first["candidates"]} == {"A", "C", "Kabul", "Iran"}
+    assert first["generation"] == first["candidates"][0][0]
+    assert first["gold_rank"] is not None  # Kabul is among them
+    assert 0 < result.metrics["rank_mrr"] <= 1 and result.metrics["decoding"] == "rank"
