@@ -197,25 +197,41 @@ class LocalGenerator:
                 out = self.model.generate(
                     input_ids=input_ids,
                     attention_mask=attention_mask,
-                    max_new_tokens=self.max_new_tokens,
-                    do_sample=False,
-                    num_beams=1,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    pad_token_id=self.tokenizer.pad_token_id,
                     stopping_criteria=criteria or None,
+                    **self.greedy_kwargs(),
                 )
-            new = out[:, width:]
-            for row, i in enumerate(index):
-                tokens = [t for t in new[row].tolist() if t != self.tokenizer.pad_token_id]
-                stats.new_tokens += len(tokens)
-                outputs[i] = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            stats.prompt_tokens += int(attention_mask.sum())
-            stats.batches += 1
+            self.collect(out[:, width:], index, attention_mask, outputs, stats)
         stats.seconds = time.perf_counter() - started
         self.stats = stats
         return outputs
+
+    def greedy_kwargs(self) -> dict[str, Any]:
+        """`generate()`'s arguments for greedy decoding of at most `max_new_tokens`."""
+        return {
+            "max_new_tokens": self.max_new_tokens,
+            "do_sample": False,
+            "num_beams": 1,
+            "temperature": None,
+            "top_p": None,
+            "top_k": None,
+            "pad_token_id": self.tokenizer.pad_token_id,
+        }
+
+    def collect(
+        self,
+        new: Any,
+        index: Sequence[int],
+        attention_mask: Any,
+        outputs: list[str],
+        stats: GenerationStats,
+    ) -> None:
+        """Decode a batch's new tokens (padding dropped) into `outputs` at `index`; count."""
+        for row, i in enumerate(index):
+            tokens = [t for t in new[row].tolist() if t != self.tokenizer.pad_token_id]
+            stats.new_tokens += len(tokens)
+            outputs[i] = self.tokenizer.decode(tokens, skip_special_tokens=True)
+        stats.prompt_tokens += int(attention_mask.sum())
+        stats.batches += 1
 
     def _newline_criterion(self, width: int) -> _StopAtNewline:
         if self._classes is None:

@@ -18,12 +18,7 @@ import pandas as pd
 
 from rulerag.benchmark.text import document_text
 from rulerag.kg.schema import format_time
-from rulerag.rules.application import (
-    ApplySettings,
-    applied_rules,
-    apply_rules,
-    edges_with_inverses,
-)
+from rulerag.rules.application import ApplySettings, apply_rule_list
 from rulerag.rules.rule import Rule
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
@@ -111,13 +106,7 @@ def rule_answers(
             "ts": [0 if q.get("time") is None else int(q["time"]) for q in queries],
         }
     )
-    found = apply_rules(
-        frame,
-        applied_rules(rules, n_relations, settings),
-        edges_with_inverses(history, n_relations),
-        settings,
-        progress=progress,
-    )
+    found = apply_rule_list(frame, rules, history, n_relations, settings, progress=progress)
 
     def fact_text(sub: int, rel: int, obj: int, ts: int) -> str:
         if rel >= n_relations:  # an inverse edge, read forwards

@@ -44,6 +44,7 @@ __all__ = [
     "AppliedRule",
     "ApplySettings",
     "Candidates",
+    "apply_rule_list",
     "apply_rules",
     "applied_rules",
     "edges_with_inverses",
@@ -348,6 +349,25 @@ def apply_rules(
     for k, candidates in lists.items():
         out[k].scores = {c: noisy_or([-x for x in s]) for c, s in candidates.items()}
     return out
+
+
+def apply_rule_list(
+    queries: pd.DataFrame,
+    rules: Sequence[Rule],
+    history: pd.DataFrame,
+    n_relations: int,
+    settings: ApplySettings,
+    *,
+    progress: bool = True,
+) -> dict[int, Candidates]:
+    """`apply_rules` from mined rules and history facts (the KG's own frames)."""
+    return apply_rules(
+        queries,
+        applied_rules(rules, n_relations, settings),
+        edges_with_inverses(history, n_relations),
+        settings,
+        progress=progress,
+    )
 
 
 def noisy_or(scores: Sequence[float]) -> float:

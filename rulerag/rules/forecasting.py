@@ -28,8 +28,7 @@ import pandas as pd
 from rulerag.rules.application import (
     ApplySettings,
     Candidates,
-    applied_rules,
-    apply_rules,
+    apply_rule_list,
     edges_with_inverses,
     filtered_rank,
     time_aware_filter,
@@ -99,13 +98,7 @@ def forecast(
     # a temporal KG's history is every fact before the query time (its own split included);
     # a static KG's is every other split
     history = facts if settings.temporal else facts[facts["split"] != split]
-    candidates = apply_rules(
-        unique,
-        applied_rules(rules, n_relations, settings),
-        edges_with_inverses(history, n_relations),
-        settings,
-        progress=progress,
-    )
+    candidates = apply_rule_list(unique, rules, history, n_relations, settings, progress=progress)
     known = time_aware_filter(facts, n_relations)
     baseline = baseline_scores(facts, n_relations)
     ranks, answered = [], []

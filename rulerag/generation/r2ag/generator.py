@@ -120,21 +120,10 @@ class R2AGGenerator(LocalGenerator):
                     batch["features"],
                     batch["doc_mask"],
                     batch["first_doc"],
-                    max_new_tokens=self.max_new_tokens,
-                    do_sample=False,
-                    num_beams=1,
-                    temperature=None,
-                    top_p=None,
-                    top_k=None,
-                    pad_token_id=self.tokenizer.pad_token_id,
                     stopping_criteria=criteria,
+                    **self.greedy_kwargs(),
                 )
-            for row, i in enumerate(index):
-                tokens = [t for t in new[row].tolist() if t != self.tokenizer.pad_token_id]
-                stats.new_tokens += len(tokens)
-                outputs[i] = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            stats.prompt_tokens += int(batch["attention_mask"].sum())
-            stats.batches += 1
+            self.collect(new, index, batch["attention_mask"], outputs, stats)
         stats.seconds = time.perf_counter() - started
         self.stats = stats
         return outputs
