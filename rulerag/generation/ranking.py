@@ -68,7 +68,13 @@ def score_candidates(
     batch_size: int = 16,
 ) -> list[float]:
     """Summed log-probability of each candidate as the answer to `prompt` (tokenised as
-    training tokenises a (prompt, answer) pair, so the model is asked what it was taught)."""
+    training tokenises a (prompt, answer) pair, so the model is asked what it was taught).
+
+    The prompt runs once; its key/value cache is copied for each batch of candidates, so a
+    query costs one prompt plus the candidates' few tokens, not a prompt per candidate.
+    """
+    import copy
+
     import torch
 
     if not candidates:
@@ -83,26 +89,36 @@ def score_candidates(
         )
         for c in candidates
     ]
+    length = sum(1 for label in encoded[0]["labels"] if label == -100)  # the shared prompt
+    answers = [e["input_ids"][length:] for e in encoded]
     device = next(model.parameters()).device
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-    scores: list[float] = []
-    for start in range(0, len(encoded), batch_size):
-        chunk = encoded[start : start + batch_size]
-        width = max(len(e["input_ids"]) for e in chunk)
-        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(chunk), width), dtype=torch.long)
-        labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-        for row, e in enumerate(chunk):
-            n = len(e["input_ids"])
-            ids[row, :n] = torch.tensor(e["input_ids"])
-            mask[row, :n] = 1
-            labels[row, :n] = torch.tensor(e["labels"])
-        with torch.inference_mode():
-            logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-        target = labels[:, 1:].to(device)
-        picked = logprobs.gather(-1, target.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        scores.extend((picked * (target != -100)).sum(dim=1).tolist())
+    with torch.inference_mode():
+        head = model(
+            input_ids=torch.tensor([encoded[0]["input_ids"][:length]], device=device),
+            use_cache=True,
+        )
+        first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
+        scores: list[float] = []
+        for start in range(0, len(answers), batch_size):
+            chunk = answers[start : start + batch_size]
+            width = max(len(a) for a in chunk)
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long, device=device)
+            valid = torch.zeros((len(chunk), width), dtype=torch.bool, device=device)
+            for row, answer in enumerate(chunk):
+                ids[row, : len(answer)] = torch.tensor(answer, device=device)
+                valid[row, : len(answer)] = True
+            cache = copy.deepcopy(head.past_key_values)
+            cache.batch_repeat_interleave(len(chunk))
+            mask = torch.cat(
+                [torch.ones((len(chunk), length), dtype=torch.long, device=device), valid.long()],
+                dim=1,
+            )
+            logits = model(input_ids=ids, attention_mask=mask, past_key_values=cache).logits
+            logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            later = logprobs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1) * valid[:, 1:]
+            totals = first[ids[:, 0]] + later.sum(dim=1)
+            scores.extend(totals.tolist())
     return scores
 
 
