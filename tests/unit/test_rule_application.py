@@ -204,3 +204,40 @@ def test_static_rules_score_by_confidence_without_time() -> None:
     assert out.scores == pytest.approx({2: 0.6, 4: 0.3})
     assert out.explanations[4] == [(1, A, 3, 0), (3, B, 4, 0)]
     assert not applied_rules([one], N_REL)  # a temporal application ignores static rules
+
+
+def test_mined_rules_predict_the_planted_heads_first_with_their_explanation() -> None:
+    """Mine a planted temporal KG, then apply what was mined to the planted head facts: each
+    head's object is the top candidate, explained by the planted rule's own body facts."""
+    from rulerag.rules.planted_temporal import (
+        R_A,
+        R_B,
+        R_BODY,
+        R_HEAD,
+        R_HEAD2,
+        planted_temporal_kg,
+    )
+    from rulerag.rules.temporal_miner import mine_temporal
+
+    kg = planted_temporal_kg(seed=3, n_groundings=120)
+    facts = kg.facts
+    rules = mine_temporal(facts, kg.n_entities, kg.n_relations, progress=False)
+    applied = applied_rules(rules, kg.n_relations)
+    heads = pd.concat([facts[facts["relation"] == r].head(20) for r in (R_HEAD, R_HEAD2)])
+    q = pd.DataFrame(
+        {
+            "key": range(len(heads)),
+            "sub": heads["head"].to_numpy(),
+            "rel": heads["relation"].to_numpy(),
+            "ts": heads["time"].to_numpy(),
+        }
+    )
+    out = apply_rules(q, applied, edges_with_inverses(facts, kg.n_relations), progress=False)
+    for key, row in enumerate(heads.itertuples(index=False)):
+        ranked = out[key].ranked()
+        assert ranked and ranked[0][0] == row.tail, (row, ranked[:3])
+        explanation = out[key].explanations[row.tail]
+        wanted = [R_BODY] if row.relation == R_HEAD else [R_A, R_B]
+        assert [fact[1] for fact in explanation] == wanted
+        assert explanation[0][0] == row.head and explanation[-1][2] == row.tail
+        assert all(fact[3] < row.time for fact in explanation)
