@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,15 @@ from rulerag.generation.config import GenerationSettings, GridConfig
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import RUN_FG_FILENAME, fg_examples
 
-__all__ = ["ADAPTERS_DIR", "adapter_dir", "api_examples", "make_generator", "passive_openmp"]
+__all__ = [
+    "ADAPTERS_DIR",
+    "adapter_dir",
+    "api_examples",
+    "check_chat_template",
+    "check_trained_with",
+    "make_generator",
+    "passive_openmp",
+]
 
 #: where `train_generator` puts the adapters, under data/<dataset>/generation/
 ADAPTERS_DIR = "adapters"
@@ -101,16 +110,13 @@ def make_generator(
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter}: run train_generator for {grid.generator}")
         trained = json.loads((adapter / "train_stats.json").read_text(encoding="utf-8"))
-        if trained.get("base_model") != settings.model:
-            raise ValueError(
-                f"{adapter} was trained on {trained.get('base_model')!r}, not on "
-                f"generation.model {settings.model!r}: run train_generator again"
-            )
-        if trained.get("prompt_style", "legacy") != prompt_format.style:
-            raise ValueError(
-                f"{adapter} was trained with prompt_style {trained.get('prompt_style')!r}, "
-                f"generation would prompt it with {prompt_format.style!r}: run train_generator"
-            )
+        check_trained_with(
+            adapter,
+            trained,
+            model=settings.model,
+            prompt_style=prompt_format.style,
+            stage="train_generator",
+        )
     generator = LocalGenerator.from_pretrained(
         settings.model,
         adapter=adapter,
@@ -121,9 +127,32 @@ def make_generator(
         chat_template=settings.chat_template,
         max_prompt_tokens=settings.max_prompt_tokens,
     )
-    if adapter is not None and trained.get("chat_template") != generator.chat_template:
-        raise ValueError(
-            f"{adapter} was trained with chat_template={trained.get('chat_template')}, "
-            f"generation would use {generator.chat_template}: the prompts would differ"
-        )
+    if adapter is not None:
+        check_chat_template(adapter, trained, generator.chat_template)
     return generator
+
+
+def check_trained_with(
+    folder: Path, trained: Mapping[str, Any], *, model: str, prompt_style: str, stage: str
+) -> None:
+    """A trained folder (a LoRA adapter, an R²-Former) is used only with the base model and
+    prompt style it was trained with (`trained`: what its stage recorded)."""
+    if trained.get("base_model") != model:
+        raise ValueError(
+            f"{folder} was trained on {trained.get('base_model')!r}, not on "
+            f"generation.model {model!r}: run {stage} again"
+        )
+    if trained.get("prompt_style", "legacy") != prompt_style:
+        raise ValueError(
+            f"{folder} was trained with prompt_style {trained.get('prompt_style')!r}, "
+            f"generation would prompt it with {prompt_style!r}: run {stage}"
+        )
+
+
+def check_chat_template(folder: Path, trained: Mapping[str, Any], chat_template: bool) -> None:
+    """... and with the chat template it was trained with (the prompts would differ)."""
+    if trained.get("chat_template") != chat_template:
+        raise ValueError(
+            f"{folder} was trained with chat_template={trained.get('chat_template')}, "
+            f"generation would use {chat_template}: the prompts would differ"
+        )

@@ -59,17 +59,16 @@ def run_row(
     else:
         generator = (generator_factory or make_generator)(base, grid, settings, retrieval)
     loaded = time.perf_counter()
+    formats = [prompt_format(settings, s) for s in samples]
     render = getattr(generator, "render", None)
     prompts = [
-        render(prompt_format(settings, s), grid.prompt, s)
-        if render
-        else prompt_format(settings, s).render_sample(grid.prompt, s)
-        for s in samples
+        render(f, grid.prompt, s) if render else f.render_sample(grid.prompt, s)
+        for f, s in zip(formats, samples, strict=True)
     ]
     decoding = grid.decoding or settings.decoding
     ranked: list[dict[str, Any]] = []
     if decoding == "rank":
-        generations, ranked = _ranked(base, queries, samples, prompts, generator, settings)
+        generations, ranked = _ranked(base, queries, samples, prompts, formats, generator)
     elif hasattr(generator, "generate_samples"):
         generations = generator.generate_samples(samples, prompts)
     else:
@@ -77,7 +76,8 @@ def run_row(
     seconds = time.perf_counter() - loaded
     ks = settings.recall_k
     records = []
-    for sample, prompt, generation in zip(samples, prompts, generations, strict=True):
+    rows = zip(samples, prompts, generations, strict=True)
+    for i, (sample, prompt, generation) in enumerate(rows):
         scores = score_prediction(
             generation,
             sample.answers,
@@ -94,7 +94,7 @@ def run_row(
                 "rule_ids": sample.extra.get("rule_ids", []),
                 "doc_ids": sample.extra.get("doc_ids", []),
                 **({"evidence": sample.extra["evidence"]} if "evidence" in sample.extra else {}),
-                **(ranked[len(records)] if ranked else {}),
+                **(ranked[i] if ranked else {}),
                 "prompt": prompt,
             }
         )
@@ -137,8 +137,8 @@ def _ranked(
     queries: list[dict[str, Any]],
     samples: list[Any],
     prompts: list[str],
+    formats: list[Any],
     generator: Any,
-    settings: GenerationSettings,
 ) -> tuple[list[str], list[dict[str, Any]]]:
     """`decoding: rank`: candidates from the prompt's documents and the rules' answers, scored
     by the local generator (`ranking.py`)."""
@@ -154,5 +154,4 @@ def _ranked(
     )
     subjects = {str(q["qid"]): str(q.get("head_name", "")) for q in queries}
     candidates = candidate_sets(samples, doc_entity_names(base), subjects, rules)
-    formats = [prompt_format(settings, s) for s in samples]
     return answer_by_ranking(generator, samples, prompts, formats, candidates)

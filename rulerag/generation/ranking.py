@@ -186,12 +186,12 @@ def answer_by_ranking(
             max_prompt_tokens=generator.max_prompt_tokens,
             batch_size=max(1, generator.batch_size),
         )
-        ranked = [n for _, n in sorted(zip(scores, names, strict=True), key=lambda x: -x[0])]
+        order = sorted(zip(names, scores, strict=True), key=lambda x: -x[1])
+        ranked = [n for n, _ in order]
         generations.append(ranked[0] if ranked else "")
-        top = sorted(zip(names, scores, strict=True), key=lambda x: -x[1])[:10]
         extras.append(
             {
-                "candidates": [[n, round(s, 4)] for n, s in top],
+                "candidates": [[n, round(s, 4)] for n, s in order[:10]],
                 "candidate_count": len(names),
                 "gold_rank": gold_rank(ranked, sample.answers),
             }

@@ -302,8 +302,8 @@ def apply_rules(
 
     graph = _Edges.build(edges)
     out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
+    # per query and candidate its negated scores, ascending: [0] is minus the best score
     lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}
-    best: dict[tuple[int, int], float] = {}
     groups = list(queries.groupby("rel", sort=False))
     total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
@@ -328,9 +328,10 @@ def apply_rules(
             scores = scores.astype(np.float32).tolist()
             keys, cands = found.key.tolist(), found.ents[-1].tolist()
             for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
-                bisect.insort(lists[k].setdefault(cand, []), -score)
-                if score > best.get((k, cand), -1.0):
-                    best[(k, cand)] = score
+                negated = lists[k].setdefault(cand, [])
+                better = not negated or score > -negated[0]
+                bisect.insort(negated, -score)
+                if better:
                     out[k].rules[cand] = rule.index
                     out[k].explanations[cand] = [
                         (

@@ -114,7 +114,7 @@ def forecast(
 
 
 def forecast_metrics(ranks: pd.DataFrame) -> dict[str, float]:
-    """MRR and Hits@1/3/10 over all queries, overall and per direction, and rule coverage."""
+    """MRR and Hits@1/3/10 over all queries (both directions), and the share rules answered."""
     rank = ranks["rank"].to_numpy(np.float64)
     metrics: dict[str, float] = {"queries": float(len(rank)), "mrr": float(np.mean(1 / rank))}
     metrics.update({f"hits_at_{k}": float(np.mean(rank <= k)) for k in HITS})

@@ -401,3 +401,19 @@ def test_the_generator_answers_samples_through_the_placeholders() -> None:
     assert generator.stats.prompts == 3 and generator.stats.new_tokens <= 3 * 4
     with pytest.raises(TypeError, match="generate_samples"):
         generator.generate(prompts)
+
+
+def test_trained_folders_are_refused_with_another_model_style_or_template(tmp_path) -> None:
+    """The LoRA adapters and the R²-Formers share one check of what they were trained with."""
+    from rulerag.generation.generators import check_chat_template, check_trained_with
+
+    meta = {"base_model": "smollm2", "prompt_style": "paper", "chat_template": True}
+    check_trained_with(tmp_path, meta, model="smollm2", prompt_style="paper", stage="train_r2ag")
+    check_chat_template(tmp_path, meta, True)
+    with pytest.raises(ValueError, match="run train_r2ag again"):
+        check_trained_with(tmp_path, meta, model="other", prompt_style="paper", stage="train_r2ag")
+    with pytest.raises(ValueError, match="prompt_style 'paper'"):
+        check_trained_with(tmp_path, meta, model="smollm2", prompt_style="legacy", stage="x")
+    with pytest.raises(ValueError, match="prompts would differ"):
+        check_chat_template(tmp_path, meta, False)
+    check_trained_with(tmp_path, {"base_model": "m"}, model="m", prompt_style="legacy", stage="x")

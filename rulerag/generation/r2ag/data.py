@@ -11,7 +11,7 @@ placeholder stands for, and the R²-Former still reads the whole list.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,7 +50,6 @@ def make_example(
     *,
     labels: list[int] | None = None,
     label_mode: str = "answer",
-    oracle_ids: Sequence[str] = (),
 ) -> R2AGExample:
     """An example from a sample, its tokenised marked prompt (with the answer when `labels`)
     and its features; checks that the prompt's placeholders match the documents."""
@@ -65,7 +64,6 @@ def make_example(
         mode=label_mode,
         answers=sample.answers,
         doc_ids=list(sample.extra.get("doc_ids", []))[:k],
-        oracle_ids=oracle_ids,
     )
     return R2AGExample(
         sample.qid, list(prompt_ids), labels, features.astype(np.float32), doc_labels, k - found
@@ -128,9 +126,7 @@ def training_examples(
     max_prompt_tokens: int | None,
     max_answer_tokens: int | None,
     label_mode: str = "answer",
-    oracle: Mapping[str, Sequence[str]] | None = None,
 ) -> list[R2AGExample]:
-    # `oracle`: qid -> oracle document ids, for label_mode "oracle"
     """Examples with the answer appended (loss on it only, `training.encode_example`)."""
     from tqdm.auto import tqdm
 
@@ -155,7 +151,6 @@ def training_examples(
                 features(sample),
                 labels=encoded["labels"],
                 label_mode=label_mode,
-                oracle_ids=(oracle or {}).get(sample.qid, ()),
             )
         )
     return examples

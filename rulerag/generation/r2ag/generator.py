@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rulerag.generation.generators import check_chat_template, check_trained_with
 from rulerag.generation.local import GenerationStats, LocalGenerator
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.generation.r2ag.data import R2AGCollator, make_example, marked_prompt
@@ -50,12 +51,9 @@ class R2AGGenerator(LocalGenerator):
         if not (folder / "former.safetensors").is_file():
             raise FileNotFoundError(f"{folder}: run train_r2ag first")
         former, meta = load_former(folder)
-        for key, wanted in (("base_model", model_name), ("prompt_style", prompt_style)):
-            if meta.get(key) != wanted:
-                raise ValueError(
-                    f"{folder} was trained with {key} {meta.get(key)!r}, generation would use "
-                    f"{wanted!r}: run train_r2ag again"
-                )
+        check_trained_with(
+            folder, meta, model=model_name, prompt_style=prompt_style, stage="train_r2ag"
+        )
         tokenizer = load_tokenizer(model_name, padding_side="left")
         llm = load_causal_lm(model_name, quantization=quantization, dtype=dtype)
         placeholder = add_placeholder(tokenizer, llm)
@@ -71,11 +69,7 @@ class R2AGGenerator(LocalGenerator):
         model = R2AGModel(llm, former.to(device), placeholder).eval()
         kwargs.setdefault("name", f"{model_name}+r2ag:{folder.name}")
         generator = cls(model, tokenizer, features, **kwargs)
-        if meta.get("chat_template") != generator.chat_template:
-            raise ValueError(
-                f"{folder} was trained with chat_template={meta.get('chat_template')}, "
-                f"generation would use {generator.chat_template}"
-            )
+        check_chat_template(folder, meta, generator.chat_template)
         return generator
 
     @property
