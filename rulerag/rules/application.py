@@ -279,13 +279,18 @@ def _groundings(
     return paths if len(paths.key) else None
 
 
-def _done(negated: dict[int, list[float]], top_k: int) -> bool:
+def _descending(score: float) -> float:
+    return -score
+
+
+def _done(scores: dict[int, list[float]], top_k: int) -> bool:
     """TLogic's stop: with each candidate's scores sorted descending, the best top_k
-    candidates (by those lists) have pairwise different lists. `negated` holds each
-    candidate's negated scores in ascending order (the same order, kept sorted on insert)."""
-    if len(negated) < top_k:
+    candidates (by those lists, compared as Python compares lists, so a list ranks above its
+    own prefix) have pairwise different lists. `scores` keeps every list sorted descending
+    on insert."""
+    if len(scores) < top_k:
         return False
-    best = heapq.nsmallest(top_k, negated.values())
+    best = heapq.nlargest(top_k, scores.values())
     return len({tuple(x) for x in best}) >= top_k
 
 
@@ -302,7 +307,7 @@ def apply_rules(
 
     graph = _Edges.build(edges)
     out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
-    # per query and candidate its negated scores, ascending: [0] is minus the best score
+    # per query and candidate its scores, one per rule, descending: [0] is the best
     lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}
     groups = list(queries.groupby("rel", sort=False))
     total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
@@ -328,9 +333,9 @@ def apply_rules(
             scores = scores.astype(np.float32).tolist()
             keys, cands = found.key.tolist(), found.ents[-1].tolist()
             for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
-                negated = lists[k].setdefault(cand, [])
-                better = not negated or score > -negated[0]
-                bisect.insort(negated, -score)
+                ranked = lists[k].setdefault(cand, [])
+                better = not ranked or score > ranked[0]
+                bisect.insort(ranked, score, key=_descending)
                 if better:
                     out[k].rules[cand] = rule.index
                     out[k].explanations[cand] = [
@@ -348,7 +353,7 @@ def apply_rules(
                 key, sub, tq = key[active], sub[active], tq[active]
     bar.close()
     for k, candidates in lists.items():
-        out[k].scores = {c: noisy_or([-x for x in s]) for c, s in candidates.items()}
+        out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out
 
 

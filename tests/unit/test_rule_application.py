@@ -241,3 +241,13 @@ def test_mined_rules_predict_the_planted_heads_first_with_their_explanation() ->
         assert [fact[1] for fact in explanation] == wanted
         assert explanation[0][0] == row.head and explanation[-1][2] == row.tail
         assert all(fact[3] < row.time for fact in explanation)
+
+
+def test_the_stop_ranks_a_score_list_above_its_own_prefix() -> None:
+    """TLogic sorts candidates by their descending score lists as Python compares lists: a
+    candidate with one more rule's score ranks above one whose list is its prefix."""
+    from rulerag.rules.application import _done
+
+    lists = {1: [0.9, 0.5], 2: [0.9], 3: [0.9]}
+    assert _done(lists, 2)  # best two: [0.9, 0.5] and [0.9], different
+    assert not _done(lists, 3)  # [0.9] twice among the best three
