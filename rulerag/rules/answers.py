@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import pandas as pd
 
@@ -58,6 +58,9 @@ class ApplyRulesSettings:
     a: Fraction = 0.5
     min_confidence: Fraction = 0.01
     min_body_support: NonNegative = 2.0  # temporal rules only (AMIE rules have no such floor)
+    #: how a candidate's per-rule scores combine: noisy_or (TLogic; AnyBURL's noisyor) or max
+    #: (AnyBURL's default maxplus: best rule first, ties broken by the next best)
+    aggregation: Literal["noisy_or", "max"] = "noisy_or"
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500
@@ -74,6 +77,7 @@ class ApplyRulesSettings:
             min_confidence=self.min_confidence,
             min_body_support=self.min_body_support,
             temporal=temporal,
+            aggregation=self.aggregation,
         )
 
 

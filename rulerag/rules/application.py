@@ -19,6 +19,15 @@ head is r, in order of confidence:
 * Only rules with confidence >= 0.01 and body support >= 2 [`filter_rules`], of the lengths
   asked.
 
+A static KG (AMIE's rules, `temporal=False`) has no time order or recency: a candidate's score
+from one rule is the rule's PCA confidence. Every rule is mirrored for subject queries (a path
+read backwards holds as well as forwards without time), and AMIE's other closed shape, two
+body atoms on the head's own pair (`r1(x, y) & r2(x, y) => r(x, y)`), is applied as the
+intersection of its atoms' edges. Candidates aggregate by noisy-or, or by AnyBURL's default
+`maxplus` (`aggregation="max"`; Meilicke et al., "Anytime Bottom-Up Rule Learning for
+Knowledge Graph Completion", IJCAI 2019): ordered by their best rule's confidence, ties broken
+by the next best, and so on, i.e. by the descending score lists TLogic's stop compares.
+
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
 inverse head as TLogic learns it, so subject queries (o, r⁻¹, ?, t) find their rules.
@@ -31,7 +40,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,27 +75,60 @@ class ApplySettings:
     min_confidence: float = 0.01
     min_body_support: float = 2.0
     #: False for a static KG: no time order or recency, a candidate's score from one rule is
-    #: the rule's confidence (AMIE's PCA confidence), aggregated by noisy-or as AnyBURL can
+    #: the rule's confidence (AMIE's PCA confidence)
     temporal: bool = True
+    #: noisy_or (TLogic; AnyBURL's `noisyor`) or max (AnyBURL's `maxplus`: the best rule's
+    #: score, ties broken by the next best rules)
+    aggregation: str = "noisy_or"
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {self.aggregation!r}")
+
+
+#: how a candidate's per-rule scores combine into its rank
+AGGREGATIONS = ("noisy_or", "max")
 
 
 @dataclass(frozen=True)
 class AppliedRule:
     """A rule in TLogic's ids: head and body relations (inverse r + n), constraints over the
-    positions 0..len(body) of the path, confidence, and the rule it came from."""
+    positions 0..len(body) of the path, confidence, and the rule it came from. A `pair` rule
+    (static only) has every body relation from the query's entity to the candidate."""
 
     index: int  # position in the input rule list
     head: int
     body: tuple[int, ...]
     constraints: tuple[tuple[int, ...], ...]
     confidence: float
+    pair: bool = False
+
+    def mirrored(self, n_relations: int) -> AppliedRule:
+        """The rule for the inverse head: the body read backwards with each relation
+        inverted, constraint positions reversed (for a one-atom rule TLogic learns the same
+        rule under the inverse head; for static rules it holds without time order)."""
+
+        def inv(rel: int) -> int:
+            return (rel + n_relations) % (2 * n_relations)
+
+        last = len(self.body)
+        body = (
+            tuple(inv(r) for r in self.body)
+            if self.pair
+            else tuple(inv(r) for r in reversed(self.body))
+        )
+        constraints = tuple(sorted(tuple(sorted(last - v for v in g)) for g in self.constraints))
+        return AppliedRule(
+            self.index, inv(self.head), body, constraints, self.confidence, self.pair
+        )
 
 
 def applied_rules(
     rules: Sequence[Rule], n_relations: int, settings: ApplySettings = ApplySettings()
 ) -> dict[int, list[AppliedRule]]:
     """Head relation (TLogic id) -> its rules in application order (confidence descending,
-    stable), one-atom rules mirrored under the inverse head, filtered as `filter_rules`."""
+    stable), filtered as `filter_rules`; one-atom rules (every static rule) mirrored under the
+    inverse head."""
     n = n_relations
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()
@@ -98,23 +140,37 @@ def applied_rules(
             continue
         if settings.temporal and (rule.body_support or 0.0) < settings.min_body_support:
             continue
-        try:
-            head, body, groups = rule_to_tlogic(rule, n)
-        except ValueError:  # not a path (AMIE's two atoms on the head's pair): not applied
+        applied = _as_applied(rule, index, confidence, n)
+        if applied is None:
             continue
-        copies = [(head, tuple(body))]
-        if rule.length == 1:
-            copies.append(((head + n) % (2 * n), ((body[0] + n) % (2 * n),)))
-        for h, b in copies:
-            constraints = tuple(tuple(g) for g in groups)
-            key = (h, b, constraints)
+        copies = [applied]
+        if rule.length == 1 or not settings.temporal:
+            copies.append(applied.mirrored(n))
+        for copy in copies:
+            key = (copy.head, copy.body, copy.constraints, copy.pair)
             if key in seen:
                 continue
             seen.add(key)
-            by_head.setdefault(h, []).append(AppliedRule(index, h, b, constraints, confidence))
+            by_head.setdefault(copy.head, []).append(copy)
     for head in by_head:
         by_head[head].sort(key=lambda r: -r.confidence)  # stable: ties keep the input order
     return by_head
+
+
+def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
+    """The rule in TLogic's ids: a path, or (static) two or more atoms on the head's pair;
+    None for another shape."""
+    try:
+        head, body, groups = rule_to_tlogic(rule, n)
+    except ValueError:
+        pair = (rule.head.subject, rule.head.object)
+        on_pair = all({a.subject, a.object} == set(pair) for a in rule.body)
+        if rule.temporal or rule.length < 2 or not on_pair or pair[0] == pair[1]:
+            return None
+        body = [a.relation if a.subject == pair[0] else a.relation + n for a in rule.body]
+        return AppliedRule(index, rule.head.relation, tuple(body), (), confidence, pair=True)
+    constraints = tuple(tuple(g) for g in groups)
+    return AppliedRule(index, head, tuple(body), constraints, confidence)
 
 
 def edges_with_inverses(facts: pd.DataFrame, n_relations: int) -> pd.DataFrame:
@@ -142,9 +198,16 @@ class Candidates:
     scores: dict[int, float] = field(default_factory=dict)
     rules: dict[int, int] = field(default_factory=dict)
     explanations: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)
+    #: what candidates are ranked by, higher first: the score itself (noisy-or), or with
+    #: `max` the descending tuple of the candidate's per-rule scores
+    rank_keys: dict[int, float | tuple[float, ...]] = field(default_factory=dict)
 
     def ranked(self) -> list[tuple[int, float]]:
-        return sorted(self.scores.items(), key=lambda kv: (-kv[1], kv[0]))
+        """(candidate, score), best first; equal rank keys by candidate id."""
+        keys = self.rank_keys or self.scores
+        order = sorted(keys, key=lambda c: c)
+        order.sort(key=lambda c: keys[c], reverse=True)  # stable: ties keep the id order
+        return [(c, self.scores[c]) for c in order]
 
 
 @dataclass(frozen=True)
@@ -163,6 +226,15 @@ class _Edges:
     t_min: int
     span: int
     n_entities: int  # above every entity id (codes key * n_entities + entity)
+    _pairs: dict[int, np.ndarray] = field(default_factory=dict)
+
+    def pairs(self, relation: int) -> np.ndarray:
+        """The relation's (sub, obj) pairs as codes sub * n_entities + obj (cached)."""
+        if relation not in self._pairs:
+            adjacency = self.by_relation[relation]
+            sub = adjacency.code // self.span
+            self._pairs[relation] = np.unique(sub * self.n_entities + adjacency.obj)
+        return self._pairs[relation]
 
     @classmethod
     def build(cls, edges: pd.DataFrame) -> _Edges:
@@ -242,6 +314,8 @@ def _groundings(
     temporal: bool = True,
 ) -> _Paths | None:
     """Every grounding of `rule` for the queries (key, sub, tq); None when there is none."""
+    if rule.pair:
+        return _pair_groundings(rule, key, sub, tq, edges)
     paths = _Paths(key, tq, [sub], [])
     constrained = sorted({v for group in rule.constraints for v in group})
     last = len(rule.body)
@@ -277,6 +351,45 @@ def _groundings(
             same &= paths.ents[position] == paths.ents[group[0]]
     paths = paths.take(np.flatnonzero(same))
     return paths if len(paths.key) else None
+
+
+def _pair_groundings(
+    rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: _Edges
+) -> _Paths | None:
+    """A static pair rule's groundings: the candidates every body relation links the query's
+    entity to (the first atom's edges, kept where the others hold too)."""
+    adjacency = edges.by_relation.get(rule.body[0])
+    if adjacency is None or any(r not in edges.by_relation for r in rule.body[1:]):
+        return None
+    everything = np.full(len(key), edges.t_min)
+    start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
+    index = _ragged(start, counts)
+    rows = np.repeat(np.arange(len(key)), counts)
+    x, y = sub[rows], adjacency.obj[index]
+    keep = np.ones(len(rows), dtype=bool)
+    for relation in rule.body[1:]:
+        keep &= np.isin(x * edges.n_entities + y, edges.pairs(relation))
+    rows, y = rows[keep], y[keep]
+    if not len(rows):
+        return None
+    ts = adjacency.ts[index][keep]
+    return _Paths(key[rows], tq[rows], [sub[rows], y], [ts])
+
+
+def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
+    """The body facts (sub, rel, obj, ts) of one grounding."""
+    if rule.pair:
+        x, y, ts = int(found.ents[0][row]), int(found.ents[1][row]), int(found.times[0][row])
+        return [(x, relation, y, ts) for relation in rule.body]
+    return [
+        (
+            int(found.ents[i][row]),
+            rule.body[i],
+            int(found.ents[i + 1][row]),
+            int(found.times[i][row]),
+        )
+        for i in range(len(rule.body))
+    ]
 
 
 def _descending(score: float) -> float:
@@ -338,22 +451,18 @@ def apply_rules(
                 bisect.insort(ranked, score, key=_descending)
                 if better:
                     out[k].rules[cand] = rule.index
-                    out[k].explanations[cand] = [
-                        (
-                            int(found.ents[i][row]),
-                            rule.body[i],
-                            int(found.ents[i + 1][row]),
-                            int(found.times[i][row]),
-                        )
-                        for i in range(len(rule.body))
-                    ]
+                    out[k].explanations[cand] = _explanation(rule, found, row)
             finished = [k for k in set(keys) if _done(lists[k], settings.top_k)]
             if finished:
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
     bar.close()
     for k, candidates in lists.items():
-        out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
+        if settings.aggregation == "max":
+            out[k].scores = {c: s[0] for c, s in candidates.items()}
+            out[k].rank_keys = {c: tuple(s) for c, s in candidates.items()}
+        else:
+            out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out
 
 
@@ -394,10 +503,14 @@ def time_aware_filter(
 
 
 def filtered_rank(
-    scores: dict[int, float], answer: int, others: Iterable[int], n_entities: int
+    scores: Mapping[int, float | tuple[float, ...]],
+    answer: int,
+    others: Iterable[int],
+    n_entities: int,
 ) -> int:
     """TLogic's rank: 1 + the candidates scored strictly higher than the answer, other true
-    answers at the query time removed; an answer without a score ranks n_entities."""
+    answers at the query time removed; an answer without a score ranks n_entities. Scores
+    may be rank keys (tuples, compared as tuples)."""
     if answer not in scores:
         return n_entities
     mine = scores[answer]

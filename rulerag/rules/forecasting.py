@@ -1,8 +1,10 @@
 """Link forecasting with applied rules, evaluated as TLogic evaluates it (`mycode/evaluate.py`).
 
 On a static KG the same is link prediction: the history is every split but the evaluated one,
-rules score by their confidence (no recency), and the filter removes every known answer
-(the standard filtered setting; time-aware filtering at a single time point).
+rules score by their confidence (no recency) and answer subject queries read backwards, and
+the filter removes every known answer (the standard filtered setting; time-aware filtering at a
+single time point). With `aggregation="max"` candidates rank by their score lists
+(`Candidates.rank_keys`) instead of one noisy-or score.
 
 Every fact (s, r, o, t) of the evaluated split is two queries: (s, r, ?, t) for the object and
 (o, r⁻¹, ?, t) for the subject. Candidates come from `application.apply_rules` (history: every
@@ -103,7 +105,8 @@ def forecast(
     baseline = baseline_scores(facts, n_relations)
     ranks, answered = [], []
     for row in queries.itertuples(index=False):
-        scores = candidates[int(row.key)].scores
+        found = candidates[int(row.key)]
+        scores = found.rank_keys or found.scores
         answered.append(bool(scores))
         if not scores:
             scores = baseline.get(int(row.rel), {})

@@ -251,3 +251,51 @@ def test_the_stop_ranks_a_score_list_above_its_own_prefix() -> None:
     lists = {1: [0.9, 0.5], 2: [0.9], 3: [0.9]}
     assert _done(lists, 2)  # best two: [0.9, 0.5] and [0.9], different
     assert not _done(lists, 3)  # [0.9] twice among the best three
+
+
+def test_static_pair_rules_intersect_their_atoms_and_every_static_rule_is_mirrored() -> None:
+    """AMIE's `a(x, y) & b(y, x) => head(x, y)` keeps the candidates both atoms link to the
+    query's entity; static rules also answer subject queries, read backwards."""
+    kg = facts([(1, A, 2, 0), (2, B, 1, 0), (1, A, 3, 0), (3, A, 1, 0), (5, A, 6, 0),
+                (6, BODY, 7, 0)]).assign(time=pd.NA)  # fmt: skip
+    pair = Rule(Atom(HEAD, 0, 1), (Atom(A, 0, 1), Atom(B, 1, 0)), pca_confidence=0.7)
+    path = Rule.path(HEAD, [(A, False), (BODY, False)], pca_confidence=0.4)
+    settings = ApplySettings(temporal=False)
+    rules = applied_rules([pair, path], N_REL, settings)
+    assert {len(v) for v in rules.values()} == {2}  # each rule under HEAD and its inverse
+    edges = edges_with_inverses(kg, N_REL)
+    q = queries([(0, 1, HEAD, 0), (1, 2, HEAD + N_REL, 0), (2, 7, HEAD + N_REL, 0)])
+    out = apply_rules(q, rules, edges, settings, progress=False)
+    assert out[0].scores == pytest.approx({2: 0.7})  # 3 is linked by A only
+    assert out[0].explanations[2] == [(1, A, 2, 0), (1, B + N_REL, 2, 0)]
+    assert out[1].scores == pytest.approx({1: 0.7})  # subject query: who has head(?, 2)
+    assert out[2].scores == pytest.approx({5: 0.4})  # the path backwards from 7
+    assert out[2].explanations[5] == [(7, BODY + N_REL, 6, 0), (6, A + N_REL, 5, 0)]
+    temporal = Rule(Atom(HEAD, 0, 1), (Atom(A, 0, 1), Atom(B, 1, 0)), temporal=True,
+                    confidence=0.7, body_support=9.0)  # fmt: skip
+    assert not applied_rules([temporal], N_REL)  # TLogic has no pair rules
+
+
+def test_max_aggregation_ranks_by_the_best_rule_then_the_next() -> None:
+    """AnyBURL's maxplus: 2 and 3 share the best confidence, 3 has a second rule and wins;
+    4 has two weaker rules whose noisy-or would beat both."""
+    kg = facts([(1, A, 2, 0), (1, A, 3, 0), (1, B, 3, 0), (1, B, 4, 0), (1, BODY, 4, 0)])
+    kg = kg.assign(time=pd.NA)
+    rules = [
+        Rule.path(HEAD, [(A, False)], pca_confidence=0.8),
+        Rule.path(HEAD, [(B, False)], pca_confidence=0.2),
+        Rule.path(HEAD, [(BODY, False)], pca_confidence=0.78),
+    ]
+    edges = edges_with_inverses(kg, N_REL)
+    q = queries([(0, 1, HEAD, 0)])
+    best = ApplySettings(temporal=False, aggregation="max")
+    out = apply_rules(q, applied_rules(rules, N_REL, best), edges, best, progress=False)[0]
+    assert [c for c, _ in out.ranked()] == [3, 2, 4]
+    assert out.scores == pytest.approx({2: 0.8, 3: 0.8, 4: 0.78})
+    assert filtered_rank(out.rank_keys, 2, set(), 9) == 2
+    assert filtered_rank(out.rank_keys, 2, {3}, 9) == 1  # the other true answer is filtered
+    noisy = ApplySettings(temporal=False)
+    out = apply_rules(q, applied_rules(rules, N_REL, noisy), edges, noisy, progress=False)[0]
+    assert [c for c, _ in out.ranked()] == [3, 4, 2]  # noisy-or: 0.84, 0.824, 0.8
+    with pytest.raises(ValueError, match="aggregation"):
+        ApplySettings(aggregation="sum")
