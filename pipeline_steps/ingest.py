@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
             download_dir=data_dir(name) / "download",
             duplicates=settings.duplicates,
             source=settings.source.get(name),
+            train_from_valid=settings.train_from_valid,
         )
         run.log_params({"source": stats["source"], "origin": stats["origin"]})
         run.log_metrics(numeric_metrics(stats))

@@ -102,6 +102,52 @@ def repair(kg: KnowledgeGraph, duplicates: str = IngestSettings.duplicates) -> d
     return dropped
 
 
+def derive_train(kg: KnowledgeGraph, share: float | None) -> dict[str, Any] | None:
+    """A temporal KG published without its train split (WIKI here): the earliest whole time
+    steps of valid that hold at least `share` of its facts become train, the later ones stay
+    valid, test is untouched; so mining and the corpus see the past, the fine-tuning sets the
+    years after it, and the test queries the years after those, in the paper's order. Returns
+    what was done (for stats.json), or None when there is a train split, `share` is None or
+    the KG is static. Changes `kg.facts` in place."""
+    facts = kg.facts
+    if share is None or not kg.temporal or (facts["split"] == "train").any():
+        return None
+    valid = facts["split"] == "valid"
+    if not valid.any():
+        raise KGFormatError(
+            next(iter(kg.split_files.values()), Path(".")),
+            "no train and no valid split: nothing to derive a train split from",
+        )
+    counts = facts.loc[valid, "time"].value_counts().sort_index()
+    steps = counts.index.to_numpy()
+    if len(steps) < 2:
+        raise KGFormatError(
+            kg.split_files.get("valid", Path(".")),
+            "valid has a single time step: it cannot be split into train and valid",
+        )
+    reached = (counts.cumsum() / counts.sum()).to_numpy() >= share
+    last = min(int(reached.argmax()), len(steps) - 2)  # keep at least one step for valid
+    cut = steps[last]
+    moved = valid & (facts["time"] <= cut)
+    facts.loc[moved, "split"] = "train"
+    derived = {
+        "share": share,
+        "train": _span(facts.loc[moved, "time"], kg.time_unit, "valid"),
+        "valid": _span(facts.loc[valid & ~moved, "time"], kg.time_unit, "valid"),
+        "facts_moved": int(moved.sum()),
+    }
+    kg.notes.append(
+        f"no train split in the source: train = {derived['train']}, valid = {derived['valid']} "
+        f"(ingest.train_from_valid: {share}); test as published"
+    )
+    return derived
+
+
+def _span(times: pd.Series, unit: Any, split: str) -> str:
+    first, last = (format_time(int(t), unit) for t in (times.min(), times.max()))
+    return f"{split} {first} to {last} ({len(times):,} facts)"
+
+
 def describe(
     kg: KnowledgeGraph, spec: DatasetSpec, source: Source, dropped: Mapping[str, int]
 ) -> dict[str, Any]:
@@ -110,7 +156,8 @@ def describe(
     Input checksums go into the Parquet provenance instead, keeping `dvc metrics show` legible.
     """
     facts = kg.facts
-    splits = {s: int((facts["split"] == s).sum()) for s in SPLITS if s in kg.lines_read}
+    counts = facts["split"].value_counts()
+    splits = {s: int(counts.get(s, 0)) for s in SPLITS if s in kg.lines_read or s in counts}
     used = pd.unique(pd.concat([facts["head"], facts["tail"]]))
     names = kg.entities["name"]
     shared_names = int(names[names.duplicated(keep=False)].nunique())
@@ -175,13 +222,16 @@ def ingest(
     duplicates: str = IngestSettings.duplicates,
     source: str | None = None,
     fetcher: Fetcher = fetch,
+    train_from_valid: float | None = IngestSettings.train_from_valid,
 ) -> tuple[KnowledgeGraph, dict[str, Any]]:
     """Locate, read, repair, describe and write one dataset; returns the KG and its stats."""
     src, root, origin = locate(spec, data_dir, download_dir, source, fetcher)
     kg = src.reader(root)
     dropped = repair(kg, duplicates)
+    derived = derive_train(kg, train_from_valid)
     stats = describe(kg, spec, src, dropped)
     stats["origin"] = origin
-    params = {"duplicates": duplicates, "source": src.name}
+    stats["derived_splits"] = derived
+    params = {"duplicates": duplicates, "source": src.name, "train_from_valid": train_from_valid}
     write_outputs(kg, stats, out_dir, params)
     return kg, stats

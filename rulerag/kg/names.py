@@ -7,6 +7,7 @@ import re
 import wordninja
 
 _SPACES = re.compile(r"\s+")
+_CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 
 
 def readable(raw: str) -> str:
@@ -15,6 +16,18 @@ def readable(raw: str) -> str:
     if len(text) > 1 and text.startswith("<") and text.endswith(">"):
         text = text[1:-1]
     return _SPACES.sub(" ", text.replace("_", " ")).strip()
+
+
+def camel_words(raw: str) -> str:
+    """`<wasBornIn>` -> `was born in`, `<hasWonPrize>` -> `has won prize` (YAGO's relation
+    identifiers); names without inner capitals (`capital of`, `P131`) are only `readable`."""
+    text = readable(raw)
+    if " " in text or not _CAMEL.search(text):
+        return text
+    return " ".join(
+        word.lower() if word[1:].islower() or len(word) == 1 else word
+        for word in _CAMEL.sub(" ", text).split()
+    )
 
 
 def nell_entity(concept: str) -> tuple[str, str | None]:

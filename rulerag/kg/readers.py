@@ -272,11 +272,24 @@ def read_xerte(
     )
 
 
-def read_renet(root: Path, subdir: str, granularity: str = "year") -> KnowledgeGraph:
+def _yearly(step: int, year_origin: int | None) -> int:
+    """A yearly KG's time: the calendar year when the step's origin is known, else the step."""
+    return step if year_origin is None else year_origin + step
+
+
+def _yearly_unit(year_origin: int | None) -> tuple[TimeUnit, str]:
+    return ("year", "year") if year_origin is not None else ("index", "year")
+
+
+def read_renet(
+    root: Path, subdir: str, granularity: str = "year", year_origin: int | None = None
+) -> KnowledgeGraph:
     """RE-Net's id files: `s<TAB>r<TAB>o<TAB>t<TAB>0`, t an ordinal time step.
 
     WIKI's `entity2id.txt` is `Qid<TAB>id`; YAGO's adds start and end dates
     (`<Name><TAB>id<TAB>start<TAB>end`), which are entity attributes and are not used here.
+    YAGO's relations are camelCase identifiers (`<wasBornIn>`), read as words. With
+    `year_origin` (the calendar year of step 0, see the registry) times are years.
     """
     folder = root / subdir
     builder = _FactBuilder()
@@ -287,14 +300,81 @@ def read_renet(root: Path, subdir: str, granularity: str = "year") -> KnowledgeG
         for line, fields in rows:
             s, r, o = _id_triple(fields, known, path, line)
             step = _int_field(fields[3], path, line, "time step")
-            builder.add(split, s, r, o, step, line)
+            builder.add(split, s, r, o, _yearly(step, year_origin), line)
+    unit, granularity = (
+        _yearly_unit(year_origin) if granularity == "year" else ("index", granularity)
+    )
     return builder.finish(
         _vocab_from_map(maps["entity"], names.readable),
-        _vocab_from_map(maps["relation"], names.readable),
-        "index",
+        _vocab_from_map(maps["relation"], names.camel_words),
+        unit,
         granularity,
         notes,
     )
+
+
+def _labels(path: Path, root: Path, builder: _FactBuilder) -> dict[int, str]:
+    """`name<TAB>id` lines as id -> name; names may repeat (Wikidata labels do), ids may not."""
+    labels: dict[int, str] = {}
+    for line, (name, raw_id) in read_rows(path, (2,)):
+        ident = _int_field(raw_id, path, line, "id")
+        if ident in labels:
+            raise KGFormatError(path, f"id {ident} is listed twice", line)
+        labels[ident] = name
+    builder.record_input(root, path)
+    return labels
+
+
+def read_tkgf(
+    root: Path,
+    subdir: str = "TKGF_WIKI",
+    qid_subdir: str | None = "RE-Net_WIKI",
+    year_origin: int | None = None,
+) -> KnowledgeGraph:
+    """The TKG-forecasting datasets' named files: `name<TAB>id` maps with labels (e.g.
+    `Uzhhorod`, `capital of`) and facts `s<TAB>r<TAB>o<TAB>t`, t a yearly step.
+
+    Labels are not unique (WIKI: 41 are shared by two entities); those get their Wikidata id
+    from RE-Net's `entity2id.txt` (`Qid<TAB>id`, the same ids) when it is in `qid_subdir`,
+    else their own id, so every name means one entity: `Springfield (Q28515)`.
+    """
+    folder = root / subdir
+    builder = _FactBuilder()
+    entity_labels = _labels(folder / "entity2id.txt", root, builder)
+    relation_labels = _labels(folder / "relation2id.txt", root, builder)
+    qids: dict[int, str] = {}
+    qid_map = root / qid_subdir / "entity2id.txt" if qid_subdir else None
+    if qid_map is not None and regular_file(qid_map, optional=True):
+        qids = {ident: qid for qid, ident in read_id_map(qid_map, (2,)).items()}
+        builder.record_input(root, qid_map)
+    counts: dict[str, int] = {}
+    for label in entity_labels.values():
+        counts[label] = counts.get(label, 0) + 1
+    ids = sorted(entity_labels)
+    shown = [
+        entity_labels[i]
+        if counts[entity_labels[i]] == 1
+        else f"{entity_labels[i]} ({qids.get(i, f'#{i}')})"
+        for i in ids
+    ]
+    entities = make_vocab(ids, shown, [qids.get(i, entity_labels[i]) for i in ids])
+    rel_ids = sorted(relation_labels)
+    relations = make_vocab(rel_ids, [relation_labels[i] for i in rel_ids],
+                           [relation_labels[i] for i in rel_ids])  # fmt: skip
+    known = {"entity": set(entity_labels), "relation": set(relation_labels)}
+    per_split, notes = _each_split(root, folder, (4,), builder)
+    for split, path, rows in per_split:
+        for line, fields in rows:
+            s, r, o = _id_triple(fields, known, path, line)
+            step = _int_field(fields[3], path, line, "time step")
+            builder.add(split, s, r, o, _yearly(step, year_origin), line)
+    shared = sum(1 for n in counts.values() if n > 1)
+    if shared:
+        notes.append(
+            f"{shared} entity labels are shared by several ids; those names carry their id"
+        )
+    unit, granularity = _yearly_unit(year_origin)
+    return builder.finish(entities, relations, unit, granularity, notes)
 
 
 def read_fb15k237(

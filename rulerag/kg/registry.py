@@ -22,7 +22,7 @@ from rulerag.kg.download import RemoteFile
 from rulerag.kg.errors import UnknownDatasetError
 from rulerag.kg.schema import KnowledgeGraph
 from rulerag.params_schema import check_dataset_name
-from rulerag.settings import load_settings
+from rulerag.settings import Fraction, load_settings
 
 Reader = Callable[[Path], KnowledgeGraph]
 
@@ -78,6 +78,19 @@ _RENET_WIKI = {
     "entity2id.txt": "307628d198b9369b650d46bb88980b38ed0957a9e8148227c94907f9b2804f01",
     "relation2id.txt": "50e6d3c632dde882c8a84aece1eda1f640f4a79a184033eb0941c10dad90e517",
 }
+_TKGF_WIKI = {
+    "valid.txt": "95f47263e8f129ebe160404b636ea2870079e50d444513dc59a6518efe57950e",
+    "test.txt": "478d3323e70cb2f4d3f3049a2ed4cb87a0bb899e00960ded4e08aff1028f0090",
+    "entity2id.txt": "665189315726f2c33697bb2a65575a192e79bac6a86425de64837b7f7bc5f4aa",
+    "relation2id.txt": "d6ac94cadd3ec114b4237b1269639b4182acb939377b8cd1eefab53efcab55e3",
+}
+#: Calendar year of time step 0 in RE-Net's yearly KGs (their files hold only the step).
+#: YAGO: the first step of a <wasBornIn> fact is the subject's birth year (entity2id.txt's
+#: start date) minus 1830 for 3,129 of 3,340 births; <diedIn> agrees for 1,623 of 1,643.
+#: WIKI: labelled facts place 2016 at step 230 (Donald Trump, Time Person of the Year), 2017 at
+#: 231 (President of the United States), 2004/2005 at 218/219 (his Emmy nominations), 2001 at
+#: 215 (Democratic Party member), so step 0 is 1786 and test (steps 222-231) is 2008-2017.
+YEAR_ORIGIN = {"yago": 1830, "wiki": 1786}
 _RENET_YAGO: dict[str, str | None] = dict.fromkeys(
     ("train.txt", "valid.txt", "test.txt", "entity2id.txt", "relation2id.txt")
 )
@@ -129,7 +142,11 @@ DATASETS: dict[str, DatasetSpec] = {
             sources=(
                 Source(
                     "renet",
-                    partial(readers.read_renet, subdir="RE-Net_YAGO", granularity="year"),
+                    partial(
+                        readers.read_renet,
+                        subdir="RE-Net_YAGO",
+                        year_origin=YEAR_ORIGIN["yago"],
+                    ),
                     ("RE-Net_YAGO/entity2id.txt",),
                     _github("INK-USC/RE-Net", "master", "data/YAGO", _RENET_YAGO, "RE-Net_YAGO"),
                 ),
@@ -140,11 +157,22 @@ DATASETS: dict[str, DatasetSpec] = {
             name="wiki",
             mirror_dir="wiki",
             kind="temporal",
-            description="WIKI (RE-Net version): Wikidata facts, yearly time steps, Q/P ids",
+            description="WIKI: Wikidata facts, yearly (1786-2017); labels from TKGF, else Q/P ids",
             sources=(
                 Source(
+                    "tkgf",
+                    partial(readers.read_tkgf, year_origin=YEAR_ORIGIN["wiki"]),
+                    ("TKGF_WIKI/entity2id.txt",),
+                    _github(
+                        "waltbai/TKG-forecasting-datasets", "main", "WIKI", _TKGF_WIKI, "TKGF_WIKI"
+                    )
+                    + _github("INK-USC/RE-Net", "master", "data/WIKI", _RENET_WIKI, "RE-Net_WIKI"),
+                ),
+                Source(
                     "renet",
-                    partial(readers.read_renet, subdir="RE-Net_WIKI", granularity="year"),
+                    partial(
+                        readers.read_renet, subdir="RE-Net_WIKI", year_origin=YEAR_ORIGIN["wiki"]
+                    ),
                     ("RE-Net_WIKI/entity2id.txt",),
                     _github("INK-USC/RE-Net", "master", "data/WIKI", _RENET_WIKI, "RE-Net_WIKI"),
                 ),
@@ -281,6 +309,9 @@ class IngestSettings:
     source: dict[str, str] = field(default_factory=dict)
     #: users' own KGs, by name
     custom: dict[str, CustomKG] = field(default_factory=dict)
+    #: a temporal KG without a train split: the earliest time steps of valid holding this share
+    #: of its facts become train (`ingest.derive_train`); None leaves the KG without train
+    train_from_valid: Fraction | None = 0.7
 
 
 def ingest_settings(section: Mapping[str, Any] | None) -> IngestSettings:

@@ -60,11 +60,15 @@ def days_to_iso(days: int) -> str:
 
 
 def format_time(value: int | None, unit: TimeUnit | None) -> str | None:
-    """Render a stored time for people: a date for days, the number otherwise."""
+    """Render a stored time for people and prompts: a date for days, the year for years, and
+    `step 211` for an opaque ordinal step (a bare `211` reads as a year to a reader or an LLM;
+    yearly KGs whose step-0 year is known are stored as years, see the registry)."""
     if value is None or pd.isna(value) or unit is None:
         return None
     if unit == "day":
         return days_to_iso(int(value))
+    if unit == "index":
+        return f"step {int(value)}"
     return str(int(value))
 
 

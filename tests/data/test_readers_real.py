@@ -56,8 +56,11 @@ def test_sizes_match_readme(loaded: dict[str, KnowledgeGraph], name: str) -> Non
 def test_icews14_train_has_63685_facts_after_repair(loaded: dict[str, KnowledgeGraph]) -> None:
     kg = loaded["icews14"]
     facts = kg.facts.copy()
-    dropped = repair(KnowledgeGraph(facts, kg.entities, kg.relations, "day", "day",
-                                    lines_read=dict(kg.lines_read)))
+    dropped = repair(
+        KnowledgeGraph(
+            facts, kg.entities, kg.relations, "day", "day", lines_read=dict(kg.lines_read)
+        )
+    )
     assert dropped == {"train": 0, "valid": 0, "test": 0}
     assert (kg.facts["split"] == "train").sum() == 63_685
 
@@ -118,12 +121,33 @@ def test_wiki_has_no_train_split_and_says_so(loaded: dict[str, KnowledgeGraph]) 
     kg = loaded["wiki"]
     assert "train" not in kg.lines_read
     assert any("'train' is not in the source" in note for note in kg.notes)
-    assert kg.time_unit == "index" and kg.time_granularity == "year"
-    assert kg.facts["time"].between(0, 231).all()
+    assert kg.time_unit == "year" and kg.time_granularity == "year"
+    valid, test = (kg.facts.loc[kg.facts["split"] == s, "time"] for s in ("valid", "test"))
+    assert (valid.min(), valid.max(), test.min(), test.max()) == (1997, 2007, 2008, 2017)
+
+
+def test_wiki_labels_name_every_entity_once_and_match_renet_ids(
+    kg_mirror: Path, loaded: dict[str, KnowledgeGraph]
+) -> None:
+    """TKGF's labels over RE-Net's ids: the same facts, readable names, shared labels told
+    apart by their Wikidata id, Q-ids as keys."""
+    kg = loaded["wiki"]
+    renet = readers.read_renet(kg_mirror / "wiki", "RE-Net_WIKI", year_origin=1786)
+    columns = ["head", "relation", "tail", "time", "split"]
+    assert kg.facts[columns].equals(renet.facts[columns])
+    names = kg.entities.set_index("id")["name"]
+    assert names.is_unique
+    assert names[0] == "Uzhhorod" and kg.entities.set_index("id")["key"][0].startswith("Q")
+    assert names.str.match(r".+ \(Q\d+\)$").sum() == 73  # 32 labels shared by 73 ids
+    assert list(kg.relations["name"][:2]) == [
+        "capital of",
+        "located in the administrative territorial entity",
+    ]
 
 
 def test_renet_yago_entity_lines_with_dates(tmp_path: Path) -> None:
-    """YAGO's entity2id carries start/end dates and <bracketed> names: both handled."""
+    """YAGO's entity2id carries start/end dates, <bracketed> names and camelCase relations;
+    with the year of step 0 times are years."""
     folder = tmp_path / "RE-Net_YAGO"
     folder.mkdir()
     (folder / "entity2id.txt").write_text(
@@ -135,8 +159,10 @@ def test_renet_yago_entity_lines_with_dates(tmp_path: Path) -> None:
     (folder / "test.txt").write_text("0\t0\t1\t7\t0\n")
     kg = readers.read_renet(tmp_path, "RE-Net_YAGO")
     assert list(kg.entities["name"]) == ["Albuquerque, New Mexico", "Boston"]
-    assert list(kg.relations["name"]) == ["isLocatedIn"]
-    assert list(kg.facts["time"]) == [5, 6, 7]
+    assert list(kg.relations["name"]) == ["is located in"]
+    assert list(kg.facts["time"]) == [5, 6, 7] and kg.time_unit == "index"
+    years = DATASETS["yago"].sources[0].reader(tmp_path)
+    assert list(years.facts["time"]) == [1835, 1836, 1837] and years.time_unit == "year"
 
 
 @pytest.mark.parametrize("name", ["icews14", "nell995"])
