@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> int:
         run.set_tags(
             {TAG_STAGE_INSTANCE: f"train_retriever@{dataset}-{name}", "rulerag.config": name}
         )
-        model = load_encoder(spec.query_name, index_cfg.device, config.max_length, MODEL_CACHE)
+        model = load_encoder(
+            spec.query_name, index_cfg.device, config.max_length, MODEL_CACHE, spec.pooling
+        )
         resume_key = f"{model_fingerprint(str(spec.query_name))}:{index.meta.get('cache_key')}"
         result = train_query_encoder(
             model,

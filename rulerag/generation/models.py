@@ -8,7 +8,8 @@ normal Hugging Face folder (float32 safetensors, tokenizer, generation config) u
 `<project>/.models/`, atomically (built beside the target, renamed into place), and every later
 load reads that folder.
 
-`resolve_model` accepts, in this order: an alias (`smollm2`), an existing local folder, a local
+`resolve_model` accepts, in this order: a named paper generator (`llama2_7b`, `mistral_7b_v0.2`,
+..., `HUB_ALIASES`), an alias (`smollm2`), an existing local folder, a local
 `.gguf` file (converted and cached the same way), or anything else as a Hugging Face model id
 (for users with a hub).
 """
@@ -32,6 +33,8 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "ALIASES",
+    "HUB_ALIASES",
+    "HubModel",
     "OfflineModel",
     "convert_gguf",
     "default_cache_dir",
@@ -39,6 +42,7 @@ __all__ = [
     "load_causal_lm",
     "load_tokenizer",
     "resolve_model",
+    "trusts_remote_code",
 ]
 
 #: The file written into a converted folder saying where it came from.
@@ -62,6 +66,35 @@ ALIASES: dict[str, OfflineModel] = {
         folder="smollm2-135m-instruct",
     ),
 }
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """A generator family of the RuleRAG paper by its Hugging Face id (needs a hub and, at
+    7B and up, a GPU). `trust_remote_code`: the checkpoint ships its own modelling code
+    (ChatGLM2), run only for a model named here, never for an arbitrary id."""
+
+    hub_id: str
+    paper_name: str  # as the paper's tables write it
+    trust_remote_code: bool = False
+
+
+#: The generators of the paper's Tables 2-4 (Table 2: LLAMA2_7B; Table 3: ChatGLM2_6B,
+#: Mistral_7B_v0.2, LLAMA2_13B; GPT-3.5-Turbo is `generation.api.model: gpt-3.5-turbo`).
+#: The paper names the sizes, not the checkpoints: the chat / instruct ones are taken, as
+#: for `generation.profiles.paper`.
+HUB_ALIASES: dict[str, HubModel] = {
+    "llama2_7b": HubModel("meta-llama/Llama-2-7b-chat-hf", "LLAMA2_7B"),
+    "llama2_13b": HubModel("meta-llama/Llama-2-13b-chat-hf", "LLAMA2_13B"),
+    "mistral_7b_v0.2": HubModel("mistralai/Mistral-7B-Instruct-v0.2", "Mistral_7B_v0.2"),
+    "chatglm2_6b": HubModel("THUDM/chatglm2-6b", "ChatGLM2_6B", trust_remote_code=True),
+}
+
+
+def trusts_remote_code(name: str) -> bool:
+    """Whether `name` is a named generator whose checkpoint needs its own code."""
+    hub = HUB_ALIASES.get(str(name).strip().lower())
+    return bool(hub and hub.trust_remote_code)
 
 
 def default_cache_dir() -> Path:
@@ -142,6 +175,8 @@ def resolve_model(name: str, cache_dir: Path | None = None) -> str:
     """
     cache_dir = Path(cache_dir) if cache_dir else default_cache_dir()
     key = str(name).strip()
+    if key.lower() in HUB_ALIASES:
+        return HUB_ALIASES[key.lower()].hub_id
     if key.lower() in ALIASES:
         offline = ALIASES[key.lower()]
         dest = cache_dir / offline.folder
@@ -162,7 +197,9 @@ def load_tokenizer(name: str, cache_dir: Path | None = None, padding_side: str =
     do not) and the given padding side (left for batched generation)."""
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model(name, cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(
+        resolve_model(name, cache_dir), trust_remote_code=trusts_remote_code(name)
+    )
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = padding_side
@@ -213,4 +250,6 @@ def load_causal_lm(
         raise ValueError(f"quantization must be null or 'nf4', not {quantization!r}")
     if device_map is not None:
         kwargs["device_map"] = device_map
+    if trusts_remote_code(name):
+        kwargs["trust_remote_code"] = True
     return AutoModelForCausalLM.from_pretrained(resolve_model(name, cache_dir), **kwargs)

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -150,11 +150,24 @@ def load_encoder(
     device: str | None = "auto",
     max_length: int | None = None,
     cache_dir: Path | None = None,
+    pooling: str | None = None,
 ) -> SentenceTransformer:
-    """A SentenceTransformer for `name` (alias, path or id) on `device`."""
+    """A SentenceTransformer for `name` (alias, path or id) on `device`.
+
+    `pooling` (cls / mean / max) builds the encoder from the plain transformer with that
+    pooling instead of the model's own modules: SimCSE embeds with its [CLS] token, which
+    sentence-transformers' default for a plain checkpoint (mean pooling) would not do."""
     from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(resolve_model(name, cache_dir), device=pick_device(device))
+    resolved = resolve_model(name, cache_dir)
+    if pooling is None:
+        model = SentenceTransformer(resolved, device=pick_device(device))
+    else:
+        from sentence_transformers import models
+
+        word = models.Transformer(resolved)
+        pool = models.Pooling(word.get_embedding_dimension(), pooling_mode=pooling)
+        model = SentenceTransformer(modules=[word, pool], device=pick_device(device))
     if max_length:
         model.max_seq_length = int(max_length)
     return model
@@ -185,6 +198,9 @@ class EncoderSpec:
     max_length: Positive = 128  # tokens; `q ∘ r` reaches ~75 with MiniLM's tokenizer
     batch_size: Positive = 32
     normalize: bool = True
+    #: cls / mean / max: pool a plain transformer checkpoint this way (None: the model's own
+    #: sentence-transformers modules, or mean pooling for a plain checkpoint)
+    pooling: Literal["cls", "mean", "max"] | None = None
 
     @property
     def query_name(self) -> str:
@@ -216,12 +232,13 @@ class DualEncoder:
     ) -> DualEncoder:
         """Load both sides; `query_override` (a trained query encoder folder) replaces the
         query side. One model object serves both sides when they are the same model."""
-        doc = load_encoder(spec.doc_name, device, spec.max_length, cache_dir)
+        doc = load_encoder(spec.doc_name, device, spec.max_length, cache_dir, spec.pooling)
         query_name = query_override or spec.query_name
         if query_override is None and query_name == spec.doc_name:
             query = doc
-        else:
-            query = load_encoder(query_name, device, spec.max_length, cache_dir)
+        else:  # a trained query encoder folder carries its own pooling
+            pooling = None if query_override else spec.pooling
+            query = load_encoder(query_name, device, spec.max_length, cache_dir, pooling)
         return cls(query, doc, spec.normalize)
 
     def encode_queries(

@@ -85,13 +85,14 @@ def build_dense(
     doc_model = resolve_model(spec.doc_name, model_cache)
     corpus = read_corpus(paths.corpus)
     # Only the document side is needed to index; the query side is loaded by `retrieve`.
-    doc = load_encoder(spec.doc_name, device, spec.max_length, model_cache)
+    doc = load_encoder(spec.doc_name, device, spec.max_length, model_cache, spec.pooling)
     encoder = DualEncoder(doc, doc, spec.normalize)
     key = corpus_key(
         model_fingerprint(doc_model),
         corpus.contents,
         max_length=spec.max_length,
         normalize=spec.normalize,
+        **({"pooling": spec.pooling} if spec.pooling else {}),  # keeps older keys valid
     )
     meta = {
         "encoder": name,

@@ -50,7 +50,8 @@ def open_searcher(
             raise FileNotFoundError(f"retrieve: no trained query encoder at {query_name}")
     else:
         query_name = spec.query_name
-    model = load_encoder(query_name, settings.device, spec.max_length, model_cache)
+    pooling = None if config.trained else spec.pooling  # a trained folder has its own
+    model = load_encoder(query_name, settings.device, spec.max_length, model_cache, pooling)
     normalize = bool(index.meta.get("normalize", spec.normalize))
     return DenseRetriever(model, index, normalize, spec.batch_size)
 

@@ -146,8 +146,8 @@ def test_minilm_dense_retrieval_on_tiny_benchmark(minilm, tmp_path: Path) -> Non
 def test_dual_encoder_shares_one_model_unless_sides_differ(minilm, monkeypatch) -> None:
     loaded = []
 
-    def fake_load(name, device=None, max_length=None, cache_dir=None):
-        loaded.append(name)
+    def fake_load(name, device=None, max_length=None, cache_dir=None, pooling=None):
+        loaded.append(name if pooling is None else f"{name}:{pooling}")
         return minilm
 
     monkeypatch.setattr(encoders, "load_encoder", fake_load)
@@ -158,6 +158,9 @@ def test_dual_encoder_shares_one_model_unless_sides_differ(minilm, monkeypatch) 
     spec = EncoderSpec(query_model="dpr-q", doc_model="dpr-ctx")
     DualEncoder.load(spec)
     assert loaded[3:] == ["dpr-ctx", "dpr-q"]
+    # a pooling override reaches both sides, never a trained query encoder (it has its own)
+    DualEncoder.load(EncoderSpec(model="simcse", pooling="cls"), query_override="/trained/q")
+    assert loaded[5:] == ["simcse:cls", "/trained/q"]
 
 
 def test_faiss_moves_to_gpu_when_available(monkeypatch) -> None:
