@@ -21,7 +21,7 @@ export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
-	exp-r2ag exp-r2ag-ablation exp-r2ag-ft
+	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness
 
 setup: $(STAMP)
 
@@ -75,6 +75,14 @@ exp-r2ag-ablation: setup
 	dvc exp run --name r2ag-no-neighbour $(R2AG_ROWS) -S 'r2ag.features=[relevance,precedent]' \
 	  || exit 1; \
 	dvc exp run --name r2ag-no-qdm $(R2AG_ROWS) -S r2ag.qdm_weight=0 || exit 1; \
+	dvc exp show --only-changed --md
+
+# RuleRAG's robustness test (App. E, Table 7): Standard RAG, RuleRAG-ICL and RuleRAG-FT on the
+# test queries asked through their rules' body relation; the report adds the table and tests.
+exp-robustness: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name robustness \
+	  -S 'generation.robustness_rows=[standard_rag,rulerag_icl,rulerag_ft]' && \
 	dvc exp show --only-changed --md
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).

@@ -1,9 +1,11 @@
 """Stage `build_benchmark`: KG + rule bank -> data/<dataset>/benchmark/.
 
 Writes corpus.jsonl ({"id", "contents"}, Pyserini's JsonCollection format) with corpus.parquet
-(the structured fields), test.jsonl, f_r.jsonl, f_g.jsonl and stats.json, and prints the sizes
-beside the paper's Table 1 row for the KG. A rule-retrieval selection (vanilla, SIAR, R³) uses
-`rule_retrieval`'s LLM, whose answers are cached in data/<dataset>/cache/.
+(the structured fields), test.jsonl, f_r.jsonl, f_g.jsonl, robust.jsonl (the test queries
+turned into queries that need no rule, `rulerag.benchmark.robustness`) and stats.json, and
+prints the sizes beside the paper's Table 1 row for the KG. A rule-retrieval selection
+(vanilla, SIAR, R³) uses `rule_retrieval`'s LLM, whose answers are cached in
+data/<dataset>/cache/.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pipeline_steps.common import (
     run_stage,
 )
 from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
+from rulerag.benchmark.robustness import degenerate_queries
 from rulerag.benchmark.settings import RETRIEVAL_SELECTIONS, build_benchmark_settings
 from rulerag.io import staged_outputs, write_json, write_jsonl, write_parquet
 from rulerag.kg.registry import DATASETS
@@ -57,7 +60,14 @@ def main(argv: list[str] | None = None) -> int:
                 params, bank, kg.relations, cache_path=rule_llm_cache(name), model_cache=MODEL_CACHE
             )
         bench = build_benchmark(kg, bank, config, encoder, selector)
-        stats = {"dataset": name, **bench.stats, "seed": config.seed}
+        robust, robust_counts = degenerate_queries(
+            bench.test,
+            bank,
+            bench.corpus,
+            kg.entities.set_index("id")["name"].to_dict(),
+            kg.relations.set_index("id")["name"].to_dict(),
+        )
+        stats = {"dataset": name, **bench.stats, "seed": config.seed, "robust": robust_counts}
         if selector is not None:
             stats["selection_cost"] = dict(selector.cost)
         if name in DATASETS:
@@ -71,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             write_jsonl(staging / "test.jsonl", bench.test)
             write_jsonl(staging / "f_r.jsonl", bench.f_r)
             write_jsonl(staging / "f_g.jsonl", bench.f_g)
+            write_jsonl(staging / "robust.jsonl", robust)
             write_json(staging / "stats.json", stats)
         summary = table1(stats, paper)
         run.log_params({"corpus_filter": config.corpus_filter, "test_size": config.test_size})

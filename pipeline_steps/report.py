@@ -1,7 +1,8 @@
 """Stage `report`: the result grid of one dataset in the layout of the paper's Table 2.
 
 Reads data/<dataset>/generation/<config>/metrics.json for every configuration in
-`generation.configs` and every R²AG row of `r2ag.rows`, and writes data/<dataset>/report/:
+`generation.configs` and every R²AG row of `r2ag.rows` (and generation/robust/<config>/ for
+`generation.robustness_rows`), and writes data/<dataset>/report/:
 results.md (Markdown, the paper's figures beside ours), results.csv (the same numbers) and
 results.png (bars of R@10 / EM / T-F1). Below the table, results.md checks the paper's claims
 (and R²AG's) row against row on the same queries (exact McNemar on predictions.jsonl,
@@ -18,15 +19,26 @@ from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_pa
 from rulerag.evaluation.claims import (
     PAPER_CLAIMS,
     R2AG_CLAIMS,
+    ROBUST_CLAIMS,
     RULE_CLAIMS,
     claims_table,
     claims_to_markdown,
 )
-from rulerag.evaluation.report import plot_results, results_table, to_markdown
+from rulerag.evaluation.report import PAPER_TABLE7, plot_results, results_table, to_markdown
 from rulerag.generation.config import generation_settings
 from rulerag.generation.r2ag.settings import r2ag_settings
 from rulerag.io import atomic_open, iter_jsonl, staged_outputs
 from rulerag.tracking import stage_run
+
+#: where the robustness rows write (data/<dataset>/generation/robust/<row>/)
+ROBUST = "robust"
+ROBUST_TITLE = "Robustness: the same rows on queries that need no rule"
+ROBUST_NOTES = (
+    "Each test query asked through one of its rules' body relation (same subject, time, "
+    "answers and rules; a corpus document states the answer): the anonymous version's "
+    "App. E. `paper` columns: its Table 7 (DPR + LLAMA2_7B). Paired tests: robust/<row> "
+    "in the claims below.",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,7 +61,16 @@ def main(argv: list[str] | None = None) -> int:
             }
         else:
             missing.append(config)
-    claims = claims_table(per_query_em, (*PAPER_CLAIMS, *RULE_CLAIMS, *R2AG_CLAIMS))
+    robust: dict[str, dict[str, Any]] = {}
+    for config in settings.robustness_rows:
+        path = base / "generation" / ROBUST / config / "metrics.json"
+        if path.is_file():
+            robust[config] = json.loads(path.read_text(encoding="utf-8"))
+            per_query_em[f"{ROBUST}/{config}"] = {
+                str(r["qid"]): float(r["em"])
+                for r in iter_jsonl(path.with_name("predictions.jsonl"))
+            }
+    claims = claims_table(per_query_em, (*PAPER_CLAIMS, *RULE_CLAIMS, *R2AG_CLAIMS, *ROBUST_CLAIMS))
     table = results_table(metrics, name, order=configs)
     queries = sorted({int(m["queries"]) for m in metrics.values() if m.get("queries")})
     generators = sorted({str(m.get("generator")) for m in metrics.values()})
@@ -74,6 +95,11 @@ def main(argv: list[str] | None = None) -> int:
                 table.to_csv(handle, index=False)
             with atomic_open(staging / "results.md") as handle:
                 handle.write(to_markdown(table, f"{name}: RuleRAG result grid", notes))
+                if robust:
+                    robust_table = results_table(
+                        robust, name, order=list(robust), paper_table=PAPER_TABLE7
+                    )
+                    handle.write("\n" + to_markdown(robust_table, ROBUST_TITLE, ROBUST_NOTES))
                 if not claims.empty:
                     handle.write("\n" + claims_to_markdown(claims))
             with atomic_open(staging / "claims.csv") as handle:

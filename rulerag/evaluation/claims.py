@@ -21,6 +21,7 @@ import pandas as pd
 __all__ = [
     "PAPER_CLAIMS",
     "R2AG_CLAIMS",
+    "ROBUST_CLAIMS",
     "RULE_CLAIMS",
     "Claim",
     "PairedResult",
@@ -79,6 +80,23 @@ R2AG_CLAIMS: tuple[Claim, ...] = (
     Claim("r2ag", "standard_rag", "R²AG: retrieval information helps a frozen generator"),
     Claim("rulerag_r2ag", "rulerag_icl", "R²AG on RuleRAG-ICL's retrieval and prompt helps"),
     Claim("rulerag_r2ag_ft", "rulerag_ft", "R²AG + LoRA above RuleRAG-FT (RGFT retrieval)"),
+)
+
+
+#: Robustness (anonymous version, App. E): on queries that need no rule, rules should not hurt
+#: (`robust/<row>`: the row on the robustness queries).
+ROBUST_CLAIMS: tuple[Claim, ...] = (
+    Claim(
+        "robust/rulerag_icl",
+        "robust/standard_rag",
+        "no rule needed: RuleRAG-ICL above Standard RAG",
+    ),
+    Claim(
+        "robust/rulerag_ft", "robust/standard_rag", "no rule needed: RuleRAG-FT above Standard RAG"
+    ),
+    Claim(
+        "robust/rulerag_ft", "robust/rulerag_icl", "no rule needed: RuleRAG-FT above RuleRAG-ICL"
+    ),
 )
 
 

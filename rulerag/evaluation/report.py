@@ -88,8 +88,18 @@ PAPER_BENCHMARKS: tuple[tuple[str, str], ...] = (
 )
 
 
+#: The anonymous version's Table 7 (robustness, App. E): the same rows on queries that need no
+#: rule, DPR + LLAMA2_7B, in `PAPER_TABLE2_TEXT`'s layout.
+PAPER_TABLE7_TEXT = """
+standard_rag                   4.6  10.7 34.9   2.7  3.6  19.7   0.6  2.3  30.2   15.2 11.0 27.6   20.6 12.8 25.9
+rulerag_icl                    11.8 11.9 35.5   5.3  9.5  23.4   5.9  2.4  32.5   26.0 17.0 39.9   24.9 17.6 36.3
+rulerag_ft                     39.8 16.6 36.3   46.8 28.7 33.8   34.9 15.9 34.1   94.1 35.9 48.9   33.7 20.4 37.5
+"""  # noqa: E501
+
+
 def _parse_table2(text: str) -> dict[str, dict[str, dict[str, float | None]]]:
-    """dataset -> config -> {"R@10", "EM", "T-F1"} from `PAPER_TABLE2_TEXT`."""
+    """dataset -> config -> {"R@10", "EM", "T-F1"} from a table in `PAPER_TABLE2_TEXT`'s
+    layout."""
     table: dict[str, dict[str, dict[str, float | None]]] = {d: {} for _b, d in PAPER_BENCHMARKS}
     for line in text.strip().splitlines():
         config, *cells = line.split()
@@ -104,6 +114,8 @@ def _parse_table2(text: str) -> dict[str, dict[str, dict[str, float | None]]]:
 
 #: dataset -> config -> {"R@10", "EM", "T-F1"} in percent; None where the paper has none.
 PAPER_TABLE2: dict[str, dict[str, dict[str, float | None]]] = _parse_table2(PAPER_TABLE2_TEXT)
+#: the same for Table 7 (robustness)
+PAPER_TABLE7: dict[str, dict[str, dict[str, float | None]]] = _parse_table2(PAPER_TABLE7_TEXT)
 
 
 def _percent(value: Any) -> float | None:
@@ -120,12 +132,14 @@ def results_table(
     metrics: Mapping[str, Mapping[str, Any]],
     dataset: str,
     order: Sequence[str] | None = None,
+    paper_table: Mapping[str, Mapping[str, Mapping[str, float | None]]] | None = None,
 ) -> pd.DataFrame:
     """Table 2 for one dataset from each configuration's metrics.json content.
 
     `order` (params' `generation.configs`) decides which configurations appear and in which
     order when given; else the paper's rows first, then any others by name. Rows without
-    metrics are kept, empty, so a missing run is visible.
+    metrics are kept, empty, so a missing run is visible. `paper_table` (default Table 2)
+    gives the paper's columns.
     """
     known = {name: (group, label) for name, group, label in (*TABLE2_ROWS, *EXTRA_ROWS)}
     names = (
@@ -134,7 +148,7 @@ def results_table(
         else [n for n, _g, _l in TABLE2_ROWS if n in metrics]
         + sorted(n for n in metrics if n not in known)
     )
-    paper = PAPER_TABLE2.get(dataset, {})
+    paper = (PAPER_TABLE2 if paper_table is None else paper_table).get(dataset, {})
     rows = []
     for name in names:
         group, label = known.get(name, ("Other", name))

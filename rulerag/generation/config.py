@@ -141,6 +141,8 @@ class GenerationSettings(ModelSettings):
     api: ApiSettings = field(default_factory=ApiSettings)
     configs: tuple[str, ...] = ()
     grid: dict[str, GridConfig] = field(default_factory=dict)
+    #: grid rows also answered on the robustness queries (stage `robustness`)
+    robustness_rows: tuple[str, ...] = ()
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -159,6 +161,19 @@ class GenerationSettings(ModelSettings):
             raise ValueError(f"decoding must be one of {DECODINGS}, not {self.decoding!r}")
         for name, variant in self.train.variants.items():
             _check_prompt(f"train.variants.{name}", variant.prompt, variant.rules)
+        for name in self.robustness_rows:
+            entry = self.grid.get(name)
+            if entry is None:
+                raise ValueError(f"robustness_rows: {name!r} is not in grid ({sorted(self.grid)})")
+            if (
+                entry.generator == "symbolic"
+                or entry.evidence
+                or ((entry.decoding or self.decoding) != "generate")
+            ):
+                raise ValueError(
+                    f"robustness_rows: {name!r} reads apply_rules' answers to the test queries "
+                    "(symbolic, evidence or rank rows); take a row that generates"
+                )
 
     def trainer_settings(self) -> TrainSettings:
         """What `train_lora` needs: the `train` knobs plus the model-level ones."""

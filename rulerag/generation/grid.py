@@ -36,17 +36,22 @@ def run_row(
     grid: GridConfig,
     settings: GenerationSettings,
     generator_factory: Callable[..., Any] | None = None,
+    *,
+    query_set: str = "test",
+    run_file: str | Path = RUN_FILENAME,
 ) -> RowResult:
     """Answer and score the row's test queries (data/<dataset>/ is `base`).
 
     `generator_factory(base, grid, settings, retrieval)` builds the row's generator (default
     `make_generator`). A generator with `render(format, kind, sample)` writes its own prompts
     and one with `generate_samples(samples, prompts)` reads the samples too (R²AG does both).
+    `query_set` (benchmark/<query_set>.jsonl) and `run_file` (its retrieval run, a name in the
+    row's retrieval folder or a path) answer another query set, e.g. the robustness queries.
     """
     retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
-    test = read_jsonl(base / "benchmark" / "test.jsonl")
+    test = read_jsonl(base / "benchmark" / f"{query_set}.jsonl")
     queries = sample_queries(test, settings.test_queries, settings.seed)
-    samples = load_samples(base, queries, retrieval, RUN_FILENAME, grid.rules, settings)
+    samples = load_samples(base, queries, retrieval, run_file, grid.rules, settings)
     if grid.evidence:
         from rulerag.generation.symbolic import add_evidence, read_answers
 

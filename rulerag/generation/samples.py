@@ -182,12 +182,13 @@ def load_samples(
     base: Path,
     queries: Sequence[Mapping[str, Any]],
     retrieval: str | None,
-    run_file: str,
+    run_file: str | Path,
     rules: str,
     settings: GenerationSettings,
 ) -> list[Sample]:
     """The generator inputs of `queries` under data/<dataset>/ (`base`): their documents from
-    the retrieval run `retrieval/<retrieval>/<run_file>` (none when `retrieval` is None), united
+    the retrieval run `retrieval/<retrieval>/<run_file>` (a Path: that file; none when
+    `retrieval` is None), united
     over the lists of the rules the prompt shows (`selected_rules`, filter `rules`), their rules
     from the bank, the document texts from the corpus."""
     rule_texts = read_rule_texts(base / "rules" / "bank.parquet")
@@ -195,7 +196,7 @@ def load_samples(
     doc_rules = None
     needed: set[str] = set()
     if retrieval:
-        path = base / "retrieval" / retrieval / run_file
+        path = run_file if isinstance(run_file, Path) else base / "retrieval" / retrieval / run_file
         if not path.is_file():
             raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
         run = pd.read_parquet(path)

@@ -6,8 +6,10 @@ can be tested on a corpus written inline; the stage scripts are the only callers
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -68,7 +70,12 @@ def read_corpus(path: Path) -> Corpus:
 
 
 def read_queries(path: Path) -> list[Query]:
-    """test.jsonl / f_g.jsonl: qid, query, answers, rule_ids (may be empty)."""
+    """test.jsonl / f_g.jsonl / robust.jsonl: qid, query, answers, rule_ids (may be empty)."""
+    return to_queries(iter_jsonl(path))
+
+
+def to_queries(rows: Iterable[Mapping[str, Any]]) -> list[Query]:
+    """Benchmark query records as `Query`s."""
     return [
         Query(
             qid=str(row["qid"]),
@@ -76,7 +83,7 @@ def read_queries(path: Path) -> list[Query]:
             answers=tuple(str(a) for a in row.get("answers") or ()),
             rule_ids=tuple(str(r) for r in row.get("rule_ids") or ()),
         )
-        for row in iter_jsonl(path)
+        for row in rows
     ]
 
 

@@ -80,11 +80,12 @@ def run_split(
     use_rules: bool,
     contents: Mapping[str, str],
 ) -> SplitRun:
-    """Search one query set (`test` or `f_g`) with `settings.top_k` documents per search.
+    """Search one query set (`test`, `f_g`, or the robustness queries) with `settings.top_k`
+    documents per search.
 
     F_G is a seeded sample of `settings.f_g_queries` queries (the generator trains on a few
     hundred in the CPU profile and draws only from queries the run holds)."""
-    if split != "test" and settings.f_g_queries is not None:
+    if split == "f_g" and settings.f_g_queries is not None:
         queries = list(sample_queries(queries, settings.f_g_queries, settings.seed))
     started = time.perf_counter()
     frame, plan = retrieve(queries, searcher, settings.top_k, rules, use_rules, show_progress=True)
