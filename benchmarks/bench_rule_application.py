@@ -3,7 +3,7 @@
 Run by hand, never as a test (after `mine_rules` for the dataset):
 
     .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
-        [--lengths 1 2 3] [--window 0] [--top-k 20] [--out FILE]
+        [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max] [--out FILE]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -41,6 +41,7 @@ def main() -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--window", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)
+    parser.add_argument("--aggregation", choices=["noisy_or", "max"], default="noisy_or")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rules", type=Path, default=None, help="a rules.parquet to apply")
     args = parser.parse_args()
@@ -54,7 +55,11 @@ def main() -> int:
     rules = frame_rules(pd.read_parquet(args.rules or base / "rules" / "rules.parquet"))
     temporal = bool(facts["time"].notna().any())
     settings = ApplySettings(
-        lengths=tuple(args.lengths), window=args.window, top_k=args.top_k, temporal=temporal
+        lengths=tuple(args.lengths),
+        window=args.window,
+        top_k=args.top_k,
+        temporal=temporal,
+        aggregation=args.aggregation,
     )
     started = time.perf_counter()
     result = forecast(facts, rules, n_relations, n_entities, settings)
@@ -63,6 +68,7 @@ def main() -> int:
     report = {
         "dataset": args.dataset,
         "rules": len(rules),
+        "aggregation": args.aggregation,
         "queries": queries,
         "seconds": round(seconds, 1),
         "queries_per_minute": round(60 * queries / seconds),

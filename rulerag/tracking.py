@@ -76,6 +76,10 @@ TAG_ERROR = "rulerag.error"
 TAG_REPLAYED_FROM = "rulerag.replayed_from"
 #: MLflow's own tag names, so the UI shows the commit and the user.
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
+#: MLflow 3 opens an experiment on the view its kind names; without the tag it guesses the
+#: GenAI "Overview" (traces), which is empty here: every experiment is a model-development one
+TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
 TAG_USER = "mlflow.user"
 
 DB_FILENAME = "mlflow.db"
@@ -339,7 +343,9 @@ def _ensure_experiment(client: Any, name: str, tracking_uri: str, project_dir: P
     if experiment is None:
         location = _artifact_location(tracking_uri, project_dir, name)
         try:
-            return client.create_experiment(name, artifact_location=location)
+            return client.create_experiment(
+                name, artifact_location=location, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}
+            )
         except MlflowException:
             # Another stage created it between our two calls (parallel Airflow tasks).
             experiment = client.get_experiment_by_name(name)
@@ -349,6 +355,8 @@ def _ensure_experiment(client: Any, name: str, tracking_uri: str, project_dir: P
         # A deleted experiment still owns its name; without this every later run would fail.
         logger.info("restoring deleted MLflow experiment %r to log into it", name)
         client.restore_experiment(experiment.experiment_id)
+    if experiment.tags.get(TAG_EXPERIMENT_KIND) is None:  # created by an older version
+        client.set_experiment_tag(experiment.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND)
     return experiment.experiment_id
 
 
@@ -542,6 +550,8 @@ class StageRun:
         for key, value in tags.items():
             value = redact_url(str(value))
             self._record.tags[sanitize_name(key)] = _truncate(value, MAX_TAG_VALUE_LENGTH)
+            if key == TAG_STAGE_INSTANCE:  # `generate@icews14-rulerag_ft`, not nine alike
+                self._record.run_name = _truncate(value, MAX_TAG_VALUE_LENGTH)
 
     @property
     def spooled(self) -> bool:

@@ -356,3 +356,29 @@ def test_bad_metric_and_closed_run_raise_at_the_call(tmp_path: Path, dead_uri: s
             run.log_dict({}, "../escape.json")
     with pytest.raises(RuntimeError, match="closed"):
         run.log_metrics({"em": 1.0})
+
+
+def test_runs_are_named_after_their_stage_instance_in_a_model_experiment(
+    tmp_path: Path, sqlite_uri: str
+) -> None:
+    """Nine `generate` runs of one dataset are told apart by name; experiments open on their
+    runs (MLflow 3's kind tag), also one created before the tag was set."""
+    from mlflow import MlflowClient
+
+    from rulerag.tracking import EXPERIMENT_KIND, TAG_EXPERIMENT_KIND, TAG_STAGE_INSTANCE
+
+    client = MlflowClient(tracking_uri=sqlite_uri)
+    older = client.create_experiment("rulerag/kindds")  # as an earlier version made it
+    assert TAG_EXPERIMENT_KIND not in client.get_experiment(older).tags
+    for config in ("rulerag_ft", "standard_rag"):
+        with stage_run("generate", "kindds", project_dir=tmp_path, tracking_uri=sqlite_uri) as run:
+            run.set_tags({TAG_STAGE_INSTANCE: f"generate@kindds-{config}"})
+    with stage_run("ingest", "otherds", project_dir=tmp_path, tracking_uri=sqlite_uri):
+        pass
+    names = sorted(r.info.run_name for r in client.search_runs([older]))
+    assert names == ["generate@kindds-rulerag_ft", "generate@kindds-standard_rag"]
+    for name in ("rulerag/kindds", "rulerag/otherds"):
+        tags = client.get_experiment_by_name(name).tags
+        assert tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND
+    (other,) = client.search_runs([client.get_experiment_by_name("rulerag/otherds").experiment_id])
+    assert other.info.run_name == "ingest@otherds"  # no instance tag: stage@dataset

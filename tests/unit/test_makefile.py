@@ -1,0 +1,33 @@
+"""What the Makefile exports to every stage it runs."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+PROJECT = Path(__file__).resolve().parents[2]
+SHOW = "show-pipeline-run: ; @echo $$RULERAG_PIPELINE_RUN $$RULERAG_PIPELINE_RUN"
+
+
+def _pipeline_run() -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "RULERAG_PIPELINE_RUN"}
+    done = subprocess.run(
+        ["make", "-s", "-C", str(PROJECT), "--eval", SHOW, "show-pipeline-run"],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    return done.stdout.split()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_the_pipeline_run_tag_is_unique_per_invocation_and_fixed_within_it() -> None:
+    """`make-<UTC time>-<8 hex digits>`, the same wherever one invocation expands it (the
+    old `$$$$` reached the stages as a literal `$$`, shared by every run in a second)."""
+    first, again = _pipeline_run()
+    assert first == again
+    assert re.fullmatch(r"make-\d{8}T\d{6}-[0-9a-f]{8}", first), first
+    assert _pipeline_run()[0] != first
