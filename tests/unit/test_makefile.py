@@ -31,3 +31,14 @@ def test_the_pipeline_run_tag_is_unique_per_invocation_and_fixed_within_it() -> 
     assert first == again
     assert re.fullmatch(r"make-\d{8}T\d{6}-[0-9a-f]{8}", first), first
     assert _pipeline_run()[0] != first
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_airflow_starts_as_many_workers_as_the_dag_uses() -> None:
+    """The DAG runs one task at a time; Airflow's default parallelism (32 LocalExecutor
+    workers, 6 GiB) would only hold memory."""
+    done = subprocess.run(
+        ["make", "-n", "-C", str(PROJECT), "airflow"], capture_output=True, text=True, check=True
+    )
+    assert "AIRFLOW__CORE__PARALLELISM=1" in done.stdout
+    assert "AIRFLOW__API__HOST=127.0.0.1" in done.stdout
