@@ -24,7 +24,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The project is the parent of dags/ unless RULERAG_PROJECT_DIR says otherwise (tests point it
@@ -74,11 +74,52 @@ def _stage_env(run_id: str) -> dict[str, str]:
     return env
 
 
+def trigger_params(datasets: list[str], stages: list[str]) -> dict[str, Param]:
+    """The trigger form: datasets and stages as multi-selects of the known names, param
+    overrides as a JSON object; each empty by default, meaning "as params.yaml has it"."""
+    return {
+        "datasets": Param(
+            [],
+            type="array",
+            title="Datasets",
+            description="The KGs to run (params.yaml `datasets`); none chosen: params.yaml's.",
+            items={"type": "string", "enum": datasets},
+            uniqueItems=True,
+            examples=datasets,
+        ),
+        "stages": Param(
+            [],
+            type="array",
+            title="Stages",
+            description="dvc.yaml stages to run, the others skip; none chosen: every stage.",
+            items={"type": "string", "enum": stages},
+            uniqueItems=True,
+            examples=stages,
+        ),
+        "params": Param(
+            {},
+            type="object",
+            title="params.yaml overrides",
+            description='Dotted keys that exist in params.yaml, e.g. {"ingest.duplicates": '
+            '"error", "generation.test_queries": 50}; checked before anything runs.',
+        ),
+    }
+
+
+def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
+    """The form's untouched fields (`[]`, `{}`) mean "unchanged", as if the key were absent."""
+    return {k: v for k, v in conf.items() if not (k in _FORM_FIELDS and v in ([], {}))}
+
+
+_FORM_FIELDS = ("datasets", "stages", "params")
+
+
 def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
     """Validate the run's conf and write it into params.yaml; return what is now selected.
 
     A bad conf fails the run at once without retries: retrying cannot make it valid.
     """
+    conf = _without_empty_fields(dict(conf or {}))
     params = load_params(PARAMS_YAML)
     try:
         run_conf = validate_run_conf(
@@ -173,6 +214,9 @@ def _build_dag() -> DAG:
         max_active_tasks=1,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
         tags=["rulerag", "dvc"],
+        params=trigger_params(
+            sorted(known_datasets(params)), list(load_yaml(DVC_YAML).get("stages") or {})
+        ),
     ) as dag:
 
         @task(task_id="apply_conf", retries=0)

@@ -38,6 +38,7 @@ if dag is not None:
         "max_active_runs": dag.max_active_runs,
         "max_active_tasks": dag.max_active_tasks,
         "timetable": type(dag.timetable).__name__,
+        "params": {k: dag.params.get_param(k).schema for k in dag.params},
         "tasks": {
             t.task_id: {
                 "upstream": sorted(t.upstream_task_ids),
@@ -166,6 +167,13 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
         assert f"ingest__{name}" in dag["tasks"]
     assert dag["tasks"]["ingest__icews14"]["retries"] == 1
     assert dag["tasks"]["apply_conf"]["retries"] == 0
+    # The trigger form: multi-selects of the known datasets and stages, overrides as an object
+    form = dag["params"]
+    assert form["datasets"]["items"]["enum"] == sorted(known_datasets(params))
+    stages = list(load_params(PROJECT_DIR / "dvc.yaml")["stages"])
+    assert form["stages"]["items"]["enum"] == stages
+    assert form["params"]["type"] == "object" and form["params"]["description"]
+    assert all(form[k]["title"] for k in ("datasets", "stages", "params"))
 
 
 def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Path]) -> None:
@@ -193,13 +201,24 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     status = run([str(BIN / "dvc"), "status", "--json"], project, env)
     assert json.loads(status.stdout) == {}
 
-    # A hostile conf fails in apply_conf; params.yaml and the stages are left alone.
+    # A hostile dataset name is refused by the trigger form's schema before any task runs.
     code, out = dags_test(project, env, {"datasets": ["wiki; touch /tmp/pwned"]})
+    assert code != 0 and "is not one of" in out, out[-3000:]
+    assert last_run_states(home)[0] == run_id  # no run was created
+    assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
+    # What the schema cannot know fails in apply_conf; params.yaml and the stages are left alone.
+    code, out = dags_test(project, env, {"params": {"ingest.no_such_knob": 1}})
     _, state, tasks = last_run_states(home)
     assert code != 0 and state == "failed"
     assert tasks["apply_conf"] == "failed"
-    assert "invalid dataset name" in out
+    assert "unknown key 'ingest.no_such_knob'" in out
     assert {s for t, s in tasks.items() if t != "apply_conf"} == {"upstream_failed"}
+    assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
+    # The form's untouched fields ([] / {}) change nothing: params.yaml's datasets run
+    code, out = dags_test(project, env, {"datasets": [], "stages": [], "params": {}})
+    _, state, tasks = last_run_states(home)
+    assert code == 0 and state == "success", out[-6000:]
+    assert tasks["ingest__wiki"] == "success"
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
 
 
