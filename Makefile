@@ -127,6 +127,7 @@ airflow: setup
 	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
 
 mlflow-ui: setup
+	$(BIN)/python -m rulerag.tracking reroot --tracking-uri sqlite:///$(abspath mlflow.db)
 	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1
 
 clean-venv:

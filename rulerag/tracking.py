@@ -335,6 +335,43 @@ def _artifact_location(tracking_uri: str, project_dir: Path, experiment: str) ->
     return folder.as_uri()
 
 
+def reroot_store(tracking_uri: str, project_dir: Path) -> int:
+    """Point a local SQLite store's artifact locations at this project's `mlartifacts/`.
+
+    Experiments created here keep absolute `file://.../mlartifacts/...` locations (MLflow
+    needs them absolute), so a moved clone, or a container that mounts the project elsewhere,
+    would show runs without artifacts. Every experiment location and run artifact URI under
+    another folder's `mlartifacts/` is rewritten to this project's; returns how many rows
+    changed. Stores that are not SQLite files of this kind are left alone (0)."""
+    import sqlite3
+
+    parts = urlsplit(tracking_uri)
+    if parts.scheme != "sqlite":
+        return 0
+    path = Path(tracking_uri.removeprefix("sqlite:///").split("?")[0])  # sqlite:////abs/x.db
+    if not path.is_file():
+        return 0
+    here = (Path(project_dir).resolve() / ARTIFACTS_DIRNAME).as_uri()
+    marker = f"/{ARTIFACTS_DIRNAME}"
+    changed = 0
+    with sqlite3.connect(path) as db:
+        for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
+            rows = db.execute(
+                f"SELECT rowid, {column} FROM {table} WHERE {column} LIKE ?",  # noqa: S608
+                (f"file://%{marker}/%",),
+            ).fetchall()
+            for rowid, value in rows:
+                root, rest = value.split(marker + "/", 1)
+                if root + marker == here:
+                    continue
+                db.execute(
+                    f"UPDATE {table} SET {column} = ? WHERE rowid = ?",  # noqa: S608
+                    (f"{here}/{rest}", rowid),
+                )
+                changed += 1
+    return changed
+
+
 def _ensure_experiment(client: Any, name: str, tracking_uri: str, project_dir: Path) -> str:
     """The experiment's id, creating it (or restoring it from the bin) when needed."""
     from mlflow.exceptions import MlflowException
@@ -381,6 +418,8 @@ def _send(
         from mlflow import MlflowClient
         from mlflow.entities import Metric, Param
 
+        if tracking_uri == default_tracking_uri(project_dir):  # the project's own store only:
+            reroot_store(tracking_uri, project_dir)  # a shared one must not flip between clones
         client = MlflowClient(tracking_uri=tracking_uri)
         experiment_id = _ensure_experiment(client, record.experiment, tracking_uri, project_dir)
         run = client.create_run(
@@ -814,24 +853,32 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m rulerag.tracking replay [--project-dir DIR] [--tracking-uri URI]`."""
+    """`python -m rulerag.tracking replay|reroot [--project-dir DIR] [--tracking-uri URI]`."""
     parser = argparse.ArgumentParser(
         prog="python -m rulerag.tracking", description="MLflow helpers for rulerag."
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    replay = sub.add_parser("replay", help="send runs spooled during a tracking outage")
-    replay.add_argument(
-        "--project-dir", type=Path, default=Path.cwd(), help="project root (default: cwd)"
+    commands = (
+        sub.add_parser("replay", help="send runs spooled during a tracking outage"),
+        sub.add_parser("reroot", help="point the local store's artifact locations here"),
     )
-    replay.add_argument(
-        "--tracking-uri",
-        default=None,
-        help="store to send to (default: MLFLOW_TRACKING_URI, else <project>/mlflow.db)",
-    )
+    for command in commands:
+        command.add_argument(
+            "--project-dir", type=Path, default=Path.cwd(), help="project root (default: cwd)"
+        )
+        command.add_argument(
+            "--tracking-uri",
+            default=None,
+            help="the store (default: MLFLOW_TRACKING_URI, else <project>/mlflow.db)",
+        )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     project_dir = args.project_dir.resolve()
     uri = resolve_tracking_uri(project_dir, args.tracking_uri)
+    if args.command == "reroot":
+        changed = reroot_store(uri, project_dir)
+        print(f"{changed} artifact location(s) now under {project_dir / ARTIFACTS_DIRNAME}")
+        return 0
     sent = replay_spool(project_dir, uri)
     left = _count_spooled(project_dir)
     print(f"replayed {sent} run(s) to {redact_url(uri)}; {left} left in {spool_dir(project_dir)}")

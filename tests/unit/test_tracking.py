@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -382,3 +383,32 @@ def test_runs_are_named_after_their_stage_instance_in_a_model_experiment(
         assert tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND
     (other,) = client.search_runs([client.get_experiment_by_name("rulerag/otherds").experiment_id])
     assert other.info.run_name == "ingest@otherds"  # no instance tag: stage@dataset
+
+
+def test_a_moved_project_finds_its_artifacts(tmp_path: Path) -> None:
+    """The local store keeps absolute artifact locations; after the project moves (a new
+    clone path, a container mount) they are re-rooted, and new runs log into the new place."""
+    from mlflow import MlflowClient
+
+    from rulerag.tracking import default_tracking_uri, reroot_store
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    note = old / "note.txt"
+    note.write_text("hello", encoding="utf-8")
+    uri = default_tracking_uri(old)
+    with stage_run("ingest", "moveds", project_dir=old, tracking_uri=uri) as run:
+        run.log_artifact(note)
+    shutil.move(old, new)
+    new_uri = default_tracking_uri(new)
+    assert reroot_store(new_uri, new) == 2  # the experiment and the run
+    assert reroot_store(new_uri, new) == 0  # idempotent
+    client = MlflowClient(tracking_uri=new_uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name("rulerag/moveds").experiment_id])
+    assert logged.info.artifact_uri.startswith((new / "mlartifacts").as_uri())
+    local = client.download_artifacts(logged.info.run_id, "note.txt", str(tmp_path))
+    assert Path(local).read_text(encoding="utf-8") == "hello"
+    with stage_run("ingest", "moveds", project_dir=new, tracking_uri=new_uri) as run:
+        run.log_artifact(new / "note.txt")
+    assert not old.exists()  # nothing was written to the old place
+    assert reroot_store("http://127.0.0.1:1", new) == 0  # a server's store is not ours
