@@ -10,13 +10,16 @@ Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
 
     {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}
 
-``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip).
+``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip). A run
+whose conf changed params.yaml ends by saving the workspace as the DVC experiment
+``airflow-<run id>`` and putting params.yaml back as it was (``record_overrides``).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param, TriggerRule, get_current_context, task
+from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, get_current_context, task
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The project is the parent of dags/ unless RULERAG_PROJECT_DIR says otherwise (tests point it
@@ -40,9 +43,10 @@ from rulerag.orchestration.dvc_graph import (  # noqa: E402
     StageInstance,
     build_graph,
     cmd_param_keys,
+    full_task_id,
     load_yaml,
     stage_edges,
-    task_id_for,
+    task_placement,
 )
 from rulerag.orchestration.run_conf import (  # noqa: E402
     apply_run_conf,
@@ -114,12 +118,26 @@ def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
 _FORM_FIELDS = ("datasets", "stages", "params")
 
 
-def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
+def _backup_path(run_id: str) -> Path:
+    """Where params.yaml as it was before a run's overrides waits (DVC's ignored tmp dir)."""
+    return PROJECT_DIR / ".dvc" / "tmp" / f"airflow-params-{experiment_name(run_id)}.yaml"
+
+
+def experiment_name(run_id: str) -> str:
+    """A DVC experiment name (a git ref part) for a DAG run: `airflow-` + the run id with
+    every character but letters, digits, `.`, `_` and `-` replaced by `-`."""
+    return "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+
+
+def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") -> dict[str, Any]:
     """Validate the run's conf and write it into params.yaml; return what is now selected.
 
-    A bad conf fails the run at once without retries: retrying cannot make it valid.
+    params.yaml as it was is kept aside (`_backup_path`) when the conf changes it, for
+    `record_overrides` to put back after the run. A bad conf fails the run at once without
+    retries: retrying cannot make it valid.
     """
     conf = _without_empty_fields(dict(conf or {}))
+    original = PARAMS_YAML.read_text(encoding="utf-8")
     params = load_params(PARAMS_YAML)
     try:
         run_conf = validate_run_conf(
@@ -132,6 +150,10 @@ def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
     except ValueError as exc:
         raise AirflowFailException(f"invalid run conf: {exc}") from exc
     changed = apply_run_conf(PARAMS_YAML, run_conf)
+    if changed:
+        backup = _backup_path(run_id)
+        backup.parent.mkdir(parents=True, exist_ok=True)
+        backup.write_text(original, encoding="utf-8")
     selected = load_params(PARAMS_YAML).get("datasets") or []
     log.info(
         "params.yaml %s; datasets: %s",
@@ -145,6 +167,37 @@ def apply_conf_to_params(conf: dict[str, Any] | None) -> dict[str, Any]:
         "params": dict(run_conf.params),
         "stages": stages,
     }
+
+
+def record_overrides(run_id: str, changed: bool) -> str | None:
+    """After a run whose conf changed params.yaml: save the workspace as the DVC experiment
+    `experiment_name(run_id)` (params, dvc.lock, outputs: `dvc exp show` lists it, `dvc exp
+    apply` brings it back), then put params.yaml back as it was, so the overrides do not leak
+    into later `dvc repro`s. params.yaml is restored even when saving fails."""
+    backup = _backup_path(run_id)
+    if not changed or not backup.is_file():
+        return None
+    name = experiment_name(run_id)
+    cmd = [_dvc_executable(), "exp", "save", "--name", name, "--force"]
+    env = _stage_env(run_id)
+    for key, value in (
+        ("GIT_AUTHOR_NAME", "rulerag airflow"),
+        ("GIT_AUTHOR_EMAIL", "airflow@rulerag"),
+    ):
+        env.setdefault(key, value)
+        env.setdefault(key.replace("AUTHOR", "COMMITTER"), value)
+    try:
+        done = subprocess.run(
+            cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
+        )
+    finally:
+        PARAMS_YAML.write_text(backup.read_text(encoding="utf-8"), encoding="utf-8")
+        backup.unlink()
+    log.info("%s", (done.stdout + done.stderr).strip())
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited with status {done.returncode}")
+    log.info("the run's overrides are DVC experiment %s; params.yaml is back as it was", name)
+    return name
 
 
 def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
@@ -196,13 +249,26 @@ def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = N
         raise RuntimeError(f"{' '.join(cmd)} exited with status {returncode}")
 
 
+def selected_task_ids(
+    placement: dict[str, tuple[tuple[str, ...], str]], stages: list[str] | None
+) -> list[str]:
+    """The task ids this run executes: the instances DVC generates from params.yaml as it is
+    now (after apply_conf), of the run's `stages` (None: all). Decided once, by `select`."""
+    params = load_params(PARAMS_YAML)
+    selected = [str(d) for d in params.get("datasets") or []]
+    current = build_graph(DVC_YAML, params, selected)
+    return [
+        full_task_id(placement[inst.name])
+        for inst in current
+        if inst.name in placement and (stages is None or inst.stage in stages)
+    ]
+
+
 def _build_dag() -> DAG:
     params = load_params(PARAMS_YAML)
     # Every known dataset, not only params.yaml's selection: a run's conf may pick any of them.
     instances = build_graph(DVC_YAML, params, known_datasets(params))
-    task_ids = {inst.name: task_id_for(inst.name) for inst in instances}
-    if len(set(task_ids.values())) != len(task_ids):
-        raise ValueError(f"stage names collide as Airflow task ids: {sorted(task_ids.values())}")
+    placement = task_placement(instances)
 
     with DAG(
         dag_id="rulerag",
@@ -222,14 +288,31 @@ def _build_dag() -> DAG:
         @task(task_id="apply_conf", retries=0)
         def apply_conf() -> dict[str, Any]:
             """Validate dag_run.conf and write it into params.yaml (like dvc exp run -S)."""
-            dag_run = get_current_context()["dag_run"]
-            return apply_conf_to_params(dict(dag_run.conf or {}))
+            context = get_current_context()
+            conf = dict(context["dag_run"].conf or {})
+            return apply_conf_to_params(conf, str(context["run_id"]))
+
+        @task.branch(task_id="select", retries=0)
+        def select() -> list[str]:
+            """Every stage task this run executes; Airflow marks all others skipped at once,
+            without starting a process for each."""
+            applied = get_current_context()["ti"].xcom_pull(task_ids="apply_conf") or {}
+            chosen = selected_task_ids(placement, applied.get("stages"))
+            log.info("%d of %d stage tasks selected", len(chosen), len(placement))
+            return [*chosen, "record_overrides"]
+
+        @task(task_id="record_overrides", retries=0, trigger_rule=TriggerRule.ALL_DONE)
+        def record() -> str | None:
+            """Save a run with overrides as a DVC experiment; restore params.yaml."""
+            context = get_current_context()
+            applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
+            return record_overrides(str(context["run_id"]), bool(applied.get("changed")))
 
         def stage_task(instance: StageInstance) -> Any:
-            # none_failed: a skipped upstream (unselected dataset) must not skip a stage that
-            # is selected; the task decides for itself from params.yaml.
+            # none_failed: a skipped upstream (an unselected stage or dataset) must not skip a
+            # stage that is selected; `select` has already skipped the unselected ones.
             @task(
-                task_id=task_ids[instance.name],
+                task_id=placement[instance.name][1],
                 trigger_rule=TriggerRule.NONE_FAILED,
                 doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
             )
@@ -240,15 +323,33 @@ def _build_dag() -> DAG:
 
             return stage()
 
-        first = apply_conf()
-        tasks = {inst.name: stage_task(inst) for inst in instances}
-        edges = stage_edges(instances)
-        downstream = {down for _, down in edges}
+        groups: dict[tuple[str, ...], TaskGroup] = {}
+
+        def group_of(path: tuple[str, ...]) -> TaskGroup | None:
+            if not path:
+                return None
+            if path not in groups:
+                parent = group_of(path[:-1])
+                groups[path] = TaskGroup(path[-1], parent_group=parent)
+            return groups[path]
+
+        first, chooser, last = apply_conf(), select(), record()
+        first >> chooser
+        tasks = {}
         for inst in instances:
-            if inst.name not in downstream:  # roots wait for apply_conf; the rest follow them
-                first >> tasks[inst.name]
-        for up, down in edges:
+            path, _leaf = placement[inst.name]
+            group = group_of(path)
+            if group is None:
+                tasks[inst.name] = stage_task(inst)
+            else:
+                with group:
+                    tasks[inst.name] = stage_task(inst)
+        for up, down in stage_edges(instances):
             tasks[up] >> tasks[down]
+        for name in tasks:  # `select` skips the unselected directly: each is its child
+            chooser >> tasks[name]
+            tasks[name] >> last
+        chooser >> last
     return dag
 
 

@@ -531,3 +531,40 @@ def task_id_for(name: str) -> str:
     if len(task_id) > 250:
         raise StageGraphError(f"stage name too long for an Airflow task id: '{name}'")
     return task_id
+
+
+def task_placement(instances: Sequence[StageInstance]) -> dict[str, tuple[tuple[str, ...], str]]:
+    """Instance name -> (TaskGroup path, task id inside it), so Airflow's graph reads as
+    datasets > stages > items instead of a flat list of every stage instance.
+
+    A group per dataset; inside it, a group per stage that has several instances for that
+    dataset (`generate`: one per grid row) whose tasks are named by the rest of the item
+    (`icews14` > `generate` > `rulerag_ft`); a stage with one instance is the task `stage`
+    (`icews14` > `ingest`). Instances without a dataset stay at the top (`task_id_for`). The
+    full Airflow task id joins the path and the id with dots (`icews14.generate.rulerag_ft`).
+    """
+    counts: dict[tuple[str, str | None], int] = {}
+    for inst in instances:
+        counts[(inst.stage, inst.dataset)] = counts.get((inst.stage, inst.dataset), 0) + 1
+    placed: dict[str, tuple[tuple[str, ...], str]] = {}
+    for inst in instances:
+        if inst.dataset is None:
+            placed[inst.name] = ((), task_id_for(inst.name))
+            continue
+        group = _TASK_ID_BAD.sub("_", inst.dataset)
+        if counts[(inst.stage, inst.dataset)] == 1:
+            placed[inst.name] = ((group,), _TASK_ID_BAD.sub("_", inst.stage))
+            continue
+        item = str(inst.item or inst.name)
+        rest = item.removeprefix(f"{inst.dataset}-") if item != inst.dataset else item
+        placed[inst.name] = ((group, _TASK_ID_BAD.sub("_", inst.stage)), _TASK_ID_BAD.sub("_", rest))
+    full = [".".join((*path, leaf)) for path, leaf in placed.values()]
+    if len(set(full)) != len(full):
+        raise StageGraphError(f"stage instances collide as Airflow task ids: {sorted(full)}")
+    return placed
+
+
+def full_task_id(placement: tuple[tuple[str, ...], str]) -> str:
+    """The Airflow task id of a placed instance: group ids and the task id joined by dots."""
+    path, leaf = placement
+    return ".".join((*path, leaf))

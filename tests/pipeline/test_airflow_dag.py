@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 import subprocess
 import sys
@@ -18,7 +19,12 @@ from typing import Any
 import pytest
 
 from rulerag.kg.registry import known_datasets
-from rulerag.orchestration.dvc_graph import build_graph, stage_edges, task_id_for
+from rulerag.orchestration.dvc_graph import (
+    build_graph,
+    full_task_id,
+    stage_edges,
+    task_placement,
+)
 from rulerag.orchestration.run_conf import load_params
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
@@ -153,19 +159,24 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
 
     params = load_params(PROJECT_DIR / "params.yaml")
     instances = build_graph(PROJECT_DIR / "dvc.yaml", params, known_datasets(params))
-    expected: dict[str, set[str]] = {"apply_conf": set()}
+    placed = {name: full_task_id(p) for name, p in task_placement(instances).items()}
+    # apply_conf, then `select` (the branch that skips every unselected stage task at once,
+    # so each is its direct child), the stages along dvc.yaml's edges, record_overrides last
+    expected: dict[str, set[str]] = {"apply_conf": set(), "select": {"apply_conf"}}
     for inst in instances:
-        expected[task_id_for(inst.name)] = set()
+        expected[placed[inst.name]] = {"select"}
     for up, down in stage_edges(instances):
-        expected[task_id_for(down)].add(task_id_for(up))
-    for task_id, ups in expected.items():
-        if task_id != "apply_conf" and not ups:
-            ups.add("apply_conf")
+        expected[placed[down]].add(placed[up])
+    expected["record_overrides"] = {"select", *placed.values()}  # whatever happened
     assert {t: set(v["upstream"]) for t, v in dag["tasks"].items()} == expected
+    assert dag["tasks"]["record_overrides"]["trigger_rule"].endswith("all_done")
+    # Grouped per dataset, and per stage where a dataset has several of its instances
+    assert placed["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft"
+    assert placed["ingest@icews14"] == "icews14.ingest"
     # Every known dataset has its ingest task, whatever params.yaml selects today.
     for name in known_datasets(params):
-        assert f"ingest__{name}" in dag["tasks"]
-    assert dag["tasks"]["ingest__icews14"]["retries"] == 1
+        assert f"{name}.ingest" in dag["tasks"]
+    assert dag["tasks"]["icews14.ingest"]["retries"] == 1
     assert dag["tasks"]["apply_conf"]["retries"] == 0
     # The trigger form: multi-selects of the known datasets and stages, overrides as an object
     form = dag["params"]
@@ -182,12 +193,15 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     (project / "dvc.yaml").write_text(TRIVIAL_DVC_YAML, encoding="utf-8")
     env = airflow_env(project, home)
 
+    params_text = (project / "params.yaml").read_text(encoding="utf-8")
     code, out = dags_test(project, env, {"datasets": ["wiki"]})
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-6000:]
     assert tasks.pop("apply_conf") == "success"
-    assert tasks.pop("ingest__wiki") == "success"
-    assert tasks.pop("count__wiki") == "success"
+    assert tasks.pop("record_overrides") == "success"
+    assert tasks.pop("select") == "success"
+    assert tasks.pop("wiki.ingest") == "success"
+    assert tasks.pop("wiki.count") == "success"
     assert set(tasks.values()) == {"skipped"}, tasks
     # The stage saw the DAG run's id as its pipeline-run tag.
     facts = project / "data" / "wiki" / "kg" / "facts.parquet"
@@ -195,11 +209,16 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert (project / "data" / "wiki" / "count.txt").read_text().strip() == str(
         facts.stat().st_size
     )
-    params_text = (project / "params.yaml").read_text(encoding="utf-8")
-    assert "datasets:\n  - wiki\n" in params_text
-    assert "# Stage `ingest`" in params_text  # comments survive apply_conf
-    status = run([str(BIN / "dvc"), "status", "--json"], project, env)
-    assert json.loads(status.stdout) == {}
+    # The overrides are a DVC experiment; the workspace's params.yaml is as it was.
+    assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
+    refs = run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], project, env)
+    name = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    (ref,) = [r for r in refs.stdout.split() if r.endswith("/" + name)]
+    saved = run(["git", "show", f"{ref}:params.yaml"], project, env).stdout
+    assert "datasets:\n  - wiki\n" in saved
+    assert "# Stage `ingest`" in saved  # comments survive apply_conf
+    lock = run(["git", "show", f"{ref}:dvc.lock"], project, env).stdout
+    assert "ingest@wiki" in lock
 
     # A hostile dataset name is refused by the trigger form's schema before any task runs.
     code, out = dags_test(project, env, {"datasets": ["wiki; touch /tmp/pwned"]})
@@ -212,13 +231,14 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert code != 0 and state == "failed"
     assert tasks["apply_conf"] == "failed"
     assert "unknown key 'ingest.no_such_knob'" in out
-    assert {s for t, s in tasks.items() if t != "apply_conf"} == {"upstream_failed"}
+    stages = {s for t, s in tasks.items() if t not in ("apply_conf", "record_overrides")}
+    assert stages == {"upstream_failed"}
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
     # The form's untouched fields ([] / {}) change nothing: params.yaml's datasets run
     code, out = dags_test(project, env, {"datasets": [], "stages": [], "params": {}})
     _, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-6000:]
-    assert tasks["ingest__wiki"] == "success"
+    assert tasks["icews14.ingest"] == "success" and tasks["wiki.ingest"] == "skipped"
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
 
 
@@ -234,17 +254,17 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-8000:]
     assert "ingest@nell995: 154,213 facts" in out  # the stage's output reached the task log
-    assert tasks["apply_conf"] == "success"
-    assert tasks["ingest__nell995"] == "success"
-    assert tasks["mine_rules__nell995"] == "success"
-    assert tasks["build_benchmark__nell995"] == "success"
-    others = {t: s for t, s in tasks.items() if t != "apply_conf" and not t.endswith("__nell995")}
-    assert others and set(others.values()) == {"skipped"}, others
-    later = {t: s for t, s in tasks.items() if "__nell995" in t and not t.startswith(tuple(early))}
-    assert later and set(later.values()) == {"skipped"}, later  # index, retrieve, generate...
+    for task_id in ("apply_conf", "select", "record_overrides", *(f"nell995.{s}" for s in early)):
+        assert tasks.pop(task_id) == "success", task_id
+    # every other task was skipped by `select` (no process started for it)
+    assert tasks and set(tasks.values()) == {"skipped"}, tasks
+    assert any(t.startswith("nell995.") for t in tasks)  # index, retrieve, generate...
     assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
     assert not (project / "data" / "icews14").exists()
 
+    # params.yaml is back as it was; the run is a DVC experiment DVC agrees with
+    name = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    run([str(BIN / "dvc"), "exp", "apply", name], project, env)
     for stage in ("ingest@nell995", "mine_rules@nell995", "build_benchmark@nell995"):
         status = run([str(BIN / "dvc"), "status", "--json", stage], project, env)
         assert json.loads(status.stdout) == {}, status.stdout
