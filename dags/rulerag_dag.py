@@ -11,7 +11,7 @@ Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
     {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}
 
 ``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip). A run
-whose conf changed params.yaml ends by saving the workspace as the DVC experiment
+whose conf changed params.yaml ends by committing params.yaml and dvc.lock to the branch
 ``airflow-<run id>`` and putting params.yaml back as it was (``record_overrides``).
 """
 
@@ -170,34 +170,60 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
 
 
 def record_overrides(run_id: str, changed: bool) -> str | None:
-    """After a run whose conf changed params.yaml: save the workspace as the DVC experiment
-    `experiment_name(run_id)` (params, dvc.lock, outputs: `dvc exp show` lists it, `dvc exp
-    apply` brings it back), then put params.yaml back as it was, so the overrides do not leak
-    into later `dvc repro`s. params.yaml is restored even when saving fails."""
+    """After a run whose conf changed params.yaml: commit params.yaml and dvc.lock as they are
+    now to the branch `experiment_name(run_id)` (without touching the working tree, the
+    index or HEAD), then put params.yaml back as it was, so the overrides do not leak into
+    later `dvc repro`s. `git checkout <branch> -- params.yaml dvc.lock && dvc checkout`
+    brings the run back (its outputs are in the DVC cache). A `dvc exp save` would refuse
+    the common partial run (it wants every stage's outputs). params.yaml is restored even
+    when committing fails."""
     backup = _backup_path(run_id)
     if not changed or not backup.is_file():
         return None
-    name = experiment_name(run_id)
-    cmd = [_dvc_executable(), "exp", "save", "--name", name, "--force"]
-    env = _stage_env(run_id)
-    for key, value in (
-        ("GIT_AUTHOR_NAME", "rulerag airflow"),
-        ("GIT_AUTHOR_EMAIL", "airflow@rulerag"),
-    ):
-        env.setdefault(key, value)
-        env.setdefault(key.replace("AUTHOR", "COMMITTER"), value)
+    branch = experiment_name(run_id)
     try:
-        done = subprocess.run(
-            cmd, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL
-        )
+        commit = _commit_files(branch, ["params.yaml", "dvc.lock"], run_id)
     finally:
         PARAMS_YAML.write_text(backup.read_text(encoding="utf-8"), encoding="utf-8")
         backup.unlink()
-    log.info("%s", (done.stdout + done.stderr).strip())
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited with status {done.returncode}")
-    log.info("the run's overrides are DVC experiment %s; params.yaml is back as it was", name)
-    return name
+    log.info(
+        "the run's params.yaml and dvc.lock are branch %s (%s); params.yaml is back", branch, commit
+    )
+    return branch
+
+
+def _commit_files(branch: str, names: list[str], run_id: str) -> str:
+    """Commit the working tree's `names` on top of HEAD as `branch`, with git's plumbing and
+    a private index, so the user's index, working tree and HEAD stay as they are."""
+    env = dict(os.environ)
+    for role in ("AUTHOR", "COMMITTER"):
+        env.setdefault(f"GIT_{role}_NAME", "rulerag airflow")
+        env.setdefault(f"GIT_{role}_EMAIL", "airflow@rulerag.invalid")
+
+    def git(*args: str, index: Path | None = None) -> str:
+        run_env = env if index is None else {**env, "GIT_INDEX_FILE": str(index)}
+        done = subprocess.run(
+            ["git", *args], cwd=PROJECT_DIR, env=run_env, capture_output=True, text=True,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        if done.returncode != 0:
+            raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
+        return done.stdout.strip()
+
+    index = PROJECT_DIR / ".dvc" / "tmp" / f"airflow-index-{branch}"
+    try:
+        git("read-tree", "HEAD", index=index)
+        for name in names:
+            if (PROJECT_DIR / name).is_file():
+                blob = git("hash-object", "-w", "--", name)
+                git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", index=index)
+        tree = git("write-tree", index=index)
+        message = f"Airflow run {run_id}: params.yaml with the run's overrides, and dvc.lock"
+        commit = git("commit-tree", tree, "-p", "HEAD", "-m", message)
+        git("update-ref", f"refs/heads/{branch}", commit)
+    finally:
+        index.unlink(missing_ok=True)
+    return commit
 
 
 def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
@@ -301,9 +327,9 @@ def _build_dag() -> DAG:
             log.info("%d of %d stage tasks selected", len(chosen), len(placement))
             return [*chosen, "record_overrides"]
 
-        @task(task_id="record_overrides", retries=0, trigger_rule=TriggerRule.ALL_DONE)
+        @task(task_id="record_overrides", retries=0)
         def record() -> str | None:
-            """Save a run with overrides as a DVC experiment; restore params.yaml."""
+            """Commit a run's overrides to a branch; restore params.yaml."""
             context = get_current_context()
             applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
             return record_overrides(str(context["run_id"]), bool(applied.get("changed")))
@@ -333,7 +359,10 @@ def _build_dag() -> DAG:
                 groups[path] = TaskGroup(path[-1], parent_group=parent)
             return groups[path]
 
-        first, chooser, last = apply_conf(), select(), record()
+        # record_overrides is a teardown: it runs whatever happened, and the run's state is
+        # the stages' (a failed stage fails the run even though the teardown succeeds)
+        first, chooser = apply_conf(), select()
+        last = record().as_teardown(setups=first)
         first >> chooser
         tasks = {}
         for inst in instances:

@@ -44,12 +44,16 @@ if dag is not None:
         "max_active_runs": dag.max_active_runs,
         "max_active_tasks": dag.max_active_tasks,
         "timetable": type(dag.timetable).__name__,
-        "params": {k: dag.params.get_param(k).schema for k in dag.params},
+        "params": {
+            k: {**p.schema, "description": p.description}
+            for k, p in ((k, dag.params.get_param(k)) for k in dag.params)
+        },
         "tasks": {
             t.task_id: {
                 "upstream": sorted(t.upstream_task_ids),
                 "retries": t.retries,
                 "trigger_rule": str(t.trigger_rule),
+                "teardown": t.is_teardown,
             }
             for t in dag.tasks
         },
@@ -167,9 +171,10 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
         expected[placed[inst.name]] = {"select"}
     for up, down in stage_edges(instances):
         expected[placed[down]].add(placed[up])
-    expected["record_overrides"] = {"select", *placed.values()}  # whatever happened
+    # record_overrides: the teardown of apply_conf, after everything, whatever happened
+    expected["record_overrides"] = {"apply_conf", "select", *placed.values()}
     assert {t: set(v["upstream"]) for t, v in dag["tasks"].items()} == expected
-    assert dag["tasks"]["record_overrides"]["trigger_rule"].endswith("all_done")
+    assert dag["tasks"]["record_overrides"]["teardown"]
     # Grouped per dataset, and per stage where a dataset has several of its instances
     assert placed["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft"
     assert placed["ingest@icews14"] == "icews14.ingest"
@@ -209,11 +214,12 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert (project / "data" / "wiki" / "count.txt").read_text().strip() == str(
         facts.stat().st_size
     )
-    # The overrides are a DVC experiment; the workspace's params.yaml is as it was.
+    # The overrides are a branch; the workspace's params.yaml, index and HEAD are as they were.
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
-    refs = run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], project, env)
-    name = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
-    (ref,) = [r for r in refs.stdout.split() if r.endswith("/" + name)]
+    head = run(["git", "rev-parse", "HEAD"], project, env).stdout.strip()
+    ref = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    assert run(["git", "rev-parse", f"{ref}^"], project, env).stdout.strip() == head
+    assert run(["git", "diff", "--cached", "--name-only"], project, env).stdout == ""
     saved = run(["git", "show", f"{ref}:params.yaml"], project, env).stdout
     assert "datasets:\n  - wiki\n" in saved
     assert "# Stage `ingest`" in saved  # comments survive apply_conf
@@ -262,9 +268,10 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
     assert not (project / "data" / "icews14").exists()
 
-    # params.yaml is back as it was; the run is a DVC experiment DVC agrees with
-    name = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
-    run([str(BIN / "dvc"), "exp", "apply", name], project, env)
+    # params.yaml is back as it was; the run's branch brings it back, and DVC agrees with it
+    assert "datasets:\n  - nell995" not in (project / "params.yaml").read_text(encoding="utf-8")
+    branch = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    run(["git", "checkout", branch, "--", "params.yaml", "dvc.lock"], project, env)
     for stage in ("ingest@nell995", "mine_rules@nell995", "build_benchmark@nell995"):
         status = run([str(BIN / "dvc"), "status", "--json", stage], project, env)
         assert json.loads(status.stdout) == {}, status.stdout
