@@ -78,27 +78,30 @@ def _stage_env(run_id: str) -> dict[str, str]:
     return env
 
 
+def _multi_select(title: str, description: str, names: list[str]) -> Param:
+    """A trigger-form multi-select of `names`, empty by default."""
+    return Param(
+        [],
+        type="array",
+        title=title,
+        description=description,
+        items={"type": "string", "enum": names},
+        uniqueItems=True,
+        examples=names,
+    )
+
+
 def trigger_params(datasets: list[str], stages: list[str]) -> dict[str, Param]:
     """The trigger form: datasets and stages as multi-selects of the known names, param
     overrides as a JSON object; each empty by default, meaning "as params.yaml has it"."""
     return {
-        "datasets": Param(
-            [],
-            type="array",
-            title="Datasets",
-            description="The KGs to run (params.yaml `datasets`); none chosen: params.yaml's.",
-            items={"type": "string", "enum": datasets},
-            uniqueItems=True,
-            examples=datasets,
+        "datasets": _multi_select(
+            "Datasets",
+            "The KGs to run (params.yaml `datasets`); none chosen: params.yaml's.",
+            datasets,
         ),
-        "stages": Param(
-            [],
-            type="array",
-            title="Stages",
-            description="dvc.yaml stages to run, the others skip; none chosen: every stage.",
-            items={"type": "string", "enum": stages},
-            uniqueItems=True,
-            examples=stages,
+        "stages": _multi_select(
+            "Stages", "dvc.yaml stages to run, the others skip; none chosen: every stage.", stages
         ),
         "params": Param(
             {},

@@ -19,13 +19,12 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
+    numeric_metrics,
     run_stage,
 )
-from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import (
     GridConfig,
-    check_max_rules,
-    generation_settings,
+    checked_generation_settings,
     grid_config,
 )
 from rulerag.generation.generators import passive_openmp
@@ -46,9 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name = args.dataset
     params = load_params()
-    settings = generation_settings(params.get("generation"))
-    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
-    check_max_rules(settings.max_rules, selection.top_n)
+    settings = checked_generation_settings(params)
     r2ag = r2ag_settings(params.get("r2ag"))
     factory = None
     stage = "generate"
@@ -78,13 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         with staged_outputs(out_dir, "generate") as staging:
             write_jsonl(staging / "predictions.jsonl", result.records)
             write_json(staging / "metrics.json", result.metrics)
-        run.log_metrics(
-            {
-                k: v
-                for k, v in result.metrics.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
-        )
+        run.log_metrics(numeric_metrics(result.metrics))
         run.log_artifact(out_dir / "metrics.json")
         run.log_artifact(out_dir / "predictions.jsonl")
 

@@ -24,12 +24,11 @@ from pipeline_steps.common import (
     data_dir,
     dataset_parser,
     load_params,
+    numeric_metrics,
     run_stage,
 )
-from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.generation.config import (
-    check_max_rules,
-    generation_settings,
+    checked_generation_settings,
     grid_config,
     retrieval_name,
 )
@@ -54,9 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name = args.dataset
     params = load_params()
-    settings = generation_settings(params.get("generation"))
-    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
-    check_max_rules(settings.max_rules, selection.top_n)
+    settings = checked_generation_settings(params)
     if args.config not in settings.robustness_rows:
         raise InputError(f"robustness: {args.config!r} is not in generation.robustness_rows")
     grid = grid_config(args.config, settings)
@@ -81,13 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             result.metrics["query_set"] = QUERY_SET
             write_jsonl(staging / "predictions.jsonl", result.records)
             write_json(staging / "metrics.json", result.metrics)
-        run.log_metrics(
-            {
-                k: v
-                for k, v in result.metrics.items()
-                if isinstance(v, int | float) and not isinstance(v, bool)
-            }
-        )
+        run.log_metrics(numeric_metrics(result.metrics))
         run.log_artifact(out_dir / "metrics.json")
     metrics = result.metrics
     print(

@@ -21,9 +21,8 @@ from pipeline_steps.common import (
     load_params,
     run_stage,
 )
-from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.errors import InputError
-from rulerag.generation.config import check_max_rules, generation_settings, retrieval_name
+from rulerag.generation.config import checked_generation_settings, retrieval_name
 from rulerag.generation.generators import adapter_dir, passive_openmp
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import fg_examples
@@ -38,9 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name = args.dataset
     params = load_params()
-    settings = generation_settings(params.get("generation"))
-    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
-    check_max_rules(settings.max_rules, selection.top_n)
+    settings = checked_generation_settings(params)
     variants = settings.train.variants
     if args.variant not in variants:
         raise InputError(f"train_generator: unknown variant {args.variant!r} ({sorted(variants)})")

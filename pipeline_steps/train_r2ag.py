@@ -23,8 +23,7 @@ from pipeline_steps.common import (
     numeric_metrics,
     run_stage,
 )
-from rulerag.benchmark.settings import build_benchmark_settings
-from rulerag.generation.config import check_max_rules, generation_settings, retrieval_name
+from rulerag.generation.config import checked_generation_settings, retrieval_name
 from rulerag.generation.generators import passive_openmp
 from rulerag.generation.r2ag.settings import r2ag_settings
 from rulerag.generation.samples import fg_samples
@@ -45,10 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     name, variant = args.dataset, args.variant
     params = load_params()
-    generation = generation_settings(params.get("generation"))
+    generation = checked_generation_settings(params)
     settings = r2ag_settings(params.get("r2ag"))
-    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
-    check_max_rules(generation.max_rules, selection.top_n)
     spec = settings.variant(variant)
     retrieval = retrieval_name(spec.retrieval, generation.retriever)
     base = data_dir(name)

@@ -221,6 +221,17 @@ def grid_config(name: str, settings: GenerationSettings) -> GridConfig:
     return config
 
 
+def checked_generation_settings(params: Mapping[str, Any]) -> GenerationSettings:
+    """params.yaml's `generation`, checked against the benchmark the stages read: `max_rules`
+    may not ask for more rules than `build_benchmark.rule_selection.top_n` selected."""
+    from rulerag.benchmark.settings import build_benchmark_settings
+
+    settings = generation_settings(params.get("generation"))
+    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
+    check_max_rules(settings.max_rules, selection.top_n)
+    return settings
+
+
 def check_max_rules(max_rules: int | None, selection_top_n: int) -> None:
     """`generation.max_rules` may only take fewer rules than the benchmark selected."""
     if max_rules is not None and max_rules > selection_top_n:

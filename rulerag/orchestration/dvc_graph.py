@@ -557,7 +557,10 @@ def task_placement(instances: Sequence[StageInstance]) -> dict[str, tuple[tuple[
             continue
         item = str(inst.item or inst.name)
         rest = item.removeprefix(f"{inst.dataset}-") if item != inst.dataset else item
-        placed[inst.name] = ((group, _TASK_ID_BAD.sub("_", inst.stage)), _TASK_ID_BAD.sub("_", rest))
+        placed[inst.name] = (
+            (group, _TASK_ID_BAD.sub("_", inst.stage)),
+            _TASK_ID_BAD.sub("_", rest),
+        )
     full = [".".join((*path, leaf)) for path, leaf in placed.values()]
     if len(set(full)) != len(full):
         raise StageGraphError(f"stage instances collide as Airflow task ids: {sorted(full)}")
