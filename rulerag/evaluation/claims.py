@@ -105,6 +105,8 @@ RULE_CLAIMS: tuple[Claim, ...] = (
     Claim("symbolic", "standard_rag", "rules alone above Standard RAG"),
     Claim("symbolic", "rulerag_icl", "rules alone above RuleRAG-ICL"),
     Claim("rulerag_icl_evidence", "rulerag_icl", "rule-derived evidence helps RuleRAG-ICL"),
+    Claim("standard_rag_rank", "standard_rag", "ranking candidates helps Standard RAG"),
+    Claim("rulerag_icl_rank", "rulerag_icl", "ranking candidates helps RuleRAG-ICL"),
     Claim("rulerag_icl_rank", "standard_rag_rank", "ranked: RuleRAG-ICL above Standard RAG"),
     Claim("symbolic", "rulerag_icl_rank", "rules alone above RuleRAG-ICL ranking"),
 )
