@@ -6,7 +6,8 @@ retriever, as the paper does), renders the variant's prompt (RGFT: with the quer
 SSFT: without) and trains LoRA on the answers (`rulerag.generation.training`). Writes the
 adapter to data/<dataset>/generation/adapters/<variant>/, its statistics to
 generation/train_<variant>.json (DVC metrics) and the loss curves to train_<variant>_loss.csv
-(DVC plots), and logs the adapter to MLflow.
+(DVC plots), and logs the adapter to MLflow as a pyfunc model (base + adapter) registered as
+`rulerag-<dataset>-generator-<variant>` (`rulerag.model_registry`).
 """
 
 from __future__ import annotations
@@ -105,7 +106,15 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(v, int | float) and not isinstance(v, bool)
             }
         )
-        run.log_artifact(adapter, "adapter")
+        from rulerag.model_registry import registered_name, save_generator_model
+
+        run.log_model(
+            lambda folder: save_generator_model(adapter, folder),
+            "model",
+            registered_name=registered_name(name, "generator", args.variant),
+            description=f"{args.variant.upper()} LoRA adapter on {settings.model} for {name} "
+            f"({settings.prompt_style} prompts, {spec.prompt} prompt)",
+        )
         run.log_artifact(out_dir / f"train_{args.variant}.json")
     print(
         f"train_generator@{name}-{args.variant}: {stats['train_samples']} samples, "

@@ -12,7 +12,8 @@ the same index (`rulerag.retrieval.training`). Writes:
                                              (DVC plots), loss.png
     retrieval/checkpoints/<encoder>-<mode>/  resumable checkpoints (kept between runs)
 
-Loss curves, held-out figures and the trained encoder are logged to MLflow.
+Loss curves and held-out figures are logged to MLflow, and the trained encoder as an MLflow
+sentence-transformers model registered as `rulerag-<dataset>-retriever-<encoder>-<mode>`.
 """
 
 from __future__ import annotations
@@ -115,7 +116,15 @@ def main(argv: list[str] | None = None) -> int:
         for artifact in ("train.json", "loss.csv", "heldout.csv", "loss.png"):
             run.log_artifact(out_dir / artifact)
         if settings.log_model:
-            run.log_artifact(target, artifact_path="model")
+            from rulerag.model_registry import registered_name, save_encoder_model
+
+            run.log_model(
+                lambda folder: save_encoder_model(model, folder),
+                "model",
+                registered_name=registered_name(dataset, "retriever", name),
+                description=f"{mode.upper()} query encoder ({spec.query_name}) for {dataset}; "
+                f"documents are encoded by the untuned {spec.doc_name}",
+            )
     print(
         f"train_retriever@{dataset}-{name}: {result.steps}/{result.total_steps} steps in "
         f"{result.seconds:.0f}s; held-out {result.metric} {result.base_metric:.3f} -> "

@@ -39,7 +39,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -74,6 +74,7 @@ TAG_DATASET = "rulerag.dataset"
 TAG_STAGE_INSTANCE = "rulerag.stage_instance"
 TAG_ERROR = "rulerag.error"
 TAG_REPLAYED_FROM = "rulerag.replayed_from"
+TAG_REGISTRY_ERROR = "rulerag.registry_error"
 #: MLflow's own tag names, so the UI shows the commit and the user.
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 #: MLflow 3 opens an experiment on the view its kind names; without the tag it guesses the
@@ -305,6 +306,9 @@ class _RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # key, value, step, timestamp
     status: str = "RUNNING"
     end_time: int | None = None
+    #: MLflow models among the artifacts, registered when the run is sent: artifact_path,
+    #: name (registered model), description
+    models: list[dict[str, str]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> _RunRecord:
@@ -335,6 +339,15 @@ def _artifact_location(tracking_uri: str, project_dir: Path, experiment: str) ->
     return folder.as_uri()
 
 
+#: the store's columns holding artifact URIs (the registry's versions point into runs' folders)
+REROOTED_COLUMNS = (
+    ("experiments", "artifact_location"),
+    ("runs", "artifact_uri"),
+    ("model_versions", "source"),
+    ("model_versions", "storage_location"),
+)
+
+
 def reroot_store(tracking_uri: str, project_dir: Path) -> int:
     """Point a local SQLite store's artifact locations at this project's `mlartifacts/`.
 
@@ -355,7 +368,10 @@ def reroot_store(tracking_uri: str, project_dir: Path) -> int:
     marker = f"/{ARTIFACTS_DIRNAME}"
     changed = 0
     with sqlite3.connect(path) as db:
-        for table, column in (("experiments", "artifact_location"), ("runs", "artifact_uri")):
+        for table, column in REROOTED_COLUMNS:
+            present = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+            if column not in present:  # a store from before the registry's tables
+                continue
             rows = db.execute(
                 f"SELECT rowid, {column} FROM {table} WHERE {column} LIKE ?",  # noqa: S608
                 (f"file://%{marker}/%",),
@@ -441,8 +457,49 @@ def _send(
             client.log_batch(run_id, metrics=chunk, synchronous=True)
         if artifacts is not None and artifacts.is_dir() and any(artifacts.iterdir()):
             client.log_artifacts(run_id, str(artifacts))
+        for model in record.models:
+            _register(client, run, model, _last_metrics(record))
         client.set_terminated(run_id, status=record.status, end_time=record.end_time)
         return run_id
+
+
+def _last_metrics(record: _RunRecord) -> dict[str, float]:
+    """Each metric's value at its last step (the run's result, as MLflow's runs table shows)."""
+    last: dict[str, tuple[int, int, float]] = {}
+    for metric in record.metrics:
+        key = (int(metric["step"]), int(metric["timestamp"]), float(metric["value"]))
+        if metric["key"] not in last or key[:2] >= last[metric["key"]][:2]:
+            last[metric["key"]] = key
+    return {name: value for name, (_step, _time, value) in sorted(last.items())}
+
+
+def _register(client: Any, run: Any, model: Mapping[str, str], metrics: Mapping[str, float]):
+    """A new version of the registered model `model["name"]` from this run's artifact folder,
+    tagged with the run's metrics (the registry shows tags, and the version links its run).
+    A store without a registry keeps the run and says so in a tag instead of failing it."""
+    from mlflow.exceptions import MlflowException
+
+    name = model["name"]
+    try:
+        try:
+            client.create_registered_model(name, description=model.get("description") or None)
+        except MlflowException as err:
+            if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
+                raise
+        tags = {f"metric.{key}": f"{value:.6g}" for key, value in list(metrics.items())[:90]}
+        tags[TAG_STAGE_INSTANCE] = run.data.tags.get(TAG_STAGE_INSTANCE, "")
+        version = client.create_model_version(
+            name,
+            source=f"{run.info.artifact_uri.rstrip('/')}/{model['artifact_path']}",
+            run_id=run.info.run_id,
+            tags=tags,
+            description=model.get("description") or None,
+        )
+    except MlflowException as err:
+        logger.warning("model %s not registered: %s", name, _first_line(err))
+        client.set_tag(run.info.run_id, TAG_REGISTRY_ERROR, _truncate(str(err), 500))
+        return
+    logger.info("registered %s version %s", name, version.version)
 
 
 def _discard_partial(run_ids: Sequence[str], tracking_uri: str) -> list[str]:
@@ -566,6 +623,32 @@ class StageRun:
                     _link_or_copy(file, dest / file.relative_to(src))
         else:
             _link_or_copy(src, dest)
+
+    def log_model(
+        self,
+        save: Callable[[Path], None],
+        artifact_path: str,
+        *,
+        registered_name: str,
+        description: str = "",
+    ) -> None:
+        """Record an MLflow model (`save(folder)` writes it, e.g. with a flavour's
+        `save_model`) at `artifact_path` and register it as a new version of
+        `registered_name` when the run is sent, tagged with the run's last metric values.
+        The model is written now, so it is snapshotted like any artifact."""
+        self._check_open()
+        dest = self._artifact_dest(artifact_path)
+        if dest.exists():
+            raise ValueError(f"artifact path {artifact_path!r} is already used in this run")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        save(dest)
+        self._record.models.append(
+            {
+                "artifact_path": dest.relative_to(self._artifact_dest(None)).as_posix(),
+                "name": registered_name,
+                "description": description,
+            }
+        )
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         """Record `obj` as a JSON (or, for `.yaml`/`.yml`, YAML) artifact file, like

@@ -195,6 +195,14 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {"test-full-pipeline"}
     logged = {r.data.tags["rulerag.stage"] for r in runs}
     assert logged == {s.split("@")[0] for s in stages}, logged
+    # the trained models are in the Model Registry, each version linked to its training run
+    registered = {m.name for m in client.search_registered_models()}
+    assert {"rulerag-slice-generator-rgft", "rulerag-slice-retriever-minilm-rgft"} <= registered
+    by_id = {r.info.run_id: r for r in runs}
+    (version,) = client.search_model_versions("name='rulerag-slice-generator-rgft'")
+    trained = by_id[version.run_id]
+    assert trained.data.tags["rulerag.stage_instance"] == "train_generator@slice-rgft"
+    assert float(version.tags["metric.steps"]) == trained.data.metrics["steps"]
 
     _rule_retrieval_selection_runs_the_benchmark(project_copy, env, dvc)
 

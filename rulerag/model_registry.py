@@ -1,0 +1,85 @@
+"""Trained models as MLflow models, registered as `rulerag-<dataset>-<kind>-<variant>`.
+
+Why MLflow models rather than plain artifact folders: a user finds "the RGFT generator for
+ICEWS14" in the Model Registry, with the run (and its metrics) that made it, and loads it with
+MLflow's own loaders instead of learning this project's folder layout:
+
+* query encoders (`train_retriever`) use MLflow's sentence-transformers flavour:
+  `mlflow.sentence_transformers.load_model("models:/rulerag-icews14-retriever-minilm-rgft/1")`
+  is the fine-tuned `SentenceTransformer` (the document encoder is the untuned base model and
+  the corpus index is `index`'s, as in the pipeline);
+* generator adapters (`train_generator`) are a pyfunc that loads the base model and the LoRA
+  adapter (`rulerag.generation.adapter_model.AdapterGenerator`):
+  `mlflow.pyfunc.load_model(uri).predict([prompt, ...])` returns the raw generations (the
+  model is declared from code, `rulerag/adapter_generator_model.py`, not pickled). MLflow's
+  transformers flavour would record the base model by hub name only, which fails for the
+  offline models this project ships; the pyfunc takes the base named in the adapter's
+  train_stats.json, or `model_config={"base_model": <id or folder>}` to point
+  it at another copy. Its code (`rulerag/`) travels with the model (`code_paths`), so loading
+  needs MLflow, torch, transformers and peft, not this project's checkout.
+
+The save functions write an MLflow model folder; `StageRun.log_model` (rulerag.tracking) puts
+it in the run's artifacts and registers it when the run is sent.
+"""
+
+from __future__ import annotations
+
+import re
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "registered_name",
+    "save_encoder_model",
+    "save_generator_model",
+]
+
+#: every registered model of this project starts with it
+REGISTRY_PREFIX = "rulerag"
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def registered_name(dataset: str, kind: str, variant: str) -> str:
+    """`rulerag-icews14-generator-rgft`, `rulerag-icews14-retriever-minilm-rgft`: one name per
+    dataset and trained variant, so each training run adds a version to the same model."""
+    parts = [REGISTRY_PREFIX, dataset, kind, variant]
+    return "-".join(_UNSAFE.sub("_", part).strip("_") or "_" for part in parts)
+
+
+def _pins(*distributions: str) -> list[str]:
+    """`name==version` of the installed distributions: the model's pip requirements, stated
+    rather than inferred (MLflow's inference loads the model in a subprocess: slow)."""
+    pins = []
+    for name in distributions:
+        try:
+            pins.append(f"{name}=={metadata.version(name)}")
+        except metadata.PackageNotFoundError:
+            pins.append(name)
+    return pins
+
+
+def save_encoder_model(model: Any, path: Path) -> None:
+    """A fine-tuned `SentenceTransformer` as an MLflow sentence-transformers model at `path`."""
+    import mlflow.sentence_transformers
+
+    mlflow.sentence_transformers.save_model(
+        model,
+        str(path),
+        pip_requirements=_pins("mlflow", "sentence-transformers", "transformers", "torch"),
+    )
+
+
+def save_generator_model(adapter: Path, path: Path) -> None:
+    """A LoRA adapter folder (with its train_stats.json) as an `AdapterGenerator` pyfunc
+    (`rulerag.generation.adapter_model`), declared from code."""
+    import mlflow.pyfunc
+
+    mlflow.pyfunc.save_model(
+        str(path),
+        python_model=str(_PACKAGE_DIR / "adapter_generator_model.py"),
+        artifacts={"adapter": str(adapter)},
+        code_paths=[str(_PACKAGE_DIR)],
+        pip_requirements=_pins("mlflow", "torch", "transformers", "peft", "pandas"),
+    )
