@@ -44,6 +44,7 @@ SECTIONS: dict[str, str] = {
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
     "apply_rules": "rulerag.rules.answers:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
+    "qa": "rulerag.qa.settings:qa_settings",
 }
 #: top-level keys that are not a stage's section
 OTHER_KEYS = ("datasets",)

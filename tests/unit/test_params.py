@@ -20,6 +20,7 @@ from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
+from rulerag.qa.settings import QASettings, qa_settings
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
 from rulerag.retrieval.settings import IndexSettings, index_settings
 from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
@@ -43,6 +44,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "rule_retrieval": (RuleRetrievalSettings, rule_retrieval_settings),
     "r2ag": (R2AGSettings, r2ag_settings),
     "apply_rules": (ApplyRulesSettings, apply_rules_settings),
+    "qa": (QASettings, qa_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}
