@@ -23,7 +23,8 @@ class AdapterGenerator(mlflow.pyfunc.PythonModel):
     The prompts are what the pipeline renders (`rulerag.generation.prompts`, the adapter's
     prompt style is in its train_stats.json); generation is greedy and stops at a newline, as
     in the grid. `model_config` may set `base_model` (another copy or hub id of the same base),
-    `max_new_tokens` and `batch_size`.
+    `max_new_tokens`, `max_prompt_tokens` (prompts cut from the left, as the grid's
+    `generation.max_prompt_tokens`) and `batch_size`.
     """
 
     def load_context(self, context: Any) -> None:
@@ -37,6 +38,7 @@ class AdapterGenerator(mlflow.pyfunc.PythonModel):
             quantization=trained.get("quantization"),
             max_new_tokens=int(config.get("max_new_tokens", 16)),
             batch_size=int(config.get("batch_size", 8)),
+            max_prompt_tokens=config.get("max_prompt_tokens"),
             chat_template=stats.get("chat_template", "auto"),
         )
 
