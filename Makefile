@@ -24,7 +24,7 @@ export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
-	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness
+	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains
 
 setup: $(STAMP)
 
@@ -86,6 +86,24 @@ exp-robustness: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name robustness \
 	  -S 'generation.robustness_rows=[standard_rag,rulerag_icl,rulerag_ft]' && \
+	dvc exp show --only-changed --md
+
+# Rule generalisation (Sec. 6, Figure 5): RuleRAG-FT trained on one of 4 disjoint rule banks,
+# tested on each; the heat map is data/<dataset>/generalisation/gains.png (~25 min on 2 cores).
+GENERALISATION_DATASETS ?= icews14
+exp-generalisation: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name generalisation \
+	  -S 'generalisation.datasets=[$(GENERALISATION_DATASETS)]' && \
+	dvc exp show --only-changed --md
+
+# VE, CoK and RuleRAG-CoK (the anonymous version's Table 2) beside Standard RAG and RuleRAG-ICL
+# on CHAIN_QUERIES test queries (a 135M model's sampled chains take ~1 min a query on 2 cores).
+CHAIN_QUERIES ?= 20
+exp-chains: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name chains -S generation.test_queries=$(CHAIN_QUERIES) \
+	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' && \
 	dvc exp show --only-changed --md
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).

@@ -45,6 +45,7 @@ SECTIONS: dict[str, str] = {
     "apply_rules": "rulerag.rules.answers:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
     "qa": "rulerag.qa.settings:qa_settings",
+    "generalisation": "rulerag.generalisation:generalisation_settings",
 }
 #: top-level keys that are not a stage's section
 OTHER_KEYS = ("datasets",)

@@ -79,8 +79,10 @@ def make_generator(
     grid: GridConfig,
     settings: GenerationSettings,
     retrieval: str | None,
+    adapter: Path | None = None,
 ) -> Any:
-    """The row's generator (see the module docstring)."""
+    """The row's generator (see the module docstring); `adapter` replaces a trained row's
+    own adapter folder (e.g. one trained on another rule bank)."""
     prompt_format = PromptFormat(settings.prompt_style)
     if grid.generator == "symbolic":
         raise ValueError("the symbolic row is answered by rulerag.generation.grid (no model)")
@@ -103,10 +105,11 @@ def make_generator(
         )
     from rulerag.generation.local import LocalGenerator
 
-    adapter = None
     trained: dict[str, Any] = {}
-    if grid.trained:
-        adapter = adapter_dir(base, grid.generator)
+    if not grid.trained:
+        adapter = None
+    else:
+        adapter = adapter or adapter_dir(base, grid.generator)
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter}: run train_generator for {grid.generator}")
         trained = json.loads((adapter / "train_stats.json").read_text(encoding="utf-8"))

@@ -8,7 +8,7 @@ run, united over the lists of the rules its prompt shows (`samples.load_samples`
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ def run_row(
     *,
     query_set: str = "test",
     run_file: str | Path = RUN_FILENAME,
+    queries: Sequence[Mapping[str, Any]] | None = None,
 ) -> RowResult:
     """Answer and score the row's test queries (data/<dataset>/ is `base`).
 
@@ -46,11 +47,13 @@ def run_row(
     `make_generator`). A generator with `render(format, kind, sample)` writes its own prompts
     and one with `generate_samples(samples, prompts)` reads the samples too (R²AG does both).
     `query_set` (benchmark/<query_set>.jsonl) and `run_file` (its retrieval run, a name in the
-    row's retrieval folder or a path) answer another query set, e.g. the robustness queries.
+    row's retrieval folder or a path) answer another query set, e.g. the robustness queries;
+    `queries` (records of that set) answers exactly these instead of the seeded sample.
     """
     retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
-    test = read_jsonl(base / "benchmark" / f"{query_set}.jsonl")
-    queries = sample_queries(test, settings.test_queries, settings.seed)
+    if queries is None:
+        test = read_jsonl(base / "benchmark" / f"{query_set}.jsonl")
+        queries = sample_queries(test, settings.test_queries, settings.seed)
     samples = load_samples(base, queries, retrieval, run_file, grid.rules, settings)
     if grid.evidence:
         from rulerag.generation.symbolic import add_evidence, read_answers

@@ -37,6 +37,15 @@ SMALL = {
         "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
     },
     "rule_retrieval": {"queries": 4, "llm": {"max_new_tokens": 16, "rank_max_new_tokens": 24}},
+    # Figure 5 (off by default): two banks, a few steps and samples each
+    "generalisation": {
+        "datasets": ["slice"],
+        "banks": 2,
+        "retriever_steps": 2,
+        "generator_samples": 4,
+        "dev_samples": 2,
+        "test_queries": 4,
+    },
     "r2ag": {
         "rows": ["r2ag", "rulerag_r2ag"],  # off by default (make run's budget); on here
         "train": {"samples": 8, "dev_samples": 4, "eval_steps": 2, "logging_steps": 1},
@@ -97,7 +106,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
-    assert len(stages) == 34, stages  # 3 + 1 + 2 + 2 + 4 + 2 + 1 + 2 + 11 + 2 + 2 + 1 + 1
+    assert len(stages) == 35, stages  # 3 + 1 + 2 + 2 + 4 + 2 + 1 + 2 + 11 + 2 + 2 + 1 + 1 + 1
 
     for config in (
         "bm25-standard",
@@ -160,6 +169,14 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
         for candidate in answer["candidates"]:
             assert " leads to " in candidate["rule"] and candidate["evidence"]
     assert "| TLogic" not in (data / "rule_application" / "results.md").read_text()  # no paper row
+
+    gains = pd.read_csv(data / "generalisation" / "gains.csv", index_col=0)
+    assert list(gains.index) == ["R1", "R2"] and list(gains.columns) == ["R1", "R2"]
+    cells = pd.read_csv(data / "generalisation" / "cells.csv")
+    assert len(cells) == 4 and cells["em"].between(0, 100).all()
+    assert ((cells["gain"] - (cells["em"] - cells["standard_rag_em"])).abs() <= 0.11).all()
+    assert "Gain over Standard RAG" in (data / "generalisation" / "results.md").read_text()
+    assert not (data / "generalisation" / "work").exists()  # the per-bank models are removed
 
     rule_retrieval = pd.read_csv(data / "rule_retrieval" / "results.csv")
     methods = set(zip(rule_retrieval["retriever"], rule_retrieval["method"], strict=True))

@@ -35,12 +35,13 @@ PACKAGES = project_packages(PROJECT)
 def project_stages() -> dict[str, StageInstance]:
     """One instance per stage of the real dvc.yaml: code deps do not vary by item. Opt-in
     matrix axes that are empty by default (`r2ag.rows`, `generation.robustness_rows`,
-    `qa.datasets`) are filled so their stages are seen."""
+    `qa.datasets`, `generalisation.datasets`) are filled so their stages are seen."""
     params = load_yaml(PROJECT / "params.yaml")
     params["r2ag"]["rows"] = params["r2ag"]["rows"] or list(params["r2ag"]["variants"])
     generation = params["generation"]
     generation["robustness_rows"] = generation["robustness_rows"] or ["standard_rag"]
     params["qa"]["datasets"] = params["qa"]["datasets"] or ["toyqa"]
+    params["generalisation"]["datasets"] = params["generalisation"]["datasets"] or ["icews14"]
     stages: dict[str, StageInstance] = {}
     for instance in build_graph(PROJECT / "dvc.yaml", params):
         stages.setdefault(instance.stage, instance)

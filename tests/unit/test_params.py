@@ -16,6 +16,7 @@ import yaml
 
 from rulerag import params_schema
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
+from rulerag.generalisation import GeneralisationSettings, generalisation_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
@@ -45,6 +46,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "r2ag": (R2AGSettings, r2ag_settings),
     "apply_rules": (ApplyRulesSettings, apply_rules_settings),
     "qa": (QASettings, qa_settings),
+    "generalisation": (GeneralisationSettings, generalisation_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}
