@@ -63,9 +63,17 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         grid = grid_config(args.config, settings)
+        if grid.method is not None:  # VE / CoK / RuleRAG-CoK: the chain searches the corpus
+            from rulerag.generation.chains import chain_factory
+
+            factory = chain_factory(
+                index_settings(params.get("index")),
+                retrieve_settings(params.get("retrieve")).rule_query,
+                MODEL_CACHE,
+            )
     out_dir = data_dir(name) / "generation" / grid.name
     tracked = {"generation": {**asdict(settings), "grid": None}, "config": asdict(grid)}
-    if factory is not None:
+    if stage == "generate_r2ag":
         tracked["r2ag"] = {**asdict(r2ag), "profiles": None}
     with stage_run(stage, name, project_dir=PROJECT_DIR, params=tracked) as run:
         run.set_tags(

@@ -46,6 +46,8 @@ PAPER_CLAIMS: tuple[Claim, ...] = (
     Claim("rulerag_ft", "standard_rag", "RuleRAG-FT above Standard RAG"),
     Claim("rulerag_ft", "rulerag_icl", "RuleRAG-FT above RuleRAG-ICL"),
     Claim("rulerag_icl", "standard_rag", "RuleRAG-ICL above Standard RAG"),
+    Claim("rulerag_cok", "cok", "RuleRAG-CoK above CoK (anonymous version's Table 2)"),
+    Claim("standard_rag", "ve", "Standard RAG above VE (anonymous version's Table 2)"),
     Claim(
         "rulerag_ft",
         "rgft_retriever_ssft_generator",

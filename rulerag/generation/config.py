@@ -27,6 +27,7 @@ from rulerag.generation.prompts import PROMPT_KINDS, PROMPT_STYLES
 from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSettings
 from rulerag.settings import (
     Count,
+    Fraction,
     NonNegative,
     Positive,
     PositiveReal,
@@ -39,8 +40,10 @@ from rulerag.settings import (
 )
 
 __all__ = [
+    "CHAIN_METHODS",
     "GENERATOR_KINDS",
     "ApiSettings",
+    "ChainSettings",
     "GenerationSettings",
     "GridConfig",
     "TrainSection",
@@ -59,6 +62,8 @@ __all__ = [
 GENERATOR_KINDS = ("base", "api", "symbolic")
 #: generate: greedy decoding; rank: the best of a candidate set (`ranking.py`)
 DECODINGS = ("generate", "rank")
+#: multi-step rows (`chains.py`): verify-and-edit, chain-of-knowledge (RuleRAG-CoK with rules)
+CHAIN_METHODS = ("ve", "cok")
 #: which rows of a retrieval run are united into a query's documents
 RULE_FILTERS = ("all", "query_only", "rules_only")
 
@@ -74,10 +79,28 @@ class GridConfig:
     rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
     evidence: Count = 0  # rule-derived evidence documents before the retrieved ones
     decoding: str | None = None  # generate | rank; None = generation.decoding
+    #: ve | cok: a multi-step chain (`chains.py`) searching the corpus itself; None: one prompt
+    method: str | None = None
 
     @property
     def trained(self) -> bool:
         return self.generator not in GENERATOR_KINDS
+
+
+@dataclass(frozen=True)
+class ChainSettings:
+    """params.yaml `generation.chains`: the VE / CoK knobs (their reference defaults)."""
+
+    shots: Positive = 3  # CoT demonstrations (the RuleRAG paper: 3-shot)
+    ve_samples: Positive = 5
+    cok_samples: Positive = 10
+    cok_voters: Positive = 5  # CoK: the first samples that state an answer vote
+    temperature: PositiveReal = 0.7
+    ve_threshold: Fraction = 0.6  # verify when the majority's share is below
+    cok_threshold: Fraction = 0.5
+    max_new_tokens: Positive = 144  # a rationale with its answer
+    step_max_new_tokens: Positive = 70  # a question, an answer sentence, an edit
+    documents: Positive = 3  # retrieved per verifying question / query
 
 
 @dataclass
@@ -139,6 +162,7 @@ class GenerationSettings(ModelSettings):
     test_queries: Positive | None = 100
     train: TrainSection = field(default_factory=TrainSection)
     api: ApiSettings = field(default_factory=ApiSettings)
+    chains: ChainSettings = field(default_factory=ChainSettings)
     configs: tuple[str, ...] = ()
     grid: dict[str, GridConfig] = field(default_factory=dict)
     #: grid rows also answered on the robustness queries (stage `robustness`)
@@ -157,6 +181,15 @@ class GenerationSettings(ModelSettings):
             _check_prompt(f"grid.{name}", entry.prompt, entry.rules)
             if (entry.decoding or self.decoding) not in DECODINGS:
                 raise ValueError(f"grid.{name}: decoding must be one of {DECODINGS}")
+            if entry.method is not None and (
+                entry.method not in CHAIN_METHODS
+                or entry.generator not in ("base", "api")
+                or entry.retrieval is not None
+            ):
+                raise ValueError(
+                    f"grid.{name}: method must be one of {CHAIN_METHODS}, with generator base or "
+                    "api and retrieval null (the chain searches the corpus itself)"
+                )
         if self.decoding not in DECODINGS:
             raise ValueError(f"decoding must be one of {DECODINGS}, not {self.decoding!r}")
         for name, variant in self.train.variants.items():
@@ -216,7 +249,7 @@ def grid_config(name: str, settings: GenerationSettings) -> GridConfig:
             f"configuration {name!r} is not in generation.grid ({sorted(settings.grid)})"
         )
     config = settings.grid[name]
-    if config.retrieval is None and config.prompt != "query":
+    if config.retrieval is None and config.prompt != "query" and config.method is None:
         raise ValueError(f"{name}: a configuration without retrieval must use prompt 'query'")
     return config
 

@@ -170,12 +170,33 @@ class LocalGenerator:
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
         """Raw generations (decoded new tokens, special tokens dropped), in the prompts' order."""
+        return [texts[0] for texts in self._decode(prompts, self.greedy_kwargs(), 1)]
+
+    def sample(
+        self,
+        prompts: Sequence[str],
+        n: int,
+        temperature: float,
+        max_new_tokens: int | None = None,
+    ) -> list[list[str]]:
+        """`n` sampled generations per prompt (self-consistency); temperature 0 is greedy."""
+        kwargs = self.greedy_kwargs()
+        if max_new_tokens is not None:
+            kwargs["max_new_tokens"] = int(max_new_tokens)
+        if temperature > 0:
+            kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+            kwargs["num_return_sequences"] = int(n)
+            return self._decode(prompts, kwargs, int(n))
+        return [texts * int(n) for texts in self._decode(prompts, kwargs, 1)]
+
+    def _decode(self, prompts: Sequence[str], kwargs: dict[str, Any], n: int) -> list[list[str]]:
+        """`n` generations per prompt with `generate()` arguments `kwargs`, in prompt order."""
         import torch
 
         started = time.perf_counter()
         encoded = [self.encode(prompt) for prompt in prompts]
         order = sorted(range(len(encoded)), key=lambda i: len(encoded[i]))
-        outputs: list[str] = [""] * len(encoded)
+        outputs: list[list[str]] = [[] for _ in encoded]
         stats = GenerationStats(prompts=len(encoded))
         device = next(self.model.parameters()).device
         for start in range(0, len(order), self.batch_size):
@@ -198,9 +219,13 @@ class LocalGenerator:
                     input_ids=input_ids,
                     attention_mask=attention_mask,
                     stopping_criteria=criteria or None,
-                    **self.greedy_kwargs(),
+                    **kwargs,
                 )
-            self.collect(out[:, width:], index, attention_mask, outputs, stats)
+            rows = [i for i in index for _ in range(n)]  # generate() groups a prompt's n
+            texts: list[str] = [""] * len(rows)
+            self.collect(out[:, width:], list(range(len(rows))), attention_mask, texts, stats)
+            for i, text in zip(rows, texts, strict=True):
+                outputs[i].append(text)
         stats.seconds = time.perf_counter() - started
         self.stats = stats
         return outputs
