@@ -186,6 +186,8 @@ def check_qa_rows(rows: Sequence[str], grid: Mapping[str, Any]) -> None:
             problems.append(f"generator {row.generator!r}")
         if row.evidence or (row.decoding or "generate") != "generate":
             problems.append("it needs rule-application candidates")
+        if getattr(row, "method", None):
+            problems.append("a VE / CoK chain takes its demonstrations from F_R items")
         if problems:
             raise InputError(f"qa.rows: {name!r} cannot answer a QA set: {'; '.join(problems)}")
 

@@ -168,6 +168,7 @@ def test_rows_that_need_training_or_rule_candidates_are_refused() -> None:
         ("standard_rag_rank", "rule-application candidates"),
         ("rulerag_icl_evidence", "rule-application candidates"),
         ("symbolic", "generator 'symbolic'"),
+        ("rulerag_cok", "demonstrations from F_R items"),
         ("nope", "not a generation.grid row"),
     ]:
         with pytest.raises(InputError, match=reason):
