@@ -71,6 +71,16 @@ def save_encoder_model(model: Any, path: Path) -> None:
     )
 
 
+#: what a user may set when loading a registered generator (`AdapterGenerator`); None = from the
+#: adapter's train_stats.json (base model) or no limit (prompt tokens)
+GENERATOR_CONFIG: dict[str, Any] = {
+    "base_model": None,
+    "max_new_tokens": 16,
+    "max_prompt_tokens": None,
+    "batch_size": 8,
+}
+
+
 def save_generator_model(adapter: Path, path: Path) -> None:
     """A LoRA adapter folder (with its train_stats.json) as an `AdapterGenerator` pyfunc
     (`rulerag.generation.adapter_model`), declared from code."""
@@ -80,6 +90,9 @@ def save_generator_model(adapter: Path, path: Path) -> None:
         str(path),
         python_model=str(_PACKAGE_DIR / "adapter_generator_model.py"),
         artifacts={"adapter": str(adapter)},
+        # declared here so that `load_model(..., model_config=...)` may override them (MLflow
+        # ignores load-time keys a model was not saved with)
+        model_config=dict(GENERATOR_CONFIG),
         code_paths=[str(_PACKAGE_DIR)],
         pip_requirements=_pins("mlflow", "torch", "transformers", "peft", "pandas"),
     )

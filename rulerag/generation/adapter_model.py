@@ -36,8 +36,8 @@ class AdapterGenerator(mlflow.pyfunc.PythonModel):
             config.get("base_model") or stats["base_model"],
             adapter=adapter,
             quantization=trained.get("quantization"),
-            max_new_tokens=int(config.get("max_new_tokens", 16)),
-            batch_size=int(config.get("batch_size", 8)),
+            max_new_tokens=int(config.get("max_new_tokens") or 16),
+            batch_size=int(config.get("batch_size") or 8),
             max_prompt_tokens=config.get("max_prompt_tokens"),
             chat_template=stats.get("chat_template", "auto"),
         )

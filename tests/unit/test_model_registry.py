@@ -105,6 +105,8 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(
     assert loaded.predict(prompts) == expected.generate(prompts)
     plain = LocalGenerator.from_pretrained(str(base), chat_template=False)
     assert expected.generate(prompts) != plain.generate(prompts)  # the adapter is applied
+    short = mlflow.pyfunc.load_model(f"models:/{name}/2", model_config={"max_new_tokens": 1})
+    assert [len(text.split()) for text in short.predict(prompts)] == [1, 1]  # load-time config
 
 
 def test_encoder_is_registered_and_loads_as_sentence_transformer(
