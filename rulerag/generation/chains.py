@@ -264,7 +264,13 @@ class ChainGenerator:
             f"{cot_prompt(self.demos, s.query, s.rules, self.rules)} {r} {ANSWER_CUE}"
             for s, r in zip(samples, rationales, strict=True)
         ]
-        return [f"{ANSWER_CUE} {text}" for text in self._greedy(prompts)]
+        answers = []
+        for text in self._greedy(prompts):
+            text = text.strip()
+            text = text[len(ANSWER_CUE) :] if text.startswith(ANSWER_CUE) else text  # repeated
+            answer = answer_of(f"{ANSWER_CUE} {text}")
+            answers.append(f"{ANSWER_CUE} {answer}." if answer else "")
+        return answers
 
     def _verify_and_edit(self, samples: Sequence[Sample], index: Sequence[int]) -> list[str]:
         """Each rationale sentence verified on its own: question, search, answer, replace."""

@@ -66,7 +66,7 @@ class LLM:
             elif prompt.endswith("\nA:") and "Q: whom does Iran Meet ?" in prompt:
                 reply = "Iran Meet Oman."  # VE: a verifying question answered from documents
             elif prompt.endswith(ANSWER_CUE):
-                reply = " Oman."
+                reply = " The answer is Oman. First, more text"  # the cue repeated, run on
             elif prompt.endswith("Second,"):
                 reply = " Iran Consult Oman. The answer is Oman."
             else:  # the chain-of-thought prompt: the scripted drafts
