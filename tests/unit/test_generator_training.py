@@ -23,6 +23,7 @@ from rulerag.generation.training import (  # noqa: E402
     load_adapter_model,
     train_lora,
 )
+from tests.helpers import tiny_llama, word_tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -31,23 +32,6 @@ ENTITIES = [f"e{i}" for i in range(8)]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 #: the "KG" the tiny model must learn: the answer of each subject
 ANSWER = {e: ENTITIES[(i * 3 + 1) % len(ENTITIES)] for i, e in enumerate(ENTITIES)}
-
-
-def make_tokenizer(texts: list[str]):
-    """A word-level tokenizer built offline from the texts it will see."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = sorted({w for t in texts for w in pre_tokenizers.Whitespace().pre_tokenize_str(t)})
-    vocab = {"[PAD]": 0, "[UNK]": 1, "<s>": 2, "</s>": 3}
-    for word, _span in words:
-        vocab.setdefault(word, len(vocab))
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, pad_token="[PAD]", unk_token="[UNK]", eos_token="</s>"
-    )
 
 
 def pairs(n: int, offset: int = 0) -> list[tuple[str, str]]:
@@ -63,28 +47,11 @@ def pairs(n: int, offset: int = 0) -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     train, dev = pairs(48), pairs(8, offset=3)
-    tokenizer = make_tokenizer([p + " " + a for p, a in train + dev])
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        pad_token_id=tokenizer.pad_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=None,
-        # Large enough initial weights that the frozen output layer can express a confident
-        # answer: with the usual 0.02 its logits span about one nat, whatever LoRA does.
-        initializer_range=0.2,
-    )
+    tokenizer = word_tokenizer([p + " " + a for p, a in train + dev])
     torch.manual_seed(0)
     base_dir = tmp_path_factory.mktemp("base")
-    LlamaForCausalLM(config).save_pretrained(base_dir)
+    tiny_llama(tokenizer).save_pretrained(base_dir)
     tokenizer.save_pretrained(base_dir)
     return base_dir, tokenizer, train, dev
 

@@ -11,7 +11,7 @@ import pytest
 
 from rulerag.model_registry import registered_name, save_encoder_model, save_generator_model
 from rulerag.tracking import default_tracking_uri, replay_spool, reroot_store, stage_run
-from tests.helpers import require_minilm
+from tests.helpers import require_minilm, tiny_llama, word_tokenizer
 
 pytestmark = pytest.mark.usefixtures("clean_tracking_env", "one_torch_thread")
 
@@ -30,34 +30,14 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     `train_generator` writes (base model, chat template, settings)."""
     import torch
     from peft import LoraConfig, get_peft_model
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import LlamaForCausalLM
 
     root = tmp_path_factory.mktemp("gen")
-    words = ["[PAD]", "[EOS]", "[UNK]", "who", "meets", "?", "Answer:"]
-    words += [f"e{i}" for i in range(40)]  # most of what a random model says is an entity
-    vocab = {word: i for i, word in enumerate(words)}
-    backend = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    backend.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend, pad_token="[PAD]", eos_token="[EOS]", unk_token="[UNK]"
-    )
-    config = LlamaConfig(
-        vocab_size=len(vocab),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        max_position_embeddings=64,
-        pad_token_id=0,
-        eos_token_id=1,
-        bos_token_id=None,
-        initializer_range=0.5,
-    )
+    words = "who meets ? Answer: " + " ".join(f"e{i}" for i in range(40))
+    tokenizer = word_tokenizer([words])  # most of what a random model says is an entity
     torch.manual_seed(0)
     base = root / "base"
-    LlamaForCausalLM(config).save_pretrained(base)
+    tiny_llama(tokenizer, initializer_range=0.5).save_pretrained(base)
     tokenizer.save_pretrained(base)
     lora = get_peft_model(
         LlamaForCausalLM.from_pretrained(base),
