@@ -53,7 +53,7 @@ from rulerag.generation.generators import make_generator, passive_openmp
 from rulerag.generation.grid import run_row
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import load_samples, prompt_format
-from rulerag.io import atomic_open, read_jsonl, write_json
+from rulerag.io import atomic_open, atomic_path, read_jsonl, write_json
 from rulerag.retrieval.configs import RetrievalPaths, retrieve_settings
 from rulerag.retrieval.data import to_queries
 from rulerag.retrieval.rule_guided import retrieve, rule_query_texts
@@ -142,9 +142,12 @@ def main(argv: list[str] | None = None) -> int:
             ]
         gains = gains_table(em, baseline)
         out.mkdir(parents=True, exist_ok=True)
-        gains.to_csv(out / "gains.csv")
-        long_form(em, baseline).to_csv(out / "cells.csv", index=False)
-        plot_gains(gains, out / "gains.png", f"{name}: RuleRAG-FT over Standard RAG (EM)")
+        with atomic_open(out / "gains.csv") as handle:  # each output replaced whole
+            gains.to_csv(handle)
+        with atomic_open(out / "cells.csv") as handle:
+            long_form(em, baseline).to_csv(handle, index=False)
+        with atomic_path(out / "gains.png") as tmp:
+            plot_gains(gains, tmp, f"{name}: RuleRAG-FT over Standard RAG (EM)")
         with atomic_open(out / "results.md") as handle:
             handle.write(to_markdown(name, gains, em, baseline, sizes))
         stats = {**summary(gains), "banks": settings.banks, "bank_rules": sizes[1][0]}

@@ -156,7 +156,7 @@ def plot_gains(gains: pd.DataFrame, path: Path, title: str) -> None:
     fig.colorbar(image, ax=ax, label="EM gain over Standard RAG (points)")
     ax.set_title(title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
 
 
