@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_json(staging / "metrics.json", result.metrics)
             metrics[row] = result.metrics
             per_query[row] = {r["qid"]: r["em"] for r in result.records}
-            run.log_metrics({f"{row}.{k}": v for k, v in numeric_metrics(result.metrics).items()})
+            run.log_metrics(numeric_metrics(result.metrics, f"{row}."))
         claims = claims_to_markdown(claims_table(per_query, PAPER_CLAIMS))
         out = base / "qa"
         out.mkdir(parents=True, exist_ok=True)

@@ -457,8 +457,9 @@ def _send(
             client.log_batch(run_id, metrics=chunk, synchronous=True)
         if artifacts is not None and artifacts.is_dir() and any(artifacts.iterdir()):
             client.log_artifacts(run_id, str(artifacts))
+        last = _last_metrics(record) if record.models else {}
         for model in record.models:
-            _register(client, run, model, _last_metrics(record))
+            _register(client, run, model, last)
         client.set_terminated(run_id, status=record.status, end_time=record.end_time)
         return run_id
 

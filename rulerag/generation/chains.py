@@ -31,7 +31,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -185,7 +186,7 @@ class ChainGenerator:
         self,
         llm: ChainLLM,
         searcher: Searcher,
-        corpus: Callable[[Sequence[str]], Mapping[str, str]],
+        corpus: Mapping[str, str],
         demos: Sequence[Demo],
         method: str,
         rules: bool,
@@ -256,8 +257,7 @@ class ChainGenerator:
                     doc = str(ids[r])
                     best[i][doc] = max(best[i].get(doc, -np.inf), float(sc))
         chosen = [sorted(b, key=lambda d: (-b[d], d))[:k] for b in best]
-        texts_by_id = self.corpus([d for docs in chosen for d in docs])
-        return [[texts_by_id[d] for d in docs if d in texts_by_id] for docs in chosen]
+        return [[self.corpus[d] for d in docs if d in self.corpus] for docs in chosen]
 
     def _final(self, samples: Sequence[Sample], rationales: Sequence[str]) -> list[str]:
         prompts = [
@@ -367,9 +367,6 @@ def chain_factory(
     `rule_query` is the form a rule takes in a search text (`retrieve.rule_query`)."""
 
     def build(base: Any, grid: Any, settings: Any, retrieval: str | None) -> ChainGenerator:
-        from dataclasses import replace
-        from pathlib import Path
-
         from rulerag.generation.generators import make_generator
         from rulerag.generation.samples import load_corpus
         from rulerag.io import read_jsonl
@@ -385,18 +382,15 @@ def chain_factory(
             llm = local_llm(model)
         config = parse_config(f"{settings.retriever}-standard")
         searcher = open_searcher(config, RetrievalPaths(base), index, model_cache)
-        corpus_file = base / "benchmark" / "corpus.jsonl"
-        items = read_jsonl(base / "benchmark" / "f_r.jsonl")
-        oracle = {d for item in items for d in item.get("oracle_doc_ids") or []}
-        demos = demos_from_items(
-            items, load_corpus(corpus_file, oracle), settings.chains.shots, settings.seed
-        )
+        corpus = load_corpus(base / "benchmark" / "corpus.jsonl")  # read once: every step
+        items = read_jsonl(base / "benchmark" / "f_r.jsonl")  # searches it
+        demos = demos_from_items(items, corpus, settings.chains.shots, settings.seed)
         if not demos:
             raise ValueError(f"{base}: no F_R item with an oracle document for the demonstrations")
         return ChainGenerator(
             llm,
             searcher,
-            lambda ids: load_corpus(corpus_file, ids),
+            corpus,
             demos,
             method=str(grid.method),
             rules=grid.prompt == "rule",

@@ -85,7 +85,7 @@ def make(method: str, drafts: list[str], rules: bool = False):
     chain = ChainGenerator(
         llm,
         searcher,
-        lambda ids: {i: CORPUS[i] for i in ids},
+        CORPUS,
         DEMOS,
         method=method,
         rules=rules,
