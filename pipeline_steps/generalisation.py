@@ -17,7 +17,7 @@ from __future__ import annotations
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -106,11 +106,13 @@ def main(argv: list[str] | None = None) -> int:
         baseline = _em_by_bank(baseline_row.records, bank_of, banks)
         em: dict[tuple[int, int], float] = {}
         sizes = {}
+        inputs = _retriever_inputs(
+            params, encoder, index_cfg, paths, settings, retrieve_cfg.rule_query
+        )
+        grid = grid_config(FT_ROW, generation)
         for i in banks:
             folder = work / f"R{i}"
-            searcher, n_items = _train_retriever(
-                params, encoder, index_cfg, paths, parts, i, settings, retrieve_cfg.rule_query
-            )
+            searcher, n_items = _train_retriever(inputs, parts, i)
             folder.mkdir(parents=True, exist_ok=True)
             runs = {}
             for split, queries in (("test", every_test), ("f_g", f_g.get(i, []))):
@@ -120,7 +122,6 @@ def main(argv: list[str] | None = None) -> int:
             adapter = _train_generator(
                 base, generation, f_g.get(i, []), runs["f_g"], settings, folder
             )
-            grid = grid_config(FT_ROW, generation)
             result = run_row(
                 base,
                 name,
@@ -173,38 +174,57 @@ def _em_by_bank(
     return {j: (sum(v) / len(v) if v else 0.0) for j, v in scores.items()}
 
 
-def _train_retriever(
+@dataclass(frozen=True)
+class _RetrieverInputs:
+    """What every bank's RGFT run shares: read once, not once per bank."""
+
+    index: Any  # DenseIndex over the corpus (the document side stays frozen)
+    spec: Any  # the encoder's EncoderSpec
+    config: Any  # TrainConfig, `retriever_steps` steps
+    items: list[Any]  # every F_R TrainItem (`q ∘ r`)
+    device: str
+
+
+def _retriever_inputs(
     params: Mapping[str, Any],
     encoder: str,
     index_cfg: IndexSettings,
     paths: RetrievalPaths,
-    parts: Mapping[str, int],
-    part: int,
     settings: GeneralisationSettings,
     rule_query: str,
-) -> tuple[Any, int]:
-    """RGFT on the bank's F_R items; returns the searcher over the corpus index and the
-    number of items trained on."""
-    from rulerag.retrieval.dense import DenseIndex, DenseRetriever
-    from rulerag.retrieval.encoders import load_encoder
-    from rulerag.retrieval.training import train_query_encoder, training_items
+) -> _RetrieverInputs:
+    from rulerag.retrieval.dense import DenseIndex
+    from rulerag.retrieval.training import training_items
 
-    section = params.get("train_retriever") or {}
-    trainer = train_retriever_settings(section, encoder)
+    trainer = train_retriever_settings(params.get("train_retriever") or {}, encoder)
     spec = index_cfg.encoder(encoder)
     index = DenseIndex.load(paths.index(encoder), index_cfg.faiss)
     config = trainer.train_config(spec.max_length, index.meta.get("normalize", True))
     config = replace(config, max_steps=settings.retriever_steps, min_steps=0)
     items, _ = training_items(paths, index.doc_ids, True, trainer.positives, rule_query)
-    mine = [item for item in items if parts.get(item.item_id.split("#", 1)[-1]) == part]
+    return _RetrieverInputs(index, spec, config, items, index_cfg.device)
+
+
+def _train_retriever(
+    inputs: _RetrieverInputs, parts: Mapping[str, int], part: int
+) -> tuple[Any, int]:
+    """RGFT on the bank's F_R items; returns the searcher over the corpus index and the
+    number of items trained on."""
+    from rulerag.retrieval.dense import DenseRetriever
+    from rulerag.retrieval.encoders import load_encoder
+    from rulerag.retrieval.training import train_query_encoder
+
+    config, spec = inputs.config, inputs.spec
+    mine = [item for item in inputs.items if parts.get(item.item_id.split("#", 1)[-1]) == part]
     if not mine:
         raise InputError(f"generalisation: bank R{part} has no F_R item with oracle documents")
     train, heldout = split_heldout(mine, config.heldout_fraction, config.heldout_max, config.seed)
     model = load_encoder(
-        spec.query_name, index_cfg.device, config.max_length, MODEL_CACHE, spec.pooling
+        spec.query_name, inputs.device, config.max_length, MODEL_CACHE, spec.pooling
     )
-    train_query_encoder(model, index.embeddings, train, heldout, config, checkpoint_dir=None)
-    return DenseRetriever(model, index, config.normalize, spec.batch_size), len(mine)
+    embeddings = inputs.index.embeddings
+    train_query_encoder(model, embeddings, train, heldout, config, checkpoint_dir=None)
+    return DenseRetriever(model, inputs.index, config.normalize, spec.batch_size), len(mine)
 
 
 def _train_generator(
