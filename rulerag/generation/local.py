@@ -12,6 +12,9 @@ Why it looks like this:
   begun (answers are one line; `max_new_tokens` bounds the rest). This is what keeps a 2-core
   CPU run of the whole grid within minutes.
 * Token ids come from `prompts.prompt_token_ids`, the same function training uses.
+* The prompts' common prefix (the paper's instruction) runs once: greedy batches start from a
+  copy of its cache, with the padding between it and each prompt's own tokens
+  (`prefix_cache`; models without SDPA or eager attention pad on the left as above).
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rulerag.generation.prefix_cache import SharedPrefix, shared_prefix
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
 
 logger = logging.getLogger(__name__)
@@ -114,6 +118,7 @@ class LocalGenerator:
         max_prompt_tokens: int | None = None,
         stop_at_newline: bool = True,
         name: str = "local",
+        share_prefix: bool = True,
     ) -> None:
         self.model = model
         self.tokenizer = tokenizer
@@ -126,6 +131,8 @@ class LocalGenerator:
         self.max_prompt_tokens = max_prompt_tokens
         self.stop_at_newline = stop_at_newline
         self.name = name
+        #: greedy batches start from the cache of the prompts' common prefix (`prefix_cache`)
+        self.share_prefix = share_prefix
         self.stats = GenerationStats()
         self._classes: tuple[frozenset[int], frozenset[int]] | None = None
 
@@ -199,15 +206,13 @@ class LocalGenerator:
         outputs: list[list[str]] = [[] for _ in encoded]
         stats = GenerationStats(prompts=len(encoded))
         device = next(self.model.parameters()).device
+        prefix = shared_prefix(self.model, encoded) if self.share_prefix and n == 1 else None
         for start in range(0, len(order), self.batch_size):
             index = order[start : start + self.batch_size]
-            batch = self.tokenizer.pad(
-                {"input_ids": [encoded[i] for i in index]},
-                padding=True,
-                return_tensors="pt",
-            )
-            input_ids = batch["input_ids"].to(device)
-            attention_mask = batch["attention_mask"].to(device)
+            input_ids, attention_mask, cache = self._batch([encoded[i] for i in index], prefix)
+            input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
+            if cache is not None:
+                kwargs = {**kwargs, "past_key_values": cache}
             width = input_ids.shape[1]
             criteria = []
             if self.stop_at_newline:
@@ -229,6 +234,34 @@ class LocalGenerator:
         stats.seconds = time.perf_counter() - started
         self.stats = stats
         return outputs
+
+    def _batch(
+        self, prompts: Sequence[Sequence[int]], prefix: SharedPrefix | None
+    ) -> tuple[Any, Any, Any]:
+        """Input ids, attention mask and starting cache of a batch. Plain: left padding, no
+        cache. With a shared prefix: `prefix + padding + the prompt's own tokens` (positions
+        follow the mask, so each prompt's tokens sit where they would without the gap) and the
+        prefix's cache, copied once per row."""
+        import copy
+
+        import torch
+
+        if prefix is None:
+            batch = self.tokenizer.pad(
+                {"input_ids": list(prompts)}, padding=True, return_tensors="pt"
+            )
+            return batch["input_ids"], batch["attention_mask"], None
+        shared = len(prefix.ids)
+        width = max(len(ids) for ids in prompts) - shared
+        pad = self.tokenizer.pad_token_id
+        rows, masks = [], []
+        for ids in prompts:
+            gap = width - (len(ids) - shared)
+            rows.append([*prefix.ids, *[pad] * gap, *ids[shared:]])
+            masks.append([1] * shared + [0] * gap + [1] * (len(ids) - shared))
+        cache = copy.deepcopy(prefix.cache)
+        cache.batch_repeat_interleave(len(prompts))
+        return torch.tensor(rows), torch.tensor(masks), cache
 
     def greedy_kwargs(self) -> dict[str, Any]:
         """`generate()`'s arguments for greedy decoding of at most `max_new_tokens`."""

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from rulerag.generation.prefix_cache import SharedPrefix, shared_prefix, tree_attention
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.generation.training import encode_example
 
@@ -28,6 +29,7 @@ __all__ = [
     "doc_entity_names",
     "gold_rank",
     "rank_metrics",
+    "encode_candidates",
     "score_candidates",
 ]
 
@@ -56,6 +58,38 @@ def candidate_sets(
     return out
 
 
+def encode_candidates(
+    tokenizer: Any,
+    prompt: str,
+    candidates: Sequence[str],
+    prompt_format: PromptFormat,
+    *,
+    chat_template: bool,
+    max_prompt_tokens: int | None,
+) -> tuple[list[int], list[list[int]]]:
+    """The prompt's token ids and each candidate's answer ids, tokenised as training tokenises
+    a (prompt, answer) pair (so the model is asked what it was taught)."""
+    prompt_ids: list[int] | None = None
+    answers = []
+    for candidate in candidates:
+        e = encode_example(
+            tokenizer,
+            prompt,
+            prompt_format.target(candidate),
+            chat_template=chat_template,
+            max_prompt_tokens=max_prompt_tokens,
+        )
+        length = sum(1 for label in e["labels"] if label == -100)
+        prompt_ids = e["input_ids"][:length]
+        answers.append(e["input_ids"][length:])
+    if prompt_ids is None:
+        empty = encode_example(tokenizer, prompt, "", chat_template=chat_template,
+                               max_prompt_tokens=max_prompt_tokens)  # fmt: skip
+        prompt_ids = [i for i, label in zip(empty["input_ids"], empty["labels"], strict=True)
+                      if label == -100]  # fmt: skip
+    return prompt_ids, answers
+
+
 def score_candidates(
     model: Any,
     tokenizer: Any,
@@ -66,38 +100,105 @@ def score_candidates(
     chat_template: bool,
     max_prompt_tokens: int | None,
     batch_size: int = 16,
+    prefix: SharedPrefix | None = None,
 ) -> list[float]:
-    """Summed log-probability of each candidate as the answer to `prompt` (tokenised as
-    training tokenises a (prompt, answer) pair, so the model is asked what it was taught).
+    """Summed log-probability of each candidate as the answer to `prompt`.
 
-    The prompt runs once; its key/value cache is copied for each batch of candidates, so a
-    query costs one prompt plus the candidates' few tokens, not a prompt per candidate.
+    With tree attention (`tree_attention`) one forward pass scores them all: the prompt (after
+    `prefix`, whose cache is reused) followed by every candidate's tokens, each candidate
+    seeing the prompt and its own earlier tokens only, at the positions it would have right
+    after the prompt. Otherwise the prompt runs once and its cache is copied for each padded
+    batch of `batch_size` candidates.
     """
+    if not candidates:
+        return []
+    prompt_ids, answers = encode_candidates(
+        tokenizer, prompt, candidates, prompt_format,
+        chat_template=chat_template, max_prompt_tokens=max_prompt_tokens,
+    )  # fmt: skip
+    if tree_attention(model):
+        return _score_tree(model, prompt_ids, answers, prefix)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    return _score_batched(model, prompt_ids, answers, pad, batch_size)
+
+
+def _score_tree(
+    model: Any,
+    prompt_ids: Sequence[int],
+    answers: Sequence[Sequence[int]],
+    prefix: SharedPrefix | None,
+) -> list[float]:
+    """One forward pass: [prompt after the prefix][candidate 1][candidate 2]..., under a mask
+    where candidate tokens see the whole prompt and their own candidate's earlier tokens."""
     import copy
 
     import torch
 
-    if not candidates:
-        return []
-    encoded = [
-        encode_example(
-            tokenizer,
-            prompt,
-            prompt_format.target(c),
-            chat_template=chat_template,
-            max_prompt_tokens=max_prompt_tokens,
-        )
-        for c in candidates
-    ]
-    length = sum(1 for label in encoded[0]["labels"] if label == -100)  # the shared prompt
-    answers = [e["input_ids"][length:] for e in encoded]
+    shared = 0
+    if (
+        prefix is not None
+        and len(prefix.ids) < len(prompt_ids)
+        and tuple(prompt_ids[: len(prefix.ids)]) == prefix.ids
+    ):
+        shared = len(prefix.ids)
+    suffix = list(prompt_ids[shared:])
+    block = [t for answer in answers for t in answer]
+    n, total = len(suffix), len(block)
+    length = len(prompt_ids)
     device = next(model.parameters()).device
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    # candidate c's tokens sit at block[starts[c]:ends[c]], positions length + 0, 1, ...
+    sizes = torch.tensor([len(a) for a in answers], device=device)
+    ends = torch.cumsum(sizes, 0)
+    starts = ends - sizes
+    owner = torch.repeat_interleave(torch.arange(len(answers), device=device), sizes)
+    offset = torch.arange(total, device=device) - starts[owner]
+    positions = torch.cat([torch.arange(shared, length, device=device), length + offset])[None]
+    allowed = torch.zeros((n + total, shared + n + total), dtype=torch.bool, device=device)
+    allowed[:, :shared] = True  # everyone sees the shared prefix
+    allowed[:n, shared : shared + n] = torch.ones((n, n), dtype=torch.bool, device=device).tril()
+    allowed[n:, shared : shared + n] = True  # candidates see the whole prompt
+    step = torch.arange(total, device=device)
+    own = owner[:, None] == owner[None, :]
+    allowed[n:, shared + n :] = own & (step[:, None] >= step[None, :])  # its earlier tokens
+    if getattr(model.config, "_attn_implementation", None) == "eager":
+        dtype = next(model.parameters()).dtype
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+        mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)[None, None]
+    else:
+        mask = allowed[None, None]
+    ids = torch.tensor([suffix + block], device=device)
+    cache = copy.deepcopy(prefix.cache) if shared else None
     with torch.inference_mode():
-        head = model(
-            input_ids=torch.tensor([encoded[0]["input_ids"][:length]], device=device),
-            use_cache=True,
-        )
+        logits = model(input_ids=ids, attention_mask=mask, position_ids=positions,
+                       past_key_values=cache, use_cache=shared > 0,
+                       logits_to_keep=total + 1).logits[0]  # fmt: skip
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    # a candidate's first token is predicted at the prompt's last row (row 0 of the kept
+    # logits), each later token at its predecessor's row (row k for block token k)
+    rows = torch.where(offset == 0, torch.zeros_like(offset), step)
+    token = logprobs[rows, torch.tensor(block, device=device)]
+    totals = torch.zeros(len(answers), dtype=token.dtype, device=device).index_add_(0, owner, token)
+    return totals.tolist()
+
+
+def _score_batched(
+    model: Any,
+    prompt_ids: Sequence[int],
+    answers: Sequence[Sequence[int]],
+    pad: int,
+    batch_size: int,
+) -> list[float]:
+    """The prompt runs once; its key/value cache is copied for each right-padded batch of
+    candidates (any attention implementation)."""
+    import copy
+
+    import torch
+
+    length = len(prompt_ids)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        head = model(input_ids=torch.tensor([list(prompt_ids)], device=device), use_cache=True,
+                     logits_to_keep=1)  # fmt: skip
         first = torch.log_softmax(head.logits[0, -1].float(), dim=-1)
         scores: list[float] = []
         for start in range(0, len(answers), batch_size):
@@ -172,6 +273,13 @@ def answer_by_ranking(
     from tqdm.auto import tqdm
 
     generations, extras = [], []
+    encoding = {"chat_template": generator.chat_template,
+                "max_prompt_tokens": generator.max_prompt_tokens}  # fmt: skip
+    prefix = shared_prefix(
+        generator.model,
+        [encode_candidates(generator.tokenizer, p, (), f, **encoding)[0]
+         for p, f, names in zip(prompts, formats, candidates, strict=True) if names],
+    )  # fmt: skip
     rows = zip(samples, prompts, formats, candidates, strict=True)
     for sample, prompt, prompt_format, names in tqdm(
         rows, total=len(samples), desc="rank answers", unit="query"
@@ -182,9 +290,9 @@ def answer_by_ranking(
             prompt,
             names,
             prompt_format,
-            chat_template=generator.chat_template,
-            max_prompt_tokens=generator.max_prompt_tokens,
+            **encoding,
             batch_size=max(1, generator.batch_size),
+            prefix=prefix,
         )
         order = sorted(zip(names, scores, strict=True), key=lambda x: -x[1])
         ranked = [n for n, _ in order]

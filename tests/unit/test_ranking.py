@@ -27,35 +27,64 @@ def test_gold_rank_and_metrics() -> None:
     assert metrics["rank_hits_at_10"] == 0.75 and metrics["gold_among_candidates"] == 0.75
 
 
-def test_scores_are_the_summed_answer_log_likelihood() -> None:
+def _brute_force(model, tokenizer, prompt, name, fmt) -> float:
+    """The answer's summed log-likelihood from one plain forward pass over prompt + answer."""
+    import torch
+
+    from rulerag.generation.training import encode_example
+
+    e = encode_example(tokenizer, prompt, fmt.target(name), chat_template=True)
+    with torch.no_grad():
+        logits = model(torch.tensor([e["input_ids"]])).logits[0]
+    return sum(
+        torch.log_softmax(logits[i - 1], -1)[label].item()
+        for i, label in enumerate(e["labels"])
+        if label != -100
+    )
+
+
+@pytest.mark.parametrize("attention", ["sdpa", "eager"])
+def test_scores_are_the_summed_answer_log_likelihood(attention, monkeypatch) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
+    from rulerag.generation import ranking
     from rulerag.generation.models import load_tokenizer
-    from rulerag.generation.training import encode_example
+    from rulerag.generation.prefix_cache import shared_prefix, tree_attention
+    from rulerag.generation.ranking import encode_candidates
 
     tokenizer = load_tokenizer("smollm2")
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-        num_attention_heads=4, num_key_value_heads=4)).eval()  # fmt: skip
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
+                         num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                         attn_implementation=attention)  # fmt: skip
+    model = LlamaForCausalLM(config).eval()
+    assert tree_attention(model)
     fmt = PromptFormat("paper", True)
-    prompt, names = "# Query: what does A visit ?\n# Answer:", ["Kabul", "Islamic Republic of Iran"]
-    scores = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
-                              max_prompt_tokens=None, batch_size=1)  # fmt: skip
-    batched = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
-                               max_prompt_tokens=None, batch_size=8)  # fmt: skip
-    assert scores == pytest.approx(batched, abs=1e-4)  # right padding changes nothing
-    for name, score in zip(names, scores, strict=True):
-        e = encode_example(tokenizer, prompt, fmt.target(name), chat_template=True)
-        with torch.no_grad():
-            logits = model(torch.tensor([e["input_ids"]])).logits[0]
-        total = 0.0
-        for i, label in enumerate(e["labels"]):
-            if label != -100:
-                total += torch.log_softmax(logits[i - 1], -1)[label].item()
-        assert score == pytest.approx(total, abs=1e-4)
-        assert score < 0 and math.isfinite(score)
+    prompts = ["# Query: what does A visit ?\n# Answer:", "# Query: whom does B call ?\n# Answer:"]
+    names = ["Kabul", "Islamic Republic of Iran", "Iran", "B"]
+    prefix = shared_prefix(
+        model, [encode_candidates(tokenizer, p, (), fmt, chat_template=True,
+                                  max_prompt_tokens=None)[0] for p in prompts]
+    )  # fmt: skip
+    assert prefix is not None and len(prefix.ids) > 2  # the chat header and "# Query: wh"
+    for prompt in prompts:
+        want = [_brute_force(model, tokenizer, prompt, name, fmt) for name in names]
+        tree = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                                max_prompt_tokens=None)  # fmt: skip
+        shared = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                                  max_prompt_tokens=None, prefix=prefix)  # fmt: skip
+        with monkeypatch.context() as m:  # e.g. flash attention (no 4-D masks): padded batches
+            m.setattr(ranking, "tree_attention", lambda model: False)
+            one = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                                   max_prompt_tokens=None, batch_size=1)  # fmt: skip
+            three = score_candidates(model, tokenizer, prompt, names, fmt, chat_template=True,
+                                     max_prompt_tokens=None, batch_size=3)  # fmt: skip
+        for got in (tree, shared, one, three):
+            assert got == pytest.approx(want, abs=1e-4)
+        assert all(score < 0 and math.isfinite(score) for score in tree)
+    assert len(prefix.cache) == 2 and prefix.cache.get_seq_length() == len(prefix.ids)  # reused,
+    # never extended
 
 
 def test_a_ranked_row_answers_with_its_best_candidate(tmp_path) -> None:
