@@ -4,7 +4,11 @@ Thin glue over rulerag.orchestration: the graph (stages, ``foreach`` over every 
 edges from deps/outs) comes from dvc.yaml, so a stage added there appears here with no edit.
 Each stage task runs the very command DVC runs, ``dvc repro --single-item <stage>@<item>``, so
 dvc.lock is written as by ``dvc repro`` and ``dvc status`` agrees with Airflow. DVC holds a
-repository lock, hence one task at a time (``max_active_tasks=1``) and one run at a time.
+repository lock, hence, by default, one task at a time (``max_active_tasks=1``) and one run
+at a time. With ``RULERAG_DAG_MODE=workspaces`` each stage task runs in a workspace of its own
+at the run's commit and exchanges outputs through a DVC remote, ``RULERAG_DAG_PARALLELISM`` at
+a time on whatever workers the executor has; a final ``collect`` task brings every output into
+the project folder (rulerag/orchestration/workspaces.py, dag_settings.py).
 
 Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
 
@@ -39,6 +43,7 @@ if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
 from rulerag.kg.registry import known_datasets  # noqa: E402
+from rulerag.orchestration.dag_settings import GPU_STAGES, DagSettings  # noqa: E402
 from rulerag.orchestration.dvc_graph import (  # noqa: E402
     StageInstance,
     build_graph,
@@ -53,9 +58,17 @@ from rulerag.orchestration.run_conf import (  # noqa: E402
     load_params,
     validate_run_conf,
 )
+from rulerag.orchestration.workspaces import (  # noqa: E402
+    collect,
+    head_commit,
+    push_outputs,
+    run_in_workspace,
+)
 
 DVC_YAML = PROJECT_DIR / "dvc.yaml"
 PARAMS_YAML = PROJECT_DIR / "params.yaml"
+DVC_LOCK = PROJECT_DIR / "dvc.lock"
+SETTINGS = DagSettings.from_env()
 log = logging.getLogger("rulerag.dag")
 
 
@@ -229,9 +242,9 @@ def _commit_files(branch: str, names: list[str], run_id: str) -> str:
     return commit
 
 
-def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
+def skip_unselected(instance: StageInstance, stages: list[str] | None) -> None:
     """Skip a stage instance the current params.yaml does not select, or whose stage is not
-    among the run's ``stages`` (None: all), else ``dvc repro`` it.
+    among the run's ``stages`` (None: all).
 
     "Selected" means DVC itself would generate this instance from params.yaml as it is now
     (after apply_conf), e.g. ``ingest@nell995`` only while nell995 is in ``datasets``.
@@ -250,6 +263,10 @@ def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = N
         )
         raise AirflowSkipException(f"{instance.name}: {why}")
 
+
+def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
+    """``dvc repro`` a selected stage instance in the project folder (`skip_unselected`)."""
+    skip_unselected(instance, stages)
     cmd = [_dvc_executable(), "repro", "--single-item", instance.name]
     log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
     proc = subprocess.Popen(
@@ -276,6 +293,31 @@ def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = N
                 proc.kill()
     if returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with status {returncode}")
+
+
+def run_stage_in_workspace(
+    instance: StageInstance,
+    run_id: str,
+    applied: dict[str, Any],
+    upstream: list[str],
+    entries: dict[str, Any],
+) -> dict[str, Any]:
+    """``dvc repro`` a selected stage instance in a workspace of its own (`skip_unselected`);
+    its dvc.lock entry, for downstream tasks and `collect`."""
+    skip_unselected(instance, applied.get("stages"))
+    entry = run_in_workspace(
+        PROJECT_DIR,
+        instance.name,
+        upstream,
+        commit=applied["commit"],
+        params_text=applied["params_yaml"],
+        lock_text=applied.get("lock_yaml"),
+        entries=entries,
+        settings=SETTINGS,
+        env=_stage_env(run_id),
+        echo=log.info,
+    )
+    return {instance.name: entry}
 
 
 def selected_task_ids(
@@ -306,7 +348,7 @@ def _build_dag() -> DAG:
         schedule=None,
         catchup=False,
         max_active_runs=1,
-        max_active_tasks=1,
+        max_active_tasks=SETTINGS.max_active_tasks,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
         tags=["rulerag", "dvc"],
         params=trigger_params(
@@ -319,7 +361,16 @@ def _build_dag() -> DAG:
             """Validate dag_run.conf and write it into params.yaml (like dvc exp run -S)."""
             context = get_current_context()
             conf = dict(context["dag_run"].conf or {})
-            return apply_conf_to_params(conf, str(context["run_id"]))
+            applied = apply_conf_to_params(conf, str(context["run_id"]))
+            if SETTINGS.mode == "workspaces":  # what each workspace starts from, as text
+                env = _stage_env(str(context["run_id"]))
+                push_outputs(PROJECT_DIR, SETTINGS, env, echo=log.info)
+                applied.update(
+                    commit=head_commit(PROJECT_DIR),
+                    params_yaml=PARAMS_YAML.read_text(encoding="utf-8"),
+                    lock_yaml=DVC_LOCK.read_text(encoding="utf-8") if DVC_LOCK.is_file() else None,
+                )
+            return applied
 
         @task.branch(task_id="select", retries=0)
         def select() -> list[str]:
@@ -337,18 +388,38 @@ def _build_dag() -> DAG:
             applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
             return record_overrides(str(context["run_id"]), bool(applied.get("changed")))
 
+        upstream_of: dict[str, list[str]] = {inst.name: [] for inst in instances}
+        for up, down in stage_edges(instances):
+            upstream_of[down].append(up)
+
         def stage_task(instance: StageInstance) -> Any:
             # none_failed: a skipped upstream (an unselected stage or dataset) must not skip a
             # stage that is selected; `select` has already skipped the unselected ones.
+            routing = {}
+            if instance.stage in GPU_STAGES:
+                if SETTINGS.gpu_queue:
+                    routing["queue"] = SETTINGS.gpu_queue
+                if SETTINGS.gpu_pool:
+                    routing["pool"] = SETTINGS.gpu_pool
+
             @task(
                 task_id=placement[instance.name][1],
                 trigger_rule=TriggerRule.NONE_FAILED,
                 doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
+                **routing,
             )
-            def stage() -> None:
+            def stage() -> dict[str, Any] | None:
                 context = get_current_context()
-                applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
-                run_stage(instance, str(context["run_id"]), applied.get("stages"))
+                ti, run_id = context["ti"], str(context["run_id"])
+                applied = ti.xcom_pull(task_ids="apply_conf") or {}
+                if SETTINGS.mode != "workspaces":
+                    run_stage(instance, run_id, applied.get("stages"))
+                    return None
+                upstream = upstream_of[instance.name]
+                entries: dict[str, Any] = {}
+                for up in upstream:  # what this run rebuilt upstream (skipped ones: nothing)
+                    entries.update(ti.xcom_pull(task_ids=full_task_id(placement[up])) or {})
+                return run_stage_in_workspace(instance, run_id, applied, upstream, entries)
 
             return stage()
 
@@ -362,10 +433,25 @@ def _build_dag() -> DAG:
                 groups[path] = TaskGroup(path[-1], parent_group=parent)
             return groups[path]
 
+        @task(task_id="collect", retries=0, trigger_rule=TriggerRule.ALL_DONE)
+        def collect_outputs() -> list[str]:
+            """Workspaces mode: every finished stage's dvc.lock entry into the project's
+            dvc.lock and its outputs pulled there, whatever else failed (nothing is lost)."""
+            context = get_current_context()
+            ti = context["ti"]
+            entries: dict[str, Any] = {}
+            for name in placement:
+                entries.update(ti.xcom_pull(task_ids=full_task_id(placement[name])) or {})
+            env = _stage_env(str(context["run_id"]))
+            return collect(PROJECT_DIR, entries, SETTINGS, env, echo=log.info)
+
         # record_overrides is a teardown: it runs whatever happened, and the run's state is
         # the stages' (a failed stage fails the run even though the teardown succeeds)
         first, chooser = apply_conf(), select()
         last = record().as_teardown(setups=first)
+        gather = collect_outputs() if SETTINGS.mode == "workspaces" else None
+        if gather is not None:
+            gather >> last
         first >> chooser
         tasks = {}
         for inst in instances:
@@ -380,7 +466,7 @@ def _build_dag() -> DAG:
             tasks[up] >> tasks[down]
         for name in tasks:  # `select` skips the unselected directly: each is its child
             chooser >> tasks[name]
-            tasks[name] >> last
+            tasks[name] >> (gather if gather is not None else last)
         chooser >> last
     return dag
 

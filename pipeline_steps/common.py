@@ -4,6 +4,7 @@ numeric-metric selection."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,8 +19,9 @@ from rulerag.settings import SettingsError
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 #: models converted or downloaded by the stages (ignored by git; RULERAG_MODEL_CACHE overrides
-#: it for the generator, see rulerag/generation/models.py)
-MODEL_CACHE = PROJECT_DIR / ".models"
+#: it, as for the generator in rulerag/generation/models.py: a DAG task's workspace shares the
+#: main workspace's)
+MODEL_CACHE = Path(os.environ.get("RULERAG_MODEL_CACHE") or PROJECT_DIR / ".models")
 
 
 def load_params(path: Path | None = None) -> dict[str, Any]:

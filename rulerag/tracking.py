@@ -184,6 +184,16 @@ def resolve_tracking_uri(project_dir: Path, tracking_uri: str | None = None) -> 
     )
 
 
+#: the project whose store, artifacts folder and spool a stage's runs use, when it is not the
+#: one the stage runs in (a DAG task's workspace points it at the main workspace)
+TRACKING_PROJECT_ENV = "RULERAG_TRACKING_PROJECT"
+
+
+def tracking_project(project_dir: Path) -> Path:
+    """`RULERAG_TRACKING_PROJECT` if set, else `project_dir`."""
+    return Path(os.environ.get(TRACKING_PROJECT_ENV) or project_dir)
+
+
 def spool_dir(project_dir: Path) -> Path:
     """Where runs wait when the tracking store could not take them."""
     return Path(project_dir) / SPOOL_DIRNAME
@@ -850,6 +860,7 @@ def stage_run(
     Ctrl-C) and the exception propagates. If the store fails, the run is spooled (see
     `StageRun.spooled`) and the block's outcome is unchanged.
     """
+    project_dir = tracking_project(project_dir)
     run = StageRun(
         stage,
         dataset,

@@ -61,7 +61,8 @@ def clean_tracking_env(monkeypatch: pytest.MonkeyPatch) -> None:
     into a test of rulerag.tracking."""
     from rulerag import tracking
 
-    for key in ("MLFLOW_TRACKING_URI", tracking.PIPELINE_RUN_ENV, *tracking.FAIL_FAST_ENV):
+    for key in ("MLFLOW_TRACKING_URI", tracking.PIPELINE_RUN_ENV, tracking.TRACKING_PROJECT_ENV,
+                *tracking.FAIL_FAST_ENV):  # fmt: skip
         monkeypatch.delenv(key, raising=False)
 
 

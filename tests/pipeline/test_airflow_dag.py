@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +56,8 @@ if dag is not None:
                 "retries": t.retries,
                 "trigger_rule": str(t.trigger_rule),
                 "teardown": t.is_teardown,
+                "queue": t.queue,
+                "pool": t.pool,
             }
             for t in dag.tasks
         },
@@ -192,6 +196,29 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert all(form[k]["title"] for k in ("datasets", "stages", "params"))
 
 
+def test_workspaces_mode_collects_at_the_end_and_routes_gpu_stages(tmp_path: Path) -> None:
+    env = airflow_env(
+        PROJECT_DIR, tmp_path / "airflow_home", RULERAG_PROJECT_DIR="",
+        RULERAG_DAG_MODE="workspaces", RULERAG_DAG_PARALLELISM="3",
+        RULERAG_GPU_QUEUE="gpu", RULERAG_GPU_POOL="gpus",
+    )  # fmt: skip
+    done = run([sys.executable, "-c", DAGBAG_SCRIPT, str(PROJECT_DIR / "dags")], PROJECT_DIR, env)
+    line = next(x for x in done.stdout.splitlines() if x.startswith("DAGBAG_JSON="))
+    bag = json.loads(line.removeprefix("DAGBAG_JSON="))
+    assert bag["import_errors"] == {}
+    dag = bag["dag"]
+    assert dag["max_active_tasks"] == 3
+    tasks = dag["tasks"]
+    stage_ids = set(tasks) - {"apply_conf", "select", "collect", "record_overrides"}
+    assert set(tasks["collect"]["upstream"]) == stage_ids  # after every stage, whatever ran
+    assert "collect" in tasks["record_overrides"]["upstream"]
+    assert tasks["icews14.generate.rulerag_ft"]["queue"] == "gpu"
+    assert tasks["icews14.generate.rulerag_ft"]["pool"] == "gpus"
+    assert tasks["icews14.train_generator.rgft"]["queue"] == "gpu"
+    assert tasks["icews14.ingest"]["queue"] == "default"
+    assert tasks["icews14.ingest"]["pool"] == "default_pool"
+
+
 def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Path]) -> None:
     """Chained stages on a stand-in dvc.yaml: order, skips, run tag, dvc.lock, bad conf."""
     project, home = airflow_project
@@ -285,3 +312,91 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     runs = client.search_runs([experiment.experiment_id])
     assert {r.data.tags["rulerag.stage"] for r in runs} == set(early)
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {run_id}
+
+
+# Two datasets' first stage, slow enough to overlap; each records when it ran, outside the
+# project (the task log shows the same through the stage's output).
+SLOW_DVC_YAML = """\
+stages:
+  ingest:
+    foreach: ${datasets}
+    do:
+      cmd: >-
+        python -c "import time; print('stage ${item} start', time.time(), flush=True)" &&
+        sleep 4 && mkdir -p data/${item}/kg && echo ${item} > data/${item}/kg/facts.parquet &&
+        python -c "import time; print('stage ${item} end', time.time(), flush=True)"
+      params:
+        - ingest
+      outs:
+        - data/${item}/kg/facts.parquet
+"""
+
+
+def wait_for_port(port: int, process: subprocess.Popen[bytes], timeout: float) -> None:
+    """Until something listens on `port` (or `process` exits, or `timeout` seconds pass)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"the server exited with {process.returncode}"
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(1)
+    raise AssertionError(f"nothing listens on port {port} after {timeout} s")
+
+
+def test_workspaces_mode_runs_two_datasets_at_once(airflow_project: tuple[Path, Path]) -> None:
+    """RULERAG_DAG_MODE=workspaces, LocalExecutor with parallelism 2: both datasets' ingest
+    tasks run at the same time in workspaces of their own over a local DVC remote; `collect`
+    brings their outputs into the project, and DVC agrees."""
+    project, home = airflow_project
+    (project / "dvc.yaml").write_text(SLOW_DVC_YAML, encoding="utf-8")
+    remote = project.parent / "remote"
+    env = airflow_env(
+        project, home,
+        AIRFLOW__CORE__EXECUTOR="LocalExecutor", AIRFLOW__CORE__PARALLELISM="2",
+        RULERAG_DAG_MODE="workspaces", RULERAG_DAG_PARALLELISM="2",
+        RULERAG_WORKSPACE_ROOT=str(project.parent / "workspaces"),
+    )  # fmt: skip
+    run([str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote)], project, env)
+    git = ["git", "-c", "user.email=test@rulerag", "-c", "user.name=test"]
+    run([*git, "commit", "-q", "-am", "slow stand-in stages, a local remote"], project, env)
+
+    # Airflow 3's executors run tasks through the execution API: serve it (only it) for them
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env.update(
+        AIRFLOW__API_AUTH__JWT_SECRET="rulerag-test-secret",
+        AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{port}/execution/",
+    )
+    server = subprocess.Popen(
+        [str(BIN / "airflow"), "api-server", "--apps", "execution", "--host", "127.0.0.1",
+         "--port", str(port), "--workers", "1"],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        wait_for_port(port, server, timeout=180)
+        done = run(
+            [str(BIN / "airflow"), "dags", "test", "--use-executor", "rulerag", "-c",
+             json.dumps({"datasets": ["icews14", "wiki"], "stages": ["ingest"]})],
+            project, env, timeout=400, check=False,
+        )  # fmt: skip
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+    out = done.stdout + done.stderr
+    _, state, tasks = last_run_states(home)
+    assert done.returncode == 0 and state == "success", out[-8000:]
+    for task_id in ("apply_conf", "select", "icews14.ingest", "wiki.ingest", "collect"):
+        assert tasks[task_id] == "success", (task_id, tasks)
+    spans = {}
+    for log_file in (home / "logs").rglob("*.log"):
+        for match in re.finditer(r"stage (\w+) (start|end) ([0-9.]+)", log_file.read_text()):
+            spans.setdefault(match[1], {})[match[2]] = float(match[3])
+    assert set(spans) == {"icews14", "wiki"}, spans
+    assert max(s["start"] for s in spans.values()) < min(s["end"] for s in spans.values())
+    for name in ("icews14", "wiki"):
+        assert (project / "data" / name / "kg" / "facts.parquet").read_text().strip() == name
+    status = run([str(BIN / "dvc"), "status", "--json"], project, env)
+    assert json.loads(status.stdout) == {}, status.stdout
+    assert not list((project.parent / "workspaces").iterdir())

@@ -412,3 +412,21 @@ def test_a_moved_project_finds_its_artifacts(tmp_path: Path) -> None:
         run.log_artifact(new / "note.txt")
     assert not old.exists()  # nothing was written to the old place
     assert reroot_store("http://127.0.0.1:1", new) == 0  # a server's store is not ours
+
+
+def test_a_workspace_tracks_into_the_main_project(
+    tmp_path: Path, dead_uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A DAG task's workspace (RULERAG_TRACKING_PROJECT) spools into, and by default stores
+    in, the main project, not in the workspace that is removed after the task."""
+    main, workspace = tmp_path / "main", tmp_path / "workspace"
+    main.mkdir()
+    workspace.mkdir()
+    monkeypatch.setenv(tracking.TRACKING_PROJECT_ENV, str(main))
+    with stage_run("ingest", "ws", project_dir=workspace, tracking_uri=dead_uri) as run:
+        run.log_metrics({"facts": 1})
+    assert run.spooled and run.spool_path.is_relative_to(tracking.spool_dir(main))
+    assert not tracking.spool_dir(workspace).exists()
+    assert tracking.tracking_project(workspace) == main
+    monkeypatch.delenv(tracking.TRACKING_PROJECT_ENV)
+    assert tracking.tracking_project(workspace) == workspace
