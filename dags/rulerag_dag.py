@@ -320,6 +320,15 @@ def run_stage_in_workspace(
     return {instance.name: entry}
 
 
+def gpu_pod_override(resource: str) -> dict[str, Any]:
+    """KubernetesExecutor: a task pod that asks for one `resource` (e.g. nvidia.com/gpu)."""
+    from kubernetes.client import models as k8s
+
+    limits = {resource: "1"}
+    container = k8s.V1Container(name="base", resources=k8s.V1ResourceRequirements(limits=limits))
+    return {"pod_override": k8s.V1Pod(spec=k8s.V1PodSpec(containers=[container]))}
+
+
 def selected_task_ids(
     placement: dict[str, tuple[tuple[str, ...], str]], stages: list[str] | None
 ) -> list[str]:
@@ -401,6 +410,8 @@ def _build_dag() -> DAG:
                     routing["queue"] = SETTINGS.gpu_queue
                 if SETTINGS.gpu_pool:
                     routing["pool"] = SETTINGS.gpu_pool
+                if SETTINGS.gpu_resource:
+                    routing["executor_config"] = gpu_pod_override(SETTINGS.gpu_resource)
 
             @task(
                 task_id=placement[instance.name][1],

@@ -27,6 +27,7 @@ SOURCE_ENV = "RULERAG_GIT_SOURCE"
 KEEP_ENV = "RULERAG_KEEP_WORKSPACES"
 GPU_QUEUE_ENV = "RULERAG_GPU_QUEUE"
 GPU_POOL_ENV = "RULERAG_GPU_POOL"
+GPU_RESOURCE_ENV = "RULERAG_GPU_RESOURCE"
 MODES = ("serial", "workspaces")
 
 #: dvc.yaml stages that train or run a neural generator or encoder at length: the ones a GPU
@@ -54,7 +55,8 @@ class DagSettings:
     git repository workspaces are cloned from (None: the project folder; a URL when workers
     run on other machines); keep: leave each workspace in place after its task (to look into
     a failure); gpu_queue / gpu_pool: the Airflow queue and pool of GPU_STAGES' tasks (None:
-    the default queue, no pool)."""
+    the default queue, no pool); gpu_resource: on Kubernetes, the extended resource each
+    GPU_STAGES pod asks one of (e.g. `nvidia.com/gpu`; None: none)."""
 
     mode: str = "serial"
     parallelism: int = 4
@@ -64,6 +66,7 @@ class DagSettings:
     keep: bool = False
     gpu_queue: str | None = None
     gpu_pool: str | None = None
+    gpu_resource: str | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
@@ -80,8 +83,8 @@ class DagSettings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> DagSettings:
         """The settings from the RULERAG_DAG_MODE, RULERAG_DAG_PARALLELISM,
         RULERAG_DVC_REMOTE, RULERAG_WORKSPACE_ROOT, RULERAG_GIT_SOURCE,
-        RULERAG_KEEP_WORKSPACES, RULERAG_GPU_QUEUE and RULERAG_GPU_POOL variables (unset or
-        empty: the defaults above)."""
+        RULERAG_KEEP_WORKSPACES, RULERAG_GPU_QUEUE, RULERAG_GPU_POOL and RULERAG_GPU_RESOURCE
+        variables (unset or empty: the defaults above)."""
         env = os.environ if env is None else env
         raw = env.get(PARALLELISM_ENV) or str(cls.parallelism)
         try:
@@ -98,4 +101,5 @@ class DagSettings:
             keep=(env.get(KEEP_ENV) or "").lower() in ("1", "true", "yes"),
             gpu_queue=env.get(GPU_QUEUE_ENV) or None,
             gpu_pool=env.get(GPU_POOL_ENV) or None,
+            gpu_resource=env.get(GPU_RESOURCE_ENV) or None,
         )
