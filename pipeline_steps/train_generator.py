@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import sys
 from dataclasses import asdict
+from pathlib import Path
+from typing import Any
 
 from pipeline_steps.common import (
     PROJECT_DIR,
@@ -25,10 +27,38 @@ from pipeline_steps.common import (
 from rulerag.errors import InputError
 from rulerag.generation.config import checked_generation_settings, retrieval_name
 from rulerag.generation.generators import adapter_dir, passive_openmp
+from rulerag.generation.launch import is_main_process, relaunch_on_gpus
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import fg_examples
 from rulerag.io import atomic_open, write_json
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
+
+
+def _train(settings: Any, trainer: Any, base: Path, retrieval: str, spec: Any,
+           adapter: Path) -> Any:  # fmt: skip
+    """The variant's F_G samples (seeded, the same in every process) and the LoRA training."""
+    target = PromptFormat(settings.prompt_style).target
+    n_train, n_dev = settings.train.samples, settings.train.dev_samples
+    pairs = fg_examples(
+        base, n_train + n_dev, retrieval, spec.prompt, spec.rules, settings, shuffle=True
+    )
+    pairs = [(prompt, target(answer)) for prompt, answer in pairs]
+    dev, train = pairs[:n_dev], pairs[n_dev:]
+    from rulerag.generation.models import load_causal_lm, load_tokenizer
+    from rulerag.generation.training import train_lora
+
+    tokenizer = load_tokenizer(settings.model, padding_side="right")
+    model = load_causal_lm(settings.model, quantization=settings.quantization, dtype=settings.dtype)
+    return train_lora(
+        model,
+        tokenizer,
+        train,
+        dev,
+        trainer,
+        adapter,
+        base_model=settings.model,
+        metadata={"prompt_style": settings.prompt_style},
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     spec = variants[args.variant]
     retrieval = retrieval_name(spec.retrieval, settings.retriever)
     trainer = settings.trainer_settings()
-    target = PromptFormat(settings.prompt_style).target
+    launched = relaunch_on_gpus("pipeline_steps.train_generator", sys.argv[1:] if argv is None
+                                else argv, trainer.gpus)  # fmt: skip
+    if launched is not None:  # torchrun ran this stage once per GPU
+        return launched
+    main_process = is_main_process()
     base = data_dir(name)
     out_dir = base / "generation"
     adapter = adapter_dir(base, args.variant)
@@ -53,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         "generation": {k: v for k, v in asdict(settings).items() if k not in {"grid", "api"}},
         "variant": {"name": args.variant, "retrieval": retrieval, "prompt": spec.prompt},
     }
+    if not main_process:  # another GPU's process of a torchrun launch: train, write nothing
+        _train(settings, trainer, base, retrieval, spec, adapter)
+        return 0
     with stage_run("train_generator", name, project_dir=PROJECT_DIR, params=tracked) as run:
         run.set_tags(
             {
@@ -60,29 +97,7 @@ def main(argv: list[str] | None = None) -> int:
                 TAG_STAGE_INSTANCE: f"train_generator@{name}-{args.variant}",
             }
         )
-        n_train, n_dev = settings.train.samples, settings.train.dev_samples
-        pairs = fg_examples(
-            base, n_train + n_dev, retrieval, spec.prompt, spec.rules, settings, shuffle=True
-        )
-        pairs = [(prompt, target(answer)) for prompt, answer in pairs]
-        dev, train = pairs[:n_dev], pairs[n_dev:]
-        from rulerag.generation.models import load_causal_lm, load_tokenizer
-        from rulerag.generation.training import train_lora
-
-        tokenizer = load_tokenizer(settings.model, padding_side="right")
-        model = load_causal_lm(
-            settings.model, quantization=settings.quantization, dtype=settings.dtype
-        )
-        result = train_lora(
-            model,
-            tokenizer,
-            train,
-            dev,
-            trainer,
-            adapter,
-            base_model=settings.model,
-            metadata={"prompt_style": settings.prompt_style},
-        )
+        result = _train(settings, trainer, base, retrieval, spec, adapter)
         stats = {
             k: v
             for k, v in result.stats.items()

@@ -40,7 +40,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
 from rulerag.settings import Count, Fraction, NonNegative, Positive, PositiveReal, Seed
@@ -108,6 +108,7 @@ class TrainerSettings:
 
     lora: LoraSettings = field(default_factory=LoraSettings)
     deepspeed: str | None = None  # path to a ZeRO config (GPU)
+    gpus: Positive | Literal["auto"] = "auto"  # processes on a multi-GPU worker (`launch.py`)
     epochs: PositiveReal = 1.0
     learning_rate: PositiveReal = 3e-4
     batch_size: Positive = 4
@@ -388,7 +389,8 @@ def train_lora(
     )
     total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
     eval_steps = max(1, min(settings.eval_steps, total_steps))
-    work = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.train-", dir=output_dir.parent))
+    work = _work_dir(output_dir)
+    main = True
     try:
         args = TrainingArguments(
             output_dir=str(work / "checkpoints"),
@@ -440,6 +442,10 @@ def train_lora(
         started = time.perf_counter()
         output = trainer.train()
         seconds = time.perf_counter() - started
+        trainer.accelerator.wait_for_everyone()  # every process has loaded the best checkpoint
+        main = trainer.is_world_process_zero()
+        if not main:  # another process of a multi-GPU launch: rank 0 saves
+            return TrainResult(adapter_dir=output_dir, stats={}, model=trainer.model)
         # load_best_model_at_end has put the best checkpoint back; its dev loss is recorded.
         best = trainer.state.best_metric
         dev_best = float(best) if dev_set and best is not None else None
@@ -476,8 +482,21 @@ def train_lora(
             os.replace(output_dir, work / "previous")  # removed with `work` below
         os.replace(staging, output_dir)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if main:
+            shutil.rmtree(work, ignore_errors=True)
     return TrainResult(adapter_dir=output_dir, stats=stats, model=trainer.model)
+
+
+def _work_dir(output_dir: Path) -> Path:
+    """Checkpoints' folder beside `output_dir`: a fresh temporary one, or under a launcher
+    (torchrun's run id) the one every process of the launch shares, since rank 0 writes the
+    checkpoints that all of them load the best of."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
+    if run_id and int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        work = output_dir.parent / f".{output_dir.name}.train-{run_id}"
+        work.mkdir(exist_ok=True)
+        return work
+    return Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.train-", dir=output_dir.parent))
 
 
 def load_adapter_model(base: Any, adapter_dir: Path, merge: bool = False) -> Any:

@@ -286,3 +286,54 @@ def test_qlora_nf4_base_trains_and_reloads(tiny, tmp_path: Path):
         )
         dev_loss = float(reloaded(**batch).loss)
     assert dev_loss == pytest.approx(stats["dev_loss_best"], rel=0.05)
+
+
+#: one process of a two-process torchrun launch (CPU, gloo): the stage's training path
+DDP_CHILD = """
+import json, os, sys
+from pathlib import Path
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rulerag.generation.launch import is_main_process
+from rulerag.generation.training import TrainSettings, train_lora
+
+base, data, out = sys.argv[1:4]
+pairs = json.loads(Path(data).read_text())
+settings = TrainSettings(epochs=2, learning_rate=1e-2, batch_size=4, warmup=0, eval_steps=3,
+                         logging_steps=1, chat_template=False, seed=3)
+result = train_lora(AutoModelForCausalLM.from_pretrained(base), AutoTokenizer.from_pretrained(base),
+                    [tuple(p) for p in pairs["train"]], [tuple(p) for p in pairs["dev"]],
+                    settings, Path(out))
+print("RANK", os.environ["RANK"], "main", is_main_process(), "stats", bool(result.stats))
+"""
+
+
+@pytest.mark.slow
+def test_two_processes_train_data_parallel_and_rank0_saves(tiny, tmp_path: Path):
+    """What `train_generator` does on a two-GPU worker (launch.relaunch_on_gpus), on the CPU:
+    torchrun starts two processes, each trains on half of every batch (DDP over gloo), and
+    only rank 0 writes the adapter; the shared checkpoint folder is gone afterwards."""
+    import subprocess
+
+    from rulerag.generation.launch import launch_command
+
+    base_dir, tokenizer, train, dev = tiny
+    data = tmp_path / "pairs.json"
+    data.write_text(json.dumps({"train": train[:16], "dev": dev[:4]}))
+    script = tmp_path / "child.py"
+    script.write_text(DDP_CHILD)
+    out = tmp_path / "ddp-adapter"
+    cmd = launch_command("child", [str(base_dir), str(data), str(out)], 2)
+    assert cmd[1:4] == ["-m", "torch.distributed.run", "--standalone"]
+    env = {k: v for k, v in os.environ.items() if k not in {"RANK", "WORLD_SIZE", "LOCAL_RANK"}}
+    project = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        cmd, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        env={**env, "OMP_NUM_THREADS": "1", "PYTHONPATH": f"{tmp_path}:{project}"},
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert "RANK 0 main True stats True" in done.stdout
+    assert "RANK 1 main False stats False" in done.stdout
+    stats = json.loads((out / "train_stats.json").read_text())
+    # 16 samples, batch 4 per process, 2 processes: 2 steps an epoch
+    assert stats["steps"] == 4 and stats["train_samples"] == 16
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ddp-adapter.train-")]
