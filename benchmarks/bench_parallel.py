@@ -106,6 +106,27 @@ def _outputs(project: Path, datasets: list[str]) -> dict[str, str]:
     return out
 
 
+#: words on the lines where two runs of a stage may differ: the wall times they report
+TIMING_WORDS = ("second", "minute", " s (", "sha256", "bytes")
+
+
+def _timing_only(a: Path, b: Path) -> bool:
+    """Whether two text outputs differ only on lines that report times (and the manifest
+    lines hashing such files)."""
+    import difflib
+
+    try:
+        left, right = a.read_text().splitlines(), b.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    changed = [
+        line[1:]
+        for line in difflib.unified_diff(left, right, lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
+    return all(any(word in line for word in TIMING_WORDS) for line in changed)
+
+
 def measure(args: argparse.Namespace) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="bench-parallel-"))
     bin_dir = str(Path(sys.executable).parent)
@@ -148,12 +169,19 @@ def measure(args: argparse.Namespace) -> None:
         entries = {k: v for r in results.values() for k, v in r.items()}
         collect(main, entries, settings, main_env, echo=lambda line: None)
         parallel = time.time() - started
-        same = _outputs(serial_dir, args.datasets) == _outputs(main, args.datasets)
+        ours, theirs = _outputs(serial_dir, args.datasets), _outputs(main, args.datasets)
+        differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+        timing = [k for k in differ if _timing_only(serial_dir / k, main / k)]
+        same = not set(differ) - set(timing)
         print(f"{len(names)} stage instances ({', '.join(args.measure)}) of "
               f"{', '.join(args.datasets)}:")  # fmt: skip
         print(f"  serial, one workspace:          {serial:7.1f} s")
         print(f"  {args.measure_workers} workers, own workspaces:    {parallel:7.1f} s "
               f"(speed-up {serial / parallel:.2f}); outputs identical: {same}")  # fmt: skip
+        print(f"    {len(ours)} files; {len(timing)} differ in measured times only (seconds, "
+              "queries a minute, and the manifests' hashes of those files)")  # fmt: skip
+        for path in sorted(set(differ) - set(timing)):
+            print(f"    differs: {path}")
         for name in names:
             a, b = spans[name]
             print(f"    {name:40s} {a - started:7.1f} -> {b - started:7.1f} s")
