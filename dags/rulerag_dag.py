@@ -63,6 +63,7 @@ from rulerag.orchestration.workspaces import (  # noqa: E402
     head_commit,
     push_outputs,
     run_in_workspace,
+    stream_command,
 )
 
 DVC_YAML = PROJECT_DIR / "dvc.yaml"
@@ -269,30 +270,7 @@ def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = N
     skip_unselected(instance, stages)
     cmd = [_dvc_executable(), "repro", "--single-item", instance.name]
     log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
-    proc = subprocess.Popen(
-        cmd,
-        cwd=PROJECT_DIR,
-        env=_stage_env(run_id),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        bufsize=1,
-    )
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:  # stream into the task log as it comes
-            log.info("%s", line.rstrip("\n"))
-        returncode = proc.wait()
-    finally:
-        if proc.poll() is None:  # task killed or timed out: do not leave DVC running
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    if returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited with status {returncode}")
+    stream_command(cmd, PROJECT_DIR, _stage_env(run_id), log.info)
 
 
 def run_stage_in_workspace(

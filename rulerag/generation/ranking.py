@@ -68,26 +68,21 @@ def encode_candidates(
     max_prompt_tokens: int | None,
 ) -> tuple[list[int], list[list[int]]]:
     """The prompt's token ids and each candidate's answer ids, tokenised as training tokenises
-    a (prompt, answer) pair (so the model is asked what it was taught)."""
-    prompt_ids: list[int] | None = None
-    answers = []
-    for candidate in candidates:
-        e = encode_example(
+    a (prompt, answer) pair (so the model is asked what it was taught). The prompt's ids do
+    not depend on the answer; without candidates an empty answer gives them."""
+    encoded = [
+        encode_example(
             tokenizer,
             prompt,
-            prompt_format.target(candidate),
+            prompt_format.target(c) if c is not None else "",
             chat_template=chat_template,
             max_prompt_tokens=max_prompt_tokens,
         )
-        length = sum(1 for label in e["labels"] if label == -100)
-        prompt_ids = e["input_ids"][:length]
-        answers.append(e["input_ids"][length:])
-    if prompt_ids is None:
-        empty = encode_example(tokenizer, prompt, "", chat_template=chat_template,
-                               max_prompt_tokens=max_prompt_tokens)  # fmt: skip
-        prompt_ids = [i for i, label in zip(empty["input_ids"], empty["labels"], strict=True)
-                      if label == -100]  # fmt: skip
-    return prompt_ids, answers
+        for c in (candidates or [None])
+    ]
+    length = sum(1 for label in encoded[0]["labels"] if label == -100)  # the shared prompt
+    answers = [e["input_ids"][length:] for e in encoded] if candidates else []
+    return encoded[0]["input_ids"][:length], answers
 
 
 def score_candidates(

@@ -48,6 +48,7 @@ __all__ = [
     "push_outputs",
     "read_lock_entries",
     "run_in_workspace",
+    "stream_command",
 ]
 
 log = logging.getLogger(__name__)
@@ -91,8 +92,10 @@ def read_lock_entries(path: Path, names: Iterable[str]) -> dict[str, Any]:
 Logger = Callable[[str], None]
 
 
-def _run(cmd: list[str], cwd: Path, env: Mapping[str, str], echo: Logger) -> None:
-    """Run `cmd`, streaming its output to `echo`; raise with the command on failure."""
+def stream_command(cmd: list[str], cwd: Path, env: Mapping[str, str], echo: Logger) -> None:
+    """Run `cmd` (an argument list, never a shell), streaming its output line by line to
+    `echo` as it comes; raise with the command on failure. The DAG's serial stage tasks run
+    `dvc repro` through it too."""
     echo(f"$ {' '.join(cmd)}   (in {cwd})")
     proc = subprocess.Popen(
         cmd, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -142,9 +145,9 @@ def _create(project_dir: Path, commit: str, settings: DagSettings, name: str, ec
     safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)
     workspace = root / f"{safe}-{uuid.uuid4().hex[:8]}"
     source = settings.source or str(project_dir)
-    _run(["git", "clone", "--quiet", "--no-checkout", source, str(workspace)], root, os.environ,
-         echo)  # fmt: skip
-    _run(["git", "checkout", "--quiet", "--detach", commit], workspace, os.environ, echo)
+    clone = ["git", "clone", "--quiet", "--no-checkout", source, str(workspace)]
+    stream_command(clone, root, os.environ, echo)
+    stream_command(["git", "checkout", "--quiet", "--detach", commit], workspace, os.environ, echo)
     local = project_dir / ".dvc" / "config.local"  # credentials and local remote settings
     if local.is_file():
         shutil.copy2(local, workspace / ".dvc" / "config.local")
@@ -218,9 +221,10 @@ def run_in_workspace(
         dvc, remote = _dvc(run_env), _remote_args(settings)
         # its deps, and its own last outputs so that an unchanged instance is not rerun
         targets = [*dict.fromkeys(upstream), instance]
-        _run([dvc, "pull", "--allow-missing", *remote, *targets], workspace, run_env, echo)
-        _run([dvc, "repro", "--single-item", instance], workspace, run_env, echo)
-        _run([dvc, "push", *remote, instance], workspace, run_env, echo)
+        pull = [dvc, "pull", "--allow-missing", *remote, *targets]
+        stream_command(pull, workspace, run_env, echo)
+        stream_command([dvc, "repro", "--single-item", instance], workspace, run_env, echo)
+        stream_command([dvc, "push", *remote, instance], workspace, run_env, echo)
         entry = read_lock_entries(workspace / "dvc.lock", [instance])
         if instance not in entry:
             raise RuntimeError(f"{instance}: dvc repro left no dvc.lock entry in {workspace}")
@@ -238,7 +242,7 @@ def push_outputs(project_dir: Path, settings: DagSettings, env: Mapping[str, str
     not rebuild (a first run's empty dvc.lock pushes nothing)."""
     if not (Path(project_dir) / "dvc.lock").is_file():
         return
-    _run([_dvc(env), "push", *_remote_args(settings)], Path(project_dir), env, echo)
+    stream_command([_dvc(env), "push", *_remote_args(settings)], Path(project_dir), env, echo)
 
 
 def collect(
@@ -259,5 +263,5 @@ def collect(
     staged.write_text(overlay_lock(text, entries, str(lock)), encoding="utf-8")
     os.replace(staged, lock)
     names = sorted(entries)
-    _run([_dvc(env), "pull", *_remote_args(settings), *names], project_dir, env, echo)
+    stream_command([_dvc(env), "pull", *_remote_args(settings), *names], project_dir, env, echo)
     return names
