@@ -42,10 +42,12 @@ import bisect
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
+from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_to_tlogic
 
@@ -85,6 +87,11 @@ class ApplySettings:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {self.aggregation!r}")
 
+
+#: Rows one hop of a rule's groundings materialises at once (about 0.4 GB of path arrays); a
+#: larger expansion runs in blocks. YAGO's facts repeat every year of their validity, so one
+#: three-atom rule over 68 queries reaches 5.3e8 rows at its last hop.
+MAX_EXPANSION_ROWS = 1 << 22
 
 #: how a candidate's per-rule scores combine into its rank
 AGGREGATIONS = ("noisy_or", "max")
@@ -266,13 +273,6 @@ class _Edges:
         return start, np.maximum(end - start, 0)
 
 
-def _ragged(start: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The concatenation of range(start[i], start[i] + counts[i])."""
-    total = int(counts.sum())
-    offsets = np.cumsum(counts) - counts
-    return np.arange(total) - np.repeat(offsets, counts) + np.repeat(start, counts)
-
-
 def _latest_per_group(columns: Sequence[np.ndarray], t0: np.ndarray) -> np.ndarray:
     """Row indices keeping, of the rows equal in `columns`, the one with the largest t0."""
     order = np.lexsort((-t0, *columns[::-1]))
@@ -303,6 +303,44 @@ class _Paths:
             [t[rows] for t in self.times],
         )
 
+    @classmethod
+    def concat(cls, parts: Sequence[_Paths]) -> _Paths:
+        """The rows of `parts`, in order."""
+        return cls(
+            np.concatenate([p.key for p in parts]),
+            np.concatenate([p.tq for p in parts]),
+            [np.concatenate(column) for column in zip(*(p.ents for p in parts), strict=True)],
+            [np.concatenate(column) for column in zip(*(p.times for p in parts), strict=True)],
+        )
+
+
+def _best_per_candidate(paths: _Paths, n_entities: int) -> _Paths:
+    """Of the groundings reaching one candidate for one query, the one with the latest first
+    body fact: the only one the score (recency of t_0) and the explanation use."""
+    pair = paths.key * n_entities + paths.ents[-1]
+    return paths.take(_latest_per_group([pair], paths.times[0]))
+
+
+def _reduce_hop(
+    found: _Paths, rule: AppliedRule, hop: int, constrained: Sequence[int], n_entities: int
+) -> _Paths:
+    """The paths worth extending after `hop`; after the last, the groundings that score."""
+    if hop + 1 == len(rule.body):
+        same = np.ones(len(found.key), dtype=bool)
+        for group in rule.constraints:
+            for position in group[1:]:
+                same &= found.ents[position] == found.ents[group[0]]
+        return _best_per_candidate(found.take(np.flatnonzero(same)), n_entities)
+    if len(found.key) <= 1:
+        return found
+    # What the rest of the path and the score depend on: where it is, when, the constrained
+    # entities it passed, and the latest first-hop time. Of the paths alike in the rest, the
+    # one with the latest t0 is kept (with its entities, for the explanation), so hub entities
+    # do not multiply paths hop after hop.
+    alike = [found.key * n_entities + found.ents[-1], found.times[-1]]
+    alike += [found.ents[v] for v in constrained if 0 < v <= hop]
+    return found.take(_latest_per_group(alike, found.times[0]))
+
 
 def _groundings(
     rule: AppliedRule,
@@ -318,7 +356,6 @@ def _groundings(
         return _pair_groundings(rule, key, sub, tq, edges)
     paths = _Paths(key, tq, [sub], [])
     constrained = sorted({v for group in rule.constraints for v in group})
-    last = len(rule.body)
     unbounded = np.full(len(key), np.iinfo(np.int64).min // 4)
     for hop, relation in enumerate(rule.body):
         adjacency = edges.by_relation.get(relation)
@@ -333,23 +370,26 @@ def _groundings(
             lo = np.zeros(len(paths.key), np.int64) + edges.t_min
             hi = lo + edges.span
         start, counts = edges.ranges(adjacency, paths.ents[-1], lo, hi)
-        index = _ragged(start, counts)
-        paths = paths.take(np.repeat(np.arange(len(paths.key)), counts))
-        paths.ents.append(adjacency.obj[index])
-        paths.times.append(adjacency.ts[index])
-        if hop + 1 < last and len(paths.key) > 1:
-            # What the rest of the path and the score depend on: where it is, when, the
-            # constrained entities it passed, and the latest first-hop time. Of the paths
-            # alike in the rest, the one with the latest t0 is kept (with its entities, for
-            # the explanation), so hub entities do not multiply paths hop after hop.
-            alike = [paths.key * edges.n_entities + paths.ents[-1], paths.times[-1]]
-            alike += [paths.ents[v] for v in constrained if 0 < v <= hop]
-            paths = paths.take(_latest_per_group(alike, paths.times[0]))
-    same = np.ones(len(paths.key), dtype=bool)
-    for group in rule.constraints:
-        for position in group[1:]:
-            same &= paths.ents[position] == paths.ents[group[0]]
-    paths = paths.take(np.flatnonzero(same))
+
+        # In blocks of at most MAX_EXPANSION_ROWS new rows, each reduced at once; the blocks'
+        # survivors are reduced together whenever they add up to a block, and at the end.
+        # That keeps exactly the rows one reduction of the whole would (per group the latest
+        # t0, ties to the earliest row), since survivors keep their blocks' order.
+        reduce = partial(
+            _reduce_hop, rule=rule, hop=hop, constrained=constrained, n_entities=edges.n_entities
+        )
+        pending: list[_Paths] = []
+        for part in split_by_weight(counts, MAX_EXPANSION_ROWS):
+            index, owner = ragged_ranges(start[part], start[part] + counts[part])
+            block = paths.take(part.start + owner)
+            block.ents.append(adjacency.obj[index])
+            block.times.append(adjacency.ts[index])
+            pending.append(reduce(block))
+            if len(pending) > 1 and sum(len(p.key) for p in pending) > MAX_EXPANSION_ROWS:
+                pending = [reduce(_Paths.concat(pending))]
+        if not pending:
+            return None
+        paths = pending[0] if len(pending) == 1 else reduce(_Paths.concat(pending))
     return paths if len(paths.key) else None
 
 
@@ -363,8 +403,7 @@ def _pair_groundings(
         return None
     everything = np.full(len(key), edges.t_min)
     start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
-    index = _ragged(start, counts)
-    rows = np.repeat(np.arange(len(key)), counts)
+    index, rows = ragged_ranges(start, start + counts)
     x, y = sub[rows], adjacency.obj[index]
     keep = np.ones(len(rows), dtype=bool)
     for relation in rule.body[1:]:
@@ -373,7 +412,7 @@ def _pair_groundings(
     if not len(rows):
         return None
     ts = adjacency.ts[index][keep]
-    return _Paths(key[rows], tq[rows], [sub[rows], y], [ts])
+    return _best_per_candidate(_Paths(key[rows], tq[rows], [sub[rows], y], [ts]), edges.n_entities)
 
 
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
@@ -436,8 +475,6 @@ def apply_rules(
             found = _groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
             if found is None:
                 continue
-            pair = found.key * graph.n_entities + found.ents[-1]
-            found = found.take(_latest_per_group([pair], found.times[0]))
             if settings.temporal:
                 recency = np.exp(settings.lmbda * (found.times[0] - found.tq))
                 scores = settings.a * rule.confidence + (1 - settings.a) * recency

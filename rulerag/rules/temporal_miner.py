@@ -71,6 +71,7 @@ import pandas as pd
 from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
+from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
 from rulerag.settings import Count, Fraction, Positive
@@ -254,28 +255,6 @@ def build_temporal_graph(facts: pd.DataFrame, n_entities: int, n_relations: int)
 # small vectorised helpers
 
 
-def _ragged(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """All positions of the ranges [lo_i, hi_i) and, for each, the row i it came from."""
-    counts = np.maximum(hi - lo, 0)
-    owner = np.repeat(np.arange(len(lo)), counts)
-    starts = np.cumsum(counts) - counts
-    pos = np.arange(counts.sum()) - np.repeat(starts - lo, counts)
-    return pos, owner
-
-
-def _split_by_weight(weights: np.ndarray, limit: int) -> list[slice]:
-    """Consecutive slices of rows whose weights sum to at most `limit` (one row may exceed)."""
-    if len(weights) == 0:
-        return []
-    cum = np.cumsum(weights)
-    cuts = [0]
-    while cuts[-1] < len(weights):
-        base = cum[cuts[-1] - 1] if cuts[-1] else 0
-        nxt = int(np.searchsorted(cum, base + limit, side="right"))
-        cuts.append(max(nxt, cuts[-1] + 1))
-    return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
-
-
 def _first_occurrence(ents: np.ndarray) -> np.ndarray:
     """For each row, the index of the first column holding the same entity (its pattern)."""
     cols = ents.shape[1]
@@ -358,9 +337,9 @@ def _choose_exp_exact(
     x (or -1) removed, uniform when all weights underflow. For nodes with long time spans."""
     out = np.empty(len(lo), dtype=np.int64)
     lengths = hi - lo
-    for part in _split_by_weight(lengths, CHUNK_ROWS):
+    for part in split_by_weight(lengths, CHUNK_ROWS):
         plo, phi, px = lo[part], hi[part], x[part]
-        pos, owner = _ragged(plo, phi)
+        pos, owner = ragged_ranges(plo, phi)
         w = np.exp((g.t[perm[pos]] - cur_t[part][owner]).astype(np.float64))
         w[pos == px[owner]] = 0.0
         seg_start = np.cumsum(phi - plo) - (phi - plo)
@@ -558,8 +537,8 @@ def _enumerate_bodies(
         block = (b * g.n_entities + ents[-1]) * g.n_times
         lo = np.searchsorted(g.c_key, block + trs[-1], side="left")
         hi = np.searchsorted(g.c_key, block + g.n_times, side="left")
-        for part in _split_by_weight(hi - lo, limit):
-            pos, owner = _ragged(lo[part], hi[part])
+        for part in split_by_weight(hi - lo, limit):
+            pos, owner = ragged_ranges(lo[part], hi[part])
             e = g.c_perm[pos]
             sub = [a[part][owner] for a in ents]
             yield from extend(
@@ -571,8 +550,8 @@ def _enumerate_bodies(
 
     rel = bodies[:, 0]
     lo, hi = g.c_rel_start[rel], g.c_rel_start[rel + 1]
-    for part in _split_by_weight(hi - lo, limit):
-        pos, owner = _ragged(lo[part], hi[part])
+    for part in split_by_weight(hi - lo, limit):
+        pos, owner = ragged_ranges(lo[part], hi[part])
         e = g.c_perm[pos]
         grp = np.arange(len(bodies))[part][owner]
         yield from extend(1, grp, [g.s[e], g.o[e]], [g.tr[e]])
@@ -610,8 +589,8 @@ def _supports(
     rel_count = 2 * g.n_relations
     rule_gh = rule_grp * rel_count + rule_head
     rule_supp = np.zeros(len(rule_grp), dtype=np.int64)
-    for part in _split_by_weight(hi - lo, CHUNK_ROWS):
-        pos, owner = _ragged(lo[part], hi[part])
+    for part in split_by_weight(hi - lo, CHUNK_ROWS):
+        pos, owner = ragged_ranges(lo[part], hi[part])
         hit_gh = body_grp[part][owner] * rel_count + g.pr_rel[pos]
         rule_supp += np.where(
             identity,
