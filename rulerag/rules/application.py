@@ -387,8 +387,6 @@ def _groundings(
             pending.append(reduce(block))
             if len(pending) > 1 and sum(len(p.key) for p in pending) > MAX_EXPANSION_ROWS:
                 pending = [reduce(_Paths.concat(pending))]
-        if not pending:
-            return None
         paths = pending[0] if len(pending) == 1 else reduce(_Paths.concat(pending))
     return paths if len(paths.key) else None
 

@@ -164,21 +164,32 @@ def brute_force_scores(rows, rule, query, n_rel, settings):
     }
 
 
+def random_rows(seed: int, entities: int, n: int, times: int) -> list[tuple[int, int, int, int]]:
+    """n seeded facts (s, r, o, t) over `entities`, relations 0-2 and `times` steps."""
+    rng = np.random.default_rng(seed)
+    return [(int(s), int(r), int(o), int(t)) for s, r, o, t in zip(
+        rng.integers(0, entities, n), rng.integers(0, 3, n), rng.integers(0, entities, n),
+        rng.integers(0, times, n), strict=True)]  # fmt: skip
+
+
+#: two- and three-atom path rules with head relation 0 over relations 1 and 2
+PATH_RULES = (
+    Rule.path(0, [(1, False), (2, True)], temporal=True, confidence=0.6, body_support=9.0),
+    Rule.path(
+        0, [(2, False), (1, False), (1, True)], temporal=True, confidence=0.4, body_support=9.0
+    ),
+)
+
+
 @pytest.mark.parametrize("limit", [None, 3])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_multi_hop_scores_equal_a_brute_force_enumeration(seed, limit, monkeypatch) -> None:
     if limit is not None:  # every hop's expansion in blocks of about 3 rows
         monkeypatch.setattr(application, "MAX_EXPANSION_ROWS", limit)
-    rng = np.random.default_rng(seed)
-    rows = [(int(s), int(r), int(o), int(t)) for s, r, o, t in zip(
-        rng.integers(0, 6, 40), rng.integers(0, 3, 40), rng.integers(0, 6, 40),
-        rng.integers(0, 8, 40), strict=True)]  # fmt: skip
+    rows = random_rows(seed, entities=6, n=40, times=8)
     kg = facts(rows)
     rules = [
-        Rule.path(0, [(1, False), (2, True)], temporal=True, confidence=0.6, body_support=9.0),
-        Rule.path(
-            0, [(2, False), (1, False), (1, True)], temporal=True, confidence=0.4, body_support=9.0
-        ),  # fmt: skip
+        *PATH_RULES,
         Rule(
             Atom(0, 0, 2),
             (Atom(1, 0, 1), Atom(2, 1, 2)),
@@ -306,16 +317,12 @@ def test_max_aggregation_ranks_by_the_best_rule_then_the_next() -> None:
         ApplySettings(aggregation="sum")
 
 
-def random_rules_and_queries(seed: int) -> tuple[list[tuple[int, int, int, int]], list[Rule]]:
-    rng = np.random.default_rng(seed)
-    rows = [(int(s), int(r), int(o), int(t)) for s, r, o, t in zip(
-        rng.integers(0, 12, 300), rng.integers(0, 3, 300), rng.integers(0, 12, 300),
-        rng.integers(0, 10, 300), strict=True)]  # fmt: skip
+@pytest.mark.parametrize("seed", [0, 1])
+def test_blocked_expansion_keeps_every_score_rule_and_explanation(seed, monkeypatch) -> None:
+    """Hops expanded in blocks (as on YAGO, whose three-atom rules reach 5e8 rows) give the
+    same candidates, scores, best rules and explanations as one expansion of the whole."""
     rules = [
-        Rule.path(0, [(1, False), (2, True)], temporal=True, confidence=0.6, body_support=9.0),
-        Rule.path(
-            0, [(2, False), (1, False), (1, True)], temporal=True, confidence=0.4, body_support=9.0
-        ),  # fmt: skip
+        *PATH_RULES,
         Rule(
             Atom(0, 0, 3),
             (Atom(1, 0, 1), Atom(2, 1, 2), Atom(1, 2, 3)),
@@ -325,15 +332,7 @@ def random_rules_and_queries(seed: int) -> tuple[list[tuple[int, int, int, int]]
             body_support=9.0,
         ),  # fmt: skip
     ]
-    return rows, rules
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_blocked_expansion_keeps_every_score_rule_and_explanation(seed, monkeypatch) -> None:
-    """Hops expanded in blocks (as on YAGO, whose three-atom rules reach 5e8 rows) give the
-    same candidates, scores, best rules and explanations as one expansion of the whole."""
-    rows, rules = random_rules_and_queries(seed)
-    edges = edges_with_inverses(facts(rows), 3)
+    edges = edges_with_inverses(facts(random_rows(seed, entities=12, n=300, times=10)), 3)
     settings = ApplySettings(top_k=10_000)
     applied = applied_rules(rules, 3, settings)
     asked = queries([(k, k % 12, 0, 6 + k % 4) for k in range(24)])
