@@ -42,7 +42,6 @@ PROJECT_DIR = Path(
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from rulerag.kg.registry import known_datasets  # noqa: E402
 from rulerag.orchestration.dag_settings import GPU_STAGES, DagSettings  # noqa: E402
 from rulerag.orchestration.dvc_graph import (  # noqa: E402
     StageInstance,
@@ -53,11 +52,7 @@ from rulerag.orchestration.dvc_graph import (  # noqa: E402
     stage_edges,
     task_placement,
 )
-from rulerag.orchestration.run_conf import (  # noqa: E402
-    apply_run_conf,
-    load_params,
-    validate_run_conf,
-)
+from rulerag.orchestration.run_conf import apply_run_conf, validate_run_conf  # noqa: E402
 from rulerag.orchestration.workspaces import (  # noqa: E402
     collect,
     head_commit,
@@ -65,9 +60,17 @@ from rulerag.orchestration.workspaces import (  # noqa: E402
     run_in_workspace,
     stream_command,
 )
+from rulerag.params import parse_params, read_params_file  # noqa: E402
 
 DVC_YAML = PROJECT_DIR / "dvc.yaml"
 PARAMS_YAML = PROJECT_DIR / "params.yaml"
+
+
+def _known_datasets(params: dict) -> list[str]:
+    """Every KG a run conf may select: the registry's and params.yaml's `ingest.custom`."""
+    return parse_params(params, str(PARAMS_YAML)).known_datasets()
+
+
 DVC_LOCK = PROJECT_DIR / "dvc.lock"
 SETTINGS = DagSettings.from_env()
 log = logging.getLogger("rulerag.dag")
@@ -155,12 +158,12 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
     """
     conf = _without_empty_fields(dict(conf or {}))
     original = PARAMS_YAML.read_text(encoding="utf-8")
-    params = load_params(PARAMS_YAML)
+    params = read_params_file(PARAMS_YAML)
     try:
         run_conf = validate_run_conf(
             conf,
             params,
-            known_datasets(params),
+            _known_datasets(params),
             cmd_keys=cmd_param_keys(DVC_YAML),
             stage_names=list(load_yaml(DVC_YAML).get("stages") or {}),
         )
@@ -171,7 +174,7 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
         backup = _backup_path(run_id)
         backup.parent.mkdir(parents=True, exist_ok=True)
         backup.write_text(original, encoding="utf-8")
-    selected = load_params(PARAMS_YAML).get("datasets") or []
+    selected = read_params_file(PARAMS_YAML).get("datasets") or []
     log.info(
         "params.yaml %s; datasets: %s",
         "updated" if changed else "unchanged",
@@ -253,7 +256,7 @@ def skip_unselected(instance: StageInstance, stages: list[str] | None) -> None:
     """
     if stages is not None and instance.stage not in stages:
         raise AirflowSkipException(f"{instance.name}: stage not in this run's stages {stages}")
-    params = load_params(PARAMS_YAML)
+    params = read_params_file(PARAMS_YAML)
     selected = [str(d) for d in params.get("datasets") or []]
     current = {i.name for i in build_graph(DVC_YAML, params, selected)}
     if instance.name not in current:
@@ -312,7 +315,7 @@ def selected_task_ids(
 ) -> list[str]:
     """The task ids this run executes: the instances DVC generates from params.yaml as it is
     now (after apply_conf), of the run's `stages` (None: all). Decided once, by `select`."""
-    params = load_params(PARAMS_YAML)
+    params = read_params_file(PARAMS_YAML)
     selected = [str(d) for d in params.get("datasets") or []]
     current = build_graph(DVC_YAML, params, selected)
     return [
@@ -323,9 +326,9 @@ def selected_task_ids(
 
 
 def _build_dag() -> DAG:
-    params = load_params(PARAMS_YAML)
+    params = read_params_file(PARAMS_YAML)
     # Every known dataset, not only params.yaml's selection: a run's conf may pick any of them.
-    instances = build_graph(DVC_YAML, params, known_datasets(params))
+    instances = build_graph(DVC_YAML, params, _known_datasets(params))
     placement = task_placement(instances)
 
     with DAG(
@@ -339,7 +342,7 @@ def _build_dag() -> DAG:
         default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
         tags=["rulerag", "dvc"],
         params=trigger_params(
-            sorted(known_datasets(params)), list(load_yaml(DVC_YAML).get("stages") or {})
+            sorted(_known_datasets(params)), list(load_yaml(DVC_YAML).get("stages") or {})
         ),
     ) as dag:
 

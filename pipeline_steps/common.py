@@ -1,20 +1,30 @@
-"""What every stage script shares: the project folder, params.yaml, the way a stage fails,
-numeric-metric selection."""
+"""What every stage script shares: its arguments, params.yaml as `Params`, the dataset's
+`DataLayout`, its MLflow run, the way it fails, and metric selection.
+
+A stage script is a shell around one library call:
+
+    stage = stage_inputs("generate", argv, __doc__, config="a name in generation.grid")
+    with stage.track(params=...) as run:
+        result = library_call(stage.params.<section>, stage.layout, ...)
+        ...write result..., run.log_metrics(...)
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rulerag.errors import InputError
-from rulerag.params_schema import check_dataset_name, require_sections
-from rulerag.settings import SettingsError
+from rulerag.layout import DataLayout
+from rulerag.params import Params, load_params
+from rulerag.settings import SettingsError, check_dataset_name
+from rulerag.tracking import TAG_STAGE_INSTANCE, StageRun, stage_run
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -22,26 +32,86 @@ PROJECT_DIR = Path(__file__).resolve().parents[1]
 #: it, as for the generator in rulerag/generation/models.py: a DAG task's workspace shares the
 #: main workspace's)
 MODEL_CACHE = Path(os.environ.get("RULERAG_MODEL_CACHE") or PROJECT_DIR / ".models")
+#: every dataset's outputs: data/<dataset>/
+DATA_DIR = PROJECT_DIR / "data"
 
 
-def load_params(path: Path | None = None) -> dict[str, Any]:
-    """Read params.yaml (DVC's single source of every knob); every section must be there (a
-    stage then loads its own strictly), so a deleted section fails instead of meaning
-    "built-in defaults"."""
-    path = path or PROJECT_DIR / "params.yaml"
-    with open(path, encoding="utf-8") as handle:
-        params = yaml.safe_load(handle) or {}
-    require_sections(params, str(path))
-    return params
+@dataclass(frozen=True)
+class Stage:
+    """One stage invocation: its name, dataset, arguments, params and the dataset's files."""
+
+    name: str
+    dataset: str
+    args: argparse.Namespace
+    params: Params
+    layout: DataLayout
+    #: converted and downloaded models (`MODEL_CACHE` when the stage started)
+    model_cache: Path
+
+    def layout_of(self, dataset: str) -> DataLayout:
+        """Another dataset's files (qa_rag reads a KG's rule bank)."""
+        return DataLayout.of(DATA_DIR, dataset)
+
+    @contextmanager
+    def track(
+        self,
+        params: Mapping[str, Any] | None = None,
+        *,
+        stage: str | None = None,
+        instance: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Iterator[StageRun]:
+        """The stage's MLflow run (`rulerag.tracking.stage_run`), tagged with its instance
+        (`<stage>@<dataset>[-<item>]`, the name Airflow's task shows) and `tags`."""
+        stage = stage or self.name
+        with stage_run(stage, self.dataset, project_dir=PROJECT_DIR, params=params) as run:
+            if instance is not None or tags:
+                run.set_tags(
+                    {TAG_STAGE_INSTANCE: f"{stage}@{self.dataset}{instance or ''}", **(tags or {})}
+                )
+            yield run
+
+
+def stage_inputs(
+    stage: str,
+    argv: Sequence[str] | None,
+    description: str | None,
+    choices: Mapping[str, Sequence[str]] | None = None,
+    **options: str,
+) -> Stage:
+    """Parse a stage's command line and read params.yaml once.
+
+    Every stage takes `--dataset` (checked by the one dataset-name rule) and `--params` (default:
+    the project's params.yaml); `options` adds one required `--<name>` per keyword (its help
+    text), `choices` limits some of them.
+    """
+    parser = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
+    parser.add_argument("--dataset", required=True, type=_dataset_name, help="dataset name")
+    parser.add_argument(
+        "--params", type=Path, default=PROJECT_DIR / "params.yaml", help="params file"
+    )
+    for name, text in options.items():
+        parser.add_argument(
+            f"--{name}", required=True, help=text, choices=(choices or {}).get(name)
+        )
+    args = parser.parse_args(argv)
+    return Stage(
+        name=stage,
+        dataset=args.dataset,
+        args=args,
+        params=load_params(args.params),
+        layout=DataLayout.of(DATA_DIR, args.dataset),
+        model_cache=MODEL_CACHE,
+    )
 
 
 def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
     """Run a stage's `main`; input the user can fix fails with its message and exit status 2.
 
     An `InputError` (a params.yaml key, a KG file, a cut-short stage output...) names what to
-    fix, so it is printed without a traceback. Raised inside `rulerag.tracking.stage_run`, it
-    has already marked the stage's MLflow run FAILED with the message. Any other exception is
-    a bug and keeps its traceback.
+    fix, so it is printed without a traceback. Raised inside `Stage.track`, it has already
+    marked the stage's MLflow run FAILED with the message. Any other exception is a bug and
+    keeps its traceback.
     """
     stage = main.__module__.rpartition(".")[2]
     try:
@@ -56,27 +126,6 @@ def _dataset_name(text: str) -> str:
         return check_dataset_name(text)
     except SettingsError as err:  # argparse shows this message and exits 2
         raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def dataset_parser(description: str) -> argparse.ArgumentParser:
-    """An argument parser with the `--dataset` every foreach-over-datasets stage takes."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument(
-        "--dataset", required=True, type=_dataset_name, help="dataset name (see params.yaml)"
-    )
-    return parser
-
-
-def data_dir(dataset: str) -> Path:
-    """The folder all of one dataset's stage outputs live under."""
-    return PROJECT_DIR / "data" / dataset
-
-
-def rule_llm_cache(dataset: str) -> Path:
-    """The LLM answers of rule retrieval (self-induced rules, R³ rankings) for one dataset,
-    shared by build_benchmark's selection and rule_retrieval_eval, so neither pays a prompt the
-    other has sent; no stage output (a cache, kept across reruns)."""
-    return data_dir(dataset) / "cache" / "rule_llm.sqlite"
 
 
 def numeric_metrics(stats: Mapping[str, Any], prefix: str = "") -> dict[str, float]:

@@ -1,9 +1,9 @@
 """Stage `generalisation`: RuleRAG-FT trained on one rule bank, tested on another (Figure 5).
 
 Splits the rule bank into `generalisation.banks` disjoint, equal-size banks
-(`rulerag.generalisation.split_bank`); for each bank R_i trains an RGFT query encoder on R_i's
-F_R items (`generation.retriever`'s encoder, `retriever_steps` steps, train_retriever's other
-knobs), searches every bank's sampled test queries and R_i's F_G queries with it (q ∘ r), and
+(`rulerag.experiments.generalisation.split_bank`); for each bank R_i trains an RGFT query
+encoder on R_i's F_R items (`generation.retriever`'s encoder, `retriever_steps` steps,
+train_retriever's other knobs), searches every bank's sampled test queries and R_i's F_G queries with it (q ∘ r), and
 trains an RGFT generator adapter on R_i's F_G samples (generation.train's knobs,
 `generator_samples`); then answers every bank's test queries with that pair (the `rulerag_ft`
 row's prompt). Standard RAG (the `standard_rag` row, the retrieve stage's run) answers the same
@@ -33,7 +33,7 @@ from pipeline_steps.common import (
 )
 from rulerag.benchmark.sampling import sample_queries
 from rulerag.errors import InputError
-from rulerag.generalisation import (
+from rulerag.experiments.generalisation import (
     GeneralisationSettings,
     assign_queries,
     gains_table,

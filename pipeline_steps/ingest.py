@@ -10,44 +10,30 @@ import os
 import sys
 from pathlib import Path
 
-from pipeline_steps.common import (
-    PROJECT_DIR,
-    data_dir,
-    dataset_parser,
-    load_params,
-    numeric_metrics,
-    run_stage,
-)
-from rulerag.kg.ingest import MIRROR_ENV, ingest
-from rulerag.kg.registry import get_spec, ingest_settings
-from rulerag.tracking import stage_run
+from pipeline_steps.common import numeric_metrics, run_stage, stage_inputs
+from rulerag.kg.ingest import MIRROR_ENV, ingest, write_outputs
+from rulerag.kg.registry import get_spec
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = dataset_parser(__doc__ or "").parse_args(argv)
-    params = load_params()
-    section = params.get("ingest") or {}
-    settings = ingest_settings(section)
-    name = args.dataset
-    spec = get_spec(name, params)
+    stage = stage_inputs("ingest", argv, __doc__)
+    name, layout, settings = stage.dataset, stage.layout, stage.params.ingest
     mirror = os.environ.get(MIRROR_ENV)
-    out_dir = data_dir(name) / "kg"
     # A KGFormatError / DatasetNotFoundError marks the run FAILED and reaches the user as
     # file:line, without a traceback (run_stage).
-    with stage_run("ingest", name, project_dir=PROJECT_DIR, params={"ingest": section}) as run:
-        kg, stats = ingest(
-            spec,
-            out_dir,
+    with stage.track({"ingest": stage.params.section_values("ingest")}) as run:
+        result = ingest(
+            get_spec(name, settings),
+            settings,
             data_dir=Path(mirror).expanduser() if mirror else None,
-            download_dir=data_dir(name) / "download",
-            duplicates=settings.duplicates,
-            source=settings.source.get(name),
-            train_from_valid=settings.train_from_valid,
+            download_dir=layout.download,
         )
+        write_outputs(result, layout.kg)
+        stats = result.stats
         run.log_params({"source": stats["source"], "origin": stats["origin"]})
         run.log_metrics(numeric_metrics(stats))
-        run.log_artifact(out_dir / "stats.json")
-        run.log_dict(kg.entities.head(50).to_dict("records"), "sample/entities.json")
+        run.log_artifact(layout.kg_stats)
+        run.log_dict(result.kg.entities.head(50).to_dict("records"), "sample/entities.json")
     print(
         f"ingest@{name}: {stats['facts']:,} facts {stats['splits']}, "
         f"{stats['entities']:,} entities, {stats['relations']:,} relations from {stats['origin']}"

@@ -23,17 +23,21 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import types
 import typing
 from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 from annotated_types import Ge, Gt, Le
+from pydantic import AfterValidator
 
 from rulerag.errors import InputError
 
 __all__ = [
+    "DATASET_NAME_RE",
     "Count",
+    "DatasetName",
     "Fraction",
     "NonNegative",
     "Positive",
@@ -41,6 +45,7 @@ __all__ = [
     "Seed",
     "SettingsError",
     "apply_profile",
+    "check_dataset_name",
     "deep_merge",
     "load_settings",
     "param_key",
@@ -67,6 +72,35 @@ PositiveReal = Annotated[float, Gt(0.0)]
 
 class SettingsError(InputError):
     """A params.yaml section that does not fit its settings class."""
+
+
+#: The one dataset-name rule (params.yaml's `datasets`, `ingest.custom`, `qa`, `generalisation`,
+#: dvc.yaml's foreach expansion, an Airflow run conf): a letter, then letters, digits or '_'
+#: (at most 64). A name becomes a folder (data/<name>/), an argument of DVC's shell commands, an
+#: MLflow experiment and an Airflow task id, so nothing else is let through.
+DATASET_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+
+
+def check_dataset_name(name: object) -> str:
+    """`name` if it is a valid dataset name, else SettingsError saying the rule."""
+    if not isinstance(name, str) or not DATASET_NAME_RE.fullmatch(name):
+        raise SettingsError(
+            f"invalid dataset name {str(name)[:80]!r}: a dataset name is a letter followed by "
+            "letters, digits or '_' (at most 64), since it becomes data/<name>/ and an "
+            "argument of DVC's commands"
+        )
+    return name
+
+
+def _dataset_name(name: str) -> str:
+    try:
+        return check_dataset_name(name)
+    except SettingsError as err:  # pydantic reports a ValueError as this field's error
+        raise ValueError(str(err)) from None
+
+
+#: a dataset name as a settings field's type (`check_dataset_name`'s rule)
+DatasetName = Annotated[str, AfterValidator(_dataset_name)]
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

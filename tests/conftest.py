@@ -1,4 +1,5 @@
-"""Shared test fixtures: where the real KG mirror is, and a disposable copy of the project."""
+"""Shared test fixtures: where the real KG mirror is, a disposable copy of the project, and a
+project folder to run stage scripts in-process."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.helpers import project_files
+from tests.helpers import StageProject, project_files
 from tests.http_fixtures import mirror_dir
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -40,6 +41,17 @@ def copy_project(dest: Path) -> Path:
     subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
     subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
     return dest
+
+
+@pytest.fixture
+def stage_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> StageProject:
+    """Stage scripts run in-process read and write under `tmp_path` instead of the project."""
+    import pipeline_steps.common as common
+
+    monkeypatch.setattr(common, "PROJECT_DIR", tmp_path)
+    monkeypatch.setattr(common, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(common, "MODEL_CACHE", tmp_path / ".models")
+    return StageProject(tmp_path)
 
 
 @pytest.fixture

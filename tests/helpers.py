@@ -4,12 +4,17 @@ word-level tokenizer and Llama for generator tests that must not download anythi
 
 from __future__ import annotations
 
+import copy
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 
 from rulerag.retrieval.rule_guided import RUN_COLUMNS
 
@@ -87,3 +92,59 @@ def tiny_llama(tokenizer, **overrides):
         **overrides,
     }
     return LlamaForCausalLM(LlamaConfig(**knobs))
+
+
+def ingest_into(spec, out: Path, **kwargs):
+    """`kg.ingest.ingest` and its writes into `out`, as the ingest stage does: returns (kg,
+    stats). Keywords of `IngestSettings` (duplicates, train_from_valid...) set its knobs; the
+    others (data_dir, download_dir, fetcher) go to `ingest`."""
+    from rulerag.kg.ingest import ingest, write_outputs
+    from rulerag.kg.registry import ingest_settings
+
+    knobs = {k: kwargs.pop(k) for k in ("duplicates", "train_from_valid", "source") if k in kwargs}
+    ingested = ingest(spec, ingest_settings(knobs), **kwargs)
+    write_outputs(ingested, out)
+    return ingested.kg, ingested.stats
+
+
+#: the project folder (params.yaml, dvc.yaml)
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class StageProject:
+    """A project folder for stage scripts run in-process: data/, .models/ and the MLflow store
+    under `root`, params from `root`/params.yaml (the project's, with overrides)."""
+
+    root: Path
+
+    def layout(self, dataset: str) -> Any:
+        from rulerag.layout import DataLayout
+
+        return DataLayout.of(self.root / "data", dataset)
+
+    def write_params(self, overrides: Mapping[str, Any] | None = None) -> Path:
+        """The project's params.yaml with `overrides` (dotted keys, e.g. `mine_rules.splits`)
+        set, written to `root`/params.yaml."""
+        values = yaml.safe_load((PROJECT / "params.yaml").read_text(encoding="utf-8"))
+        for key, value in (overrides or {}).items():
+            *parents, last = key.split(".")
+            node = values
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[last] = copy.deepcopy(value)
+        path = self.root / "params.yaml"
+        path.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+        return path
+
+    def run(
+        self,
+        stage: ModuleType,
+        *args: str,
+        params: Mapping[str, Any] | None = None,
+    ) -> int:
+        """`stage.main` through `run_stage` (exit 2 for input errors), with `--params`."""
+        from pipeline_steps.common import run_stage
+
+        argv: Sequence[str] = [*args, "--params", str(self.write_params(params))]
+        return run_stage(stage.main, list(argv))

@@ -13,7 +13,7 @@
 * Rules per prompt: `max_rules` takes the first N of each query's selected rules, for the
   retrieval lists united into its documents and for the rules printed in its prompt alike
   (`samples.load_samples`). The benchmark selects at most `build_benchmark.rule_selection.top_n`
-  rules per query, so a larger `max_rules` is an error (`check_max_rules`), not a silent cap.
+  rules per query, so a larger `max_rules` is an error (`rulerag.params`), not a silent cap.
 """
 
 from __future__ import annotations
@@ -49,7 +49,6 @@ __all__ = [
     "TrainSection",
     "VariantSpec",
     "apply_profile",
-    "check_max_rules",
     "deep_merge",
     "generation_settings",
     "grid_config",
@@ -252,27 +251,6 @@ def grid_config(name: str, settings: GenerationSettings) -> GridConfig:
     if config.retrieval is None and config.prompt != "query" and config.method is None:
         raise ValueError(f"{name}: a configuration without retrieval must use prompt 'query'")
     return config
-
-
-def checked_generation_settings(params: Mapping[str, Any]) -> GenerationSettings:
-    """params.yaml's `generation`, checked against the benchmark the stages read: `max_rules`
-    may not ask for more rules than `build_benchmark.rule_selection.top_n` selected."""
-    from rulerag.benchmark.settings import build_benchmark_settings
-
-    settings = generation_settings(params.get("generation"))
-    selection = build_benchmark_settings(params.get("build_benchmark")).rule_selection
-    check_max_rules(settings.max_rules, selection.top_n)
-    return settings
-
-
-def check_max_rules(max_rules: int | None, selection_top_n: int) -> None:
-    """`generation.max_rules` may only take fewer rules than the benchmark selected."""
-    if max_rules is not None and max_rules > selection_top_n:
-        raise SettingsError(
-            f"params.yaml: generation.max_rules is {max_rules}, but the benchmark selects at "
-            f"most build_benchmark.rule_selection.top_n = {selection_top_n} rules per query; "
-            "lower max_rules (null takes every selected rule) or raise top_n and rebuild"
-        )
 
 
 def retrieval_name(value: str, retriever: str) -> str:

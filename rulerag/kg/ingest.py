@@ -8,6 +8,7 @@ together at the end, so bad input leaves the previous outputs (or none) untouche
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -193,45 +194,59 @@ def describe(
     return stats
 
 
-def write_outputs(kg: KnowledgeGraph, stats: Mapping[str, Any], out_dir: Path, params: Any) -> None:
+@dataclass(frozen=True)
+class Ingested:
+    """One dataset read, repaired and described: what `write_outputs` writes."""
+
+    kg: KnowledgeGraph
+    stats: dict[str, Any]
+    #: what the source, settings and input files were (each Parquet file's metadata)
+    provenance: dict[str, Any]
+
+
+def write_outputs(ingested: Ingested, out_dir: Path) -> None:
     """Write facts/entities/relations Parquet and stats.json, all moved into place at the end."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    provenance = {
-        "stage": "ingest",
-        "dataset": stats["dataset"],
-        "source": stats["source"],
-        "params": params,
-        "inputs": dict(kg.inputs),  # sha256 of every source file read
-        "time_unit": kg.time_unit,
-        "time_granularity": kg.time_granularity,
-        "rulerag_version": __version__,
-    }
+    kg = ingested.kg
     with staged_outputs(out_dir, "ingest") as staging:
-        write_parquet(staging / "facts.parquet", kg.facts, provenance)
-        write_parquet(staging / "entities.parquet", kg.entities, provenance)
-        write_parquet(staging / "relations.parquet", kg.relations, provenance)
-        write_json(staging / "stats.json", stats)
+        write_parquet(staging / "facts.parquet", kg.facts, ingested.provenance)
+        write_parquet(staging / "entities.parquet", kg.entities, ingested.provenance)
+        write_parquet(staging / "relations.parquet", kg.relations, ingested.provenance)
+        write_json(staging / "stats.json", ingested.stats)
 
 
 def ingest(
     spec: DatasetSpec,
-    out_dir: Path,
+    settings: IngestSettings,
     *,
     data_dir: Path | None,
     download_dir: Path,
-    duplicates: str = IngestSettings.duplicates,
-    source: str | None = None,
     fetcher: Fetcher = fetch,
-    train_from_valid: float | None = IngestSettings.train_from_valid,
-) -> tuple[KnowledgeGraph, dict[str, Any]]:
-    """Locate, read, repair, describe and write one dataset; returns the KG and its stats."""
-    src, root, origin = locate(spec, data_dir, download_dir, source, fetcher)
+) -> Ingested:
+    """Locate, read, repair and describe one dataset (`data_dir`: the local mirror, None to
+    download into `download_dir`); nothing is written (`write_outputs`)."""
+    duplicates, train_from_valid = settings.duplicates, settings.train_from_valid
+    src, root, origin = locate(
+        spec, data_dir, download_dir, settings.source.get(spec.name), fetcher
+    )
     kg = src.reader(root)
     dropped = repair(kg, duplicates)
     derived = derive_train(kg, train_from_valid)
     stats = describe(kg, spec, src, dropped)
     stats["origin"] = origin
     stats["derived_splits"] = derived
-    params = {"duplicates": duplicates, "source": src.name, "train_from_valid": train_from_valid}
-    write_outputs(kg, stats, out_dir, params)
-    return kg, stats
+    provenance = {
+        "stage": "ingest",
+        "dataset": stats["dataset"],
+        "source": stats["source"],
+        "params": {
+            "duplicates": duplicates,
+            "source": src.name,
+            "train_from_valid": train_from_valid,
+        },
+        "inputs": dict(kg.inputs),  # sha256 of every source file read
+        "time_unit": kg.time_unit,
+        "time_granularity": kg.time_granularity,
+        "rulerag_version": __version__,
+    }
+    return Ingested(kg, stats, provenance)

@@ -21,8 +21,7 @@ from rulerag.kg import readers
 from rulerag.kg.download import RemoteFile
 from rulerag.kg.errors import UnknownDatasetError
 from rulerag.kg.schema import KnowledgeGraph
-from rulerag.params_schema import check_dataset_name
-from rulerag.settings import Fraction, load_settings
+from rulerag.settings import DatasetName, Fraction, check_dataset_name, load_settings
 
 Reader = Callable[[Path], KnowledgeGraph]
 
@@ -308,20 +307,20 @@ class IngestSettings:
     #: which source format to read, by dataset name (default: the first found in the mirror)
     source: dict[str, str] = field(default_factory=dict)
     #: users' own KGs, by name
-    custom: dict[str, CustomKG] = field(default_factory=dict)
+    custom: dict[DatasetName, CustomKG] = field(default_factory=dict)
     #: a temporal KG without a train split: the earliest time steps of valid holding this share
     #: of its facts become train (`ingest.derive_train`); None leaves the KG without train
     train_from_valid: Fraction | None = 0.7
 
+    def known_datasets(self) -> list[str]:
+        """The registry's KGs and `custom`'s, by name."""
+        return known_datasets(self)
+
 
 def ingest_settings(section: Mapping[str, Any] | None) -> IngestSettings:
     """params.yaml's `ingest` section as typed settings, strictly; a custom KG's name must be
-    a dataset name (it becomes data/<name>/ wherever the section is read: a stage, the params
-    check, the Airflow DAG)."""
-    settings = load_settings(IngestSettings, section, "ingest")
-    for name in settings.custom:
-        check_dataset_name(name)
-    return settings
+    a dataset name (`DatasetName`: it becomes data/<name>/ wherever the section is read)."""
+    return load_settings(IngestSettings, section, "ingest")
 
 
 def custom_spec(name: str, config: CustomKG) -> DatasetSpec:
@@ -339,20 +338,21 @@ def custom_spec(name: str, config: CustomKG) -> DatasetSpec:
     )
 
 
-def known_datasets(params: Mapping[str, Any]) -> list[str]:
-    """Every dataset name a run may choose: the registry plus params.yaml's custom KGs."""
-    custom = ingest_settings(params.get("ingest")).custom
+def known_datasets(ingest: IngestSettings | None = None) -> list[str]:
+    """Every dataset name a run may choose: the registry plus `ingest.custom`'s KGs."""
+    custom = ingest.custom if ingest is not None else {}
     return list(DATASETS) + [name for name in custom if name not in DATASETS]
 
 
-def get_spec(name: str, params: Mapping[str, Any] | None = None) -> DatasetSpec:
-    """Look a dataset up by name; unknown names list what is known, and a name that is not an
-    identifier is refused (it becomes data/<name>/ and a command argument)."""
+def get_spec(name: str, ingest: IngestSettings | None = None) -> DatasetSpec:
+    """Look a dataset up by name (`ingest.custom` first); unknown names list what is known, and
+    a name that is not an identifier is refused (it becomes data/<name>/ and a command
+    argument)."""
     check_dataset_name(name)
-    custom = ingest_settings((params or {}).get("ingest")).custom
+    custom = ingest.custom if ingest is not None else {}
     if name in custom:
         return custom_spec(name, custom[name])
     if name in DATASETS:
         return DATASETS[name]
-    known = ", ".join(known_datasets(params or {}))
+    known = ", ".join(known_datasets(ingest))
     raise UnknownDatasetError(f"unknown dataset {name!r}; known datasets: {known}")

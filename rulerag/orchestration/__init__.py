@@ -15,7 +15,7 @@ from rulerag.orchestration.dvc_graph import (
     task_id_for,
     topological_order,
 )
-from rulerag.orchestration.run_conf import RunConf, apply_run_conf, load_params, validate_run_conf
+from rulerag.orchestration.run_conf import RunConf, apply_run_conf, validate_run_conf
 
 __all__ = [
     "CycleError",
@@ -26,7 +26,6 @@ __all__ = [
     "apply_run_conf",
     "build_graph",
     "cmd_param_keys",
-    "load_params",
     "stage_edges",
     "task_id_for",
     "topological_order",

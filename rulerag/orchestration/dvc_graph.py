@@ -25,6 +25,8 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from rulerag.settings import SettingsError, check_dataset_name
+
 __all__ = [
     "CycleError",
     "InterpolationError",
@@ -253,6 +255,11 @@ def _instance(
     resolved: Mapping[str, Any],
 ) -> StageInstance:
     """Turn one fully interpolated stage body into a StageInstance."""
+    if dataset is not None:  # it becomes data/<name>/ and a shell word of `cmd`
+        try:
+            check_dataset_name(dataset)
+        except SettingsError as err:
+            raise StageGraphError(f"stage '{name}': {err}") from None
     if "cmd" not in resolved:
         raise StageGraphError(f"stage '{name}': no cmd")
     cmd = resolved["cmd"]

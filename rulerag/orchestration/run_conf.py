@@ -34,21 +34,18 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import CommentMark
 from ruamel.yaml.tokens import CommentToken
 
-from rulerag.settings import SettingsError
+from rulerag.params import read_params_file
+from rulerag.settings import SettingsError, check_dataset_name
 
 __all__ = [
-    "DATASET_NAME_RE",
     "PARAM_KEY_RE",
     "RunConf",
     "apply_run_conf",
-    "load_params",
     "set_params",
     "validate_run_conf",
 ]
 
 PARAM_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
-# Dataset names become path parts (data/<name>/) and are interpolated into shell commands.
-DATASET_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 # Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
 SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
 _CONF_KEYS = ("datasets", "params", "stages")
@@ -79,17 +76,6 @@ class RunConf:
     def is_empty(self) -> bool:
         """True when applying it would leave params.yaml untouched."""
         return self.datasets is None and not self.params
-
-
-def load_params(path: str | Path) -> dict[str, Any]:
-    """params.yaml as plain data, parsed as DVC parses it (ruamel, YAML 1.2)."""
-    with open(path, encoding="utf-8") as fh:
-        data = YAML(typ="safe", pure=True).load(fh)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a mapping at the top level")
-    return data
 
 
 def _is_scalar(value: Any) -> bool:
@@ -207,11 +193,10 @@ def validate_run_conf(
             )
         names: list[str] = []
         for name in raw:
-            if not isinstance(name, str) or not DATASET_NAME_RE.fullmatch(name):
-                raise ValueError(
-                    f"run conf datasets: invalid dataset name {name!r} (letters, digits, '_',"
-                    " '.', '-' only)"
-                )
+            try:  # the one dataset-name rule (rulerag.settings), as params.yaml's own names
+                check_dataset_name(name)
+            except SettingsError as err:
+                raise ValueError(f"run conf datasets: {err}") from None
             if name not in known_datasets:
                 raise ValueError(
                     f"run conf datasets: unknown dataset {name!r}; known:"
@@ -433,7 +418,7 @@ def apply_run_conf(params_path: str | Path, conf: RunConf) -> bool:
     text = path.read_text(encoding="utf-8")
     yaml = _yaml_rt()
     doc = yaml.load(text)
-    before = load_params(path)
+    before = read_params_file(path)
     expected = set_params(before, conf)
     if expected == before:
         return False

@@ -170,28 +170,6 @@ def corpus_of(benchmark: QABenchmark) -> Corpus:
     )
 
 
-def check_qa_rows(rows: Sequence[str], grid: Mapping[str, Any]) -> None:
-    """The rows a QA set can answer: retrieval without training (`standard` / `rg` or none),
-    the base or API generator, generated answers. Trained rows would need F_R / F_G of the QA
-    set, rank and evidence rows the rules' own candidates (a KG to apply them to)."""
-    for name in rows:
-        if name not in grid:
-            raise InputError(f"qa.rows: {name!r} is not a generation.grid row ({sorted(grid)})")
-        row = grid[name]
-        mode = (row.retrieval or "").rsplit("-", 1)[-1]
-        problems = []
-        if row.retrieval and mode not in ("standard", "rg"):
-            problems.append(f"retrieval {row.retrieval!r} is trained")
-        if row.generator not in ("base", "api"):
-            problems.append(f"generator {row.generator!r}")
-        if row.evidence or (row.decoding or "generate") != "generate":
-            problems.append("it needs rule-application candidates")
-        if getattr(row, "method", None):
-            problems.append("a VE / CoK chain takes its demonstrations from F_R items")
-        if problems:
-            raise InputError(f"qa.rows: {name!r} cannot answer a QA set: {'; '.join(problems)}")
-
-
 def qa_report(
     name: str, stats: Mapping[str, Any], metrics: Mapping[str, Mapping[str, Any]], claims: str
 ) -> str:

@@ -2,31 +2,28 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rulerag.params_schema import check_dataset_name
-from rulerag.settings import load_settings
+from rulerag.settings import DatasetName, SettingsError, load_settings
 
 
 @dataclass(frozen=True)
 class QASettings:
     #: QA set names; each is a folder <dir>/<name>/ (questions.jsonl [+ corpus.jsonl])
-    datasets: tuple[str, ...] = ()
+    datasets: tuple[DatasetName, ...] = ()
     #: where the QA sets are; None = <RULERAG_DATA_DIR>/qa (the local mirror)
     dir: str | None = None
     #: the RuleQA dataset whose bank (data/<name>/rules/bank.parquet, from mine_rules) gives the
     #: rules matched to the questions; one name, so that dvc.yaml can declare the dependency
-    rule_bank: str = "icews14"
+    rule_bank: DatasetName = "icews14"
     #: bm25 or an index.dense encoder; None = generation.retriever
     retriever: str | None = None
     #: generation.grid rows to answer with (untrained retrieval: standard / rg, base generator)
     rows: tuple[str, ...] = ("standard_rag", "rulerag_icl")
 
     def __post_init__(self) -> None:
-        for name in (*self.datasets, self.rule_bank):
-            check_dataset_name(name)
         if self.rule_bank in self.datasets:
             raise ValueError(
                 f"qa.datasets holds qa.rule_bank {self.rule_bank!r}: a KG is no QA set"
@@ -37,3 +34,26 @@ class QASettings:
 
 def qa_settings(section: Mapping[str, Any] | None) -> QASettings:
     return load_settings(QASettings, section, "qa")
+
+
+def check_qa_rows(rows: Sequence[str], grid: Mapping[str, Any], decoding: str = "generate") -> None:
+    """The rows a QA set can answer: retrieval without training (`standard` / `rg` or none),
+    the base or API generator, generated answers (`decoding`: generation.decoding, what a row
+    without its own takes). Trained rows would need F_R / F_G of the QA set, rank and evidence
+    rows the rules' own candidates (a KG to apply them to)."""
+    for name in rows:
+        if name not in grid:
+            raise SettingsError(f"qa.rows: {name!r} is not a generation.grid row ({sorted(grid)})")
+        row = grid[name]
+        mode = (row.retrieval or "").rsplit("-", 1)[-1]
+        problems = []
+        if row.retrieval and mode not in ("standard", "rg"):
+            problems.append(f"retrieval {row.retrieval!r} is trained")
+        if row.generator not in ("base", "api"):
+            problems.append(f"generator {row.generator!r}")
+        if row.evidence or (row.decoding or decoding) != "generate":
+            problems.append("it needs rule-application candidates")
+        if getattr(row, "method", None):
+            problems.append("a VE / CoK chain takes its demonstrations from F_R items")
+        if problems:
+            raise SettingsError(f"qa.rows: {name!r} cannot answer a QA set: {'; '.join(problems)}")

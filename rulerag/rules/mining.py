@@ -9,6 +9,7 @@ settings class holds its defaults, which are also the defaults of its function's
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,15 @@ from typing import Annotated, Any
 import pandas as pd
 
 from rulerag.errors import InputError
-from rulerag.rules.bank import BankConfig
+from rulerag.io import atomic_open, write_json, write_parquet
+from rulerag.kg.schema import KnowledgeGraph
+from rulerag.rules.bank import (
+    BankConfig,
+    confidence_histogram,
+    rules_frame,
+    rules_text,
+    select_bank,
+)
 from rulerag.rules.rule import Rule
 from rulerag.rules.static_miner import StaticMinerSettings
 from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
@@ -26,10 +35,12 @@ from rulerag.settings import Seed, load_settings, param_key
 __all__ = [
     "IMPORT_FORMATS",
     "MineRulesSettings",
+    "MinedRules",
     "RuleImport",
     "describe_rules",
     "import_rules",
     "mine",
+    "mine_rule_bank",
     "mine_rules_settings",
     "plot_confidence",
 ]
@@ -86,6 +97,62 @@ def mine_rules_settings(section: Mapping[str, Any] | None) -> MineRulesSettings:
     for dataset in settings.bank_by_dataset:
         settings.bank_for(dataset)
     return settings
+
+
+@dataclass(frozen=True)
+class MinedRules:
+    """What `mine_rules` writes: every rule, the bank, their figures and histogram."""
+
+    dataset: str
+    rules: pd.DataFrame  # every rule with its statistics (`bank.rules_frame`)
+    bank: pd.DataFrame
+    stats: dict[str, Any]
+    histogram: pd.DataFrame  # rules and bank rules per confidence bin
+
+    def write(self, folder: Path, provenance: Mapping[str, Any]) -> None:
+        """rules.parquet, bank.parquet (with `provenance`), rules.txt, confidence.csv / .png,
+        stats.json into `folder` (a staging folder: `io.staged_outputs`)."""
+        write_parquet(folder / "rules.parquet", self.rules, provenance)
+        write_parquet(folder / "bank.parquet", self.bank, provenance)
+        with atomic_open(folder / "rules.txt") as handle:
+            handle.write(rules_text(self.rules))
+        with atomic_open(folder / "confidence.csv") as handle:
+            self.histogram.to_csv(handle, index=False)
+        plot_confidence(
+            self.histogram, folder / "confidence.png", f"{self.dataset}: rule confidence"
+        )
+        write_json(folder / "stats.json", self.stats)
+
+
+def mine_rule_bank(
+    kg: KnowledgeGraph,
+    settings: MineRulesSettings,
+    dataset: str,
+    paper_bank_size: int | None = None,
+) -> MinedRules:
+    """The `mine_rules` stage: rules from the KG's `settings.splits` (or imported), the
+    dataset's bank, and their figures beside the paper's bank size."""
+    splits = list(settings.splits)
+    facts = kg.facts[kg.facts["split"].isin(splits)]
+    imported = settings.import_.get(dataset)
+    started = time.perf_counter()
+    if imported:
+        relation_keys = dict(zip(kg.relations["key"], kg.relations["id"], strict=True))
+        rules = import_rules(imported, relation_keys, len(kg.relations))
+    elif facts.empty:
+        raise InputError(
+            f"mine_rules@{dataset}: the KG has no facts in splits {splits} "
+            f"(it has {sorted(kg.lines_read)}); set mine_rules.splits"
+        )
+    else:
+        rules = mine(facts, len(kg.entities), len(kg.relations), kg.temporal, settings)
+    seconds = time.perf_counter() - started
+    relation_names = kg.relations.set_index("id")["name"].to_dict()
+    frame = rules_frame(rules, relation_names)
+    bank = select_bank(frame, settings.bank_for(dataset))
+    miner = "import" if imported else ("temporal" if kg.temporal else "static")
+    stats = describe_rules(dataset, miner, seconds, frame, bank, facts, paper_bank_size)
+    return MinedRules(dataset, frame, bank, stats, confidence_histogram(frame, bank))
 
 
 def mine(

@@ -12,9 +12,9 @@ import pandas as pd
 import pytest
 
 from pipeline_steps.common import load_params
+from tests.helpers import ingest_into
 from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
 from rulerag.benchmark.settings import build_benchmark_settings
-from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS
 from rulerag.rules.bank import rules_frame, select_bank
 from rulerag.rules.mining import mine, mine_rules_settings
@@ -39,7 +39,7 @@ def real_benchmark(
         if name not in built:
             params = load_params()
             out = tmp_path_factory.mktemp(name)
-            kg, _ = ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
+            kg, _ = ingest_into(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
             train = kg.facts[kg.facts["split"] == "train"]
             settings = mine_rules_settings(params["mine_rules"])
             rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, settings)

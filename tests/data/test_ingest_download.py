@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ingest_into
 from rulerag.kg.errors import DatasetNotFoundError
-from rulerag.kg.ingest import ingest
 from rulerag.kg.registry import DATASETS, DatasetSpec
 from tests.http_fixtures import FileServer, serve_directory
 
@@ -28,10 +28,10 @@ def served_spec(server: FileServer) -> DatasetSpec:
 
 
 def test_download_gives_the_same_kg_as_the_mirror(kg_mirror: Path, tmp_path: Path) -> None:
-    ingest(DATASETS["icews14"], tmp_path / "from_mirror", data_dir=kg_mirror,
+    ingest_into(DATASETS["icews14"], tmp_path / "from_mirror", data_dir=kg_mirror,
            download_dir=tmp_path / "unused")
     with serve_directory(kg_mirror) as server:
-        _, stats = ingest(served_spec(server), tmp_path / "from_http", data_dir=None,
+        _, stats = ingest_into(served_spec(server), tmp_path / "from_http", data_dir=None,
                           download_dir=tmp_path / "dl")
         assert server.requests_for("icews14/TLogic_icews14/train.txt")
     assert stats["origin"].startswith("download")
@@ -50,7 +50,7 @@ def test_corrupted_download_fails_and_leaves_nothing(kg_mirror: Path, tmp_path: 
     (served / "train.txt").write_bytes(bytes(data))
     out = tmp_path / "out"
     with serve_directory(tmp_path / "served") as server, pytest.raises(DatasetNotFoundError) as info:
-        ingest(served_spec(server), out, data_dir=None, download_dir=tmp_path / "dl")
+        ingest_into(served_spec(server), out, data_dir=None, download_dir=tmp_path / "dl")
     assert "sha256" in str(info.value) or "checksum" in str(info.value)
     cache = tmp_path / "dl" / "icews14" / "TLogic_icews14"
     assert not (cache / "train.txt").exists()

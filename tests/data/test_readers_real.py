@@ -8,8 +8,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from tests.helpers import ingest_into
 from rulerag.kg import readers
-from rulerag.kg.ingest import ingest, repair
+from rulerag.kg.ingest import repair
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import KnowledgeGraph, days_to_iso
 
@@ -170,7 +171,7 @@ def test_ingest_twice_gives_identical_parquet(kg_mirror: Path, tmp_path: Path, n
     outs = []
     for run in ("a", "b"):
         out = tmp_path / run
-        ingest(DATASETS[name], out, data_dir=kg_mirror, download_dir=tmp_path / "dl")
+        ingest_into(DATASETS[name], out, data_dir=kg_mirror, download_dir=tmp_path / "dl")
         outs.append(out)
     for fname in ("facts.parquet", "entities.parquet", "relations.parquet"):
         assert (outs[0] / fname).read_bytes() == (outs[1] / fname).read_bytes(), fname

@@ -10,8 +10,9 @@ import pytest
 from rulerag.kg import readers
 from rulerag.kg.download import DownloadError
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
-from rulerag.kg.ingest import ingest, locate, repair
-from rulerag.kg.registry import DATASETS, get_spec
+from rulerag.kg.ingest import locate, repair
+from rulerag.kg.registry import DATASETS, get_spec, ingest_settings
+from tests.helpers import ingest_into
 
 TLOGIC_OK = "A_B\tMake_a_visit\tC\t2014-01-02\nC\tMake_a_visit\tA_B\t2014-01-03\n"
 
@@ -181,11 +182,11 @@ def test_bad_input_leaves_previous_outputs_intact(tmp_path: Path) -> None:
     mirror = tmp_path / "mirror"
     write_tlogic(mirror / "icews14")
     out = tmp_path / "out"
-    ingest(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
+    ingest_into(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     write_tlogic(mirror / "icews14", TLOGIC_OK + "broken line\n")
     with pytest.raises(KGFormatError):
-        ingest(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
+        ingest_into(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -194,7 +195,7 @@ def test_bad_input_on_first_run_writes_nothing(tmp_path: Path) -> None:
     write_tlogic(mirror / "icews14", TLOGIC_OK + "broken line\n")
     out = tmp_path / "out"
     with pytest.raises(KGFormatError):
-        ingest(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
+        ingest_into(DATASETS["icews14"], out, data_dir=mirror, download_dir=tmp_path / "dl")
     assert not out.exists() or not any(out.iterdir())
 
 
@@ -248,18 +249,18 @@ def test_generic_reader_bad_year(tmp_path: Path) -> None:
 def test_custom_dataset_from_params(tmp_path: Path) -> None:
     (tmp_path / "train.tsv").write_text("a\tr\tb\n")
     params = {"ingest": {"custom": {"mykg": {"path": str(tmp_path)}}}}
-    spec = get_spec("mykg", params)
+    spec = get_spec("mykg", ingest_settings(params["ingest"]))
     out = tmp_path / "out"
-    kg, stats = ingest(spec, out, data_dir=None, download_dir=tmp_path / "dl")
+    kg, stats = ingest_into(spec, out, data_dir=None, download_dir=tmp_path / "dl")
     assert stats["splits"] == {"train": 1} and stats["kind"] == "static"
     assert any("'valid' is not in the source" in n for n in stats["notes"])
 
 
 def test_custom_dataset_with_unknown_key() -> None:
     with pytest.raises(ValueError, match="ingest.custom.mykg: unknown key 'sep'"):
-        get_spec("mykg", {"ingest": {"custom": {"mykg": {"path": "/x", "sep": ","}}}})
+        get_spec("mykg", ingest_settings({"custom": {"mykg": {"path": "/x", "sep": ","}}}))
     with pytest.raises(ValueError, match=r"ingest\.custom\.mykg\.path: Field required"):
-        get_spec("mykg", {"ingest": {"custom": {"mykg": {"delimiter": ","}}}})
+        get_spec("mykg", ingest_settings({"custom": {"mykg": {"delimiter": ","}}}))
 
 
 def test_unknown_dataset_lists_known_ones() -> None:

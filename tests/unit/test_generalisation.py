@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rulerag.generalisation import (
+from rulerag.experiments.generalisation import (
     assign_queries,
     gains_table,
     long_form,

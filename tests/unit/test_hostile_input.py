@@ -8,15 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline_steps.common import run_stage
 from rulerag.errors import InputError
 from rulerag.kg import readers
 from rulerag.kg.errors import KGFormatError, UnknownDatasetError
-from rulerag.kg.ingest import ingest
 from rulerag.kg.lines import MAX_LINE_CHARS
-from rulerag.kg.registry import get_spec
+from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.rules.mining import RuleImport, import_rules
 from rulerag.settings import SettingsError
+from tests.helpers import StageProject, ingest_into
 from tests.unit.test_bad_input import expect_error, write_tlogic
 
 
@@ -24,13 +23,13 @@ def test_a_kg_with_only_headers_is_an_error_and_keeps_the_old_outputs(tmp_path: 
     source, out = tmp_path / "src", tmp_path / "out"
     source.mkdir()
     (source / "train.tsv").write_text("a\tr\tb\nb\tr\tc\n")
-    spec = get_spec("mykg", {"ingest": {"custom": {"mykg": {"path": str(source)}}}})
-    ingest(spec, out, data_dir=None, download_dir=tmp_path / "dl")
+    spec = get_spec("mykg", ingest_settings({"custom": {"mykg": {"path": str(source)}}}))
+    ingest_into(spec, out, data_dir=None, download_dir=tmp_path / "dl")
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     for split in ("train", "valid", "test"):
         (source / f"{split}.tsv").write_text("head\trelation\ttail\n")
     with pytest.raises(KGFormatError, match="no facts in any split"):
-        ingest(spec, out, data_dir=None, download_dir=tmp_path / "dl")
+        ingest_into(spec, out, data_dir=None, download_dir=tmp_path / "dl")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
 
 
@@ -89,23 +88,22 @@ def test_broken_csv_quoting_names_the_line(tmp_path: Path) -> None:
 def test_custom_kg_settings_fail_naming_the_key(tmp_path: Path) -> None:
     """`delimiter: "::"` and a typo in a custom KG's keys used to end in a TypeError."""
     with pytest.raises(SettingsError, match=r"ingest\.custom\.mykg\.delimiter"):
-        get_spec("mykg", {"ingest": {"custom": {"mykg": {"path": "/x", "delimiter": "::"}}}})
+        get_spec("mykg", ingest_settings({"custom": {"mykg": {"path": "/x", "delimiter": "::"}}}))
     with pytest.raises(SettingsError, match=r"ingest\.custom\.mykg: unknown key 'delimeter'"):
-        get_spec("mykg", {"ingest": {"custom": {"mykg": {"path": "/x", "delimeter": ","}}}})
+        get_spec("mykg", ingest_settings({"custom": {"mykg": {"path": "/x", "delimeter": ","}}}))
     with pytest.raises(SettingsError, match="invalid dataset name"):
-        get_spec("../../x", {"ingest": {"custom": {"../../x": {"path": str(tmp_path)}}}})
+        get_spec("../../x", ingest_settings({"custom": {"../../x": {"path": str(tmp_path)}}}))
     with pytest.raises(UnknownDatasetError, match="unknown dataset 'nope'"):
         get_spec("nope")
 
 
 def test_the_ingest_stage_reports_a_bad_custom_kg_without_a_traceback(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    stage_project: StageProject, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     import pipeline_steps.ingest as stage
 
-    params = {"ingest": {"custom": {"mykg": {"path": str(tmp_path), "delimiter": "::"}}}}
-    monkeypatch.setattr(stage, "load_params", lambda: params)
-    assert run_stage(stage.main, ["--dataset", "mykg"]) == 2
+    custom = {"mykg": {"path": str(tmp_path), "delimiter": "::"}}
+    assert stage_project.run(stage, "--dataset", "mykg", params={"ingest.custom": custom}) == 2
     err = capsys.readouterr().err
     assert "ingest.custom.mykg.delimiter" in err and "Traceback" not in err
 

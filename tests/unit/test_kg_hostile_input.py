@@ -13,7 +13,7 @@ import pytest
 
 from rulerag.errors import InputError
 from rulerag.kg import readers
-from rulerag.kg.registry import get_spec, known_datasets
+from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv
 from rulerag.rules.mining import RuleImport, import_rules
 from rulerag.rules.tlogic_io import read_tlogic_json
@@ -125,22 +125,22 @@ def test_custom_kg_values_no_file_can_be_read_with_are_settings_errors(
     """These used to fail on every line of the KG (or read the working directory, for "")."""
     params = {"ingest": {"custom": {"mykg": {"path": "/x", **entry}}}}
     with pytest.raises(SettingsError, match=r"ingest\.custom\.mykg") as caught:
-        get_spec("mykg", params)
+        get_spec("mykg", ingest_settings(params["ingest"]))
     assert caught.match(match)
 
 
 def test_every_reader_of_the_custom_section_refuses_a_name_that_is_not_an_identifier() -> None:
     """known_datasets (the params check, the Airflow DAG) listed `a;b` as a dataset."""
     with pytest.raises(SettingsError, match="invalid dataset name 'a;b'"):
-        known_datasets({"ingest": {"custom": {"a;b": {"path": "/x"}}}})
+        ingest_settings({"custom": {"a;b": {"path": "/x"}}})
 
 
 def test_custom_kg_delimiters_that_work_are_accepted() -> None:
     for delimiter in ("\t", ",", ";", "|", " "):
         params = {"ingest": {"custom": {"mykg": {"path": "/x", "delimiter": delimiter}}}}
-        assert get_spec("mykg", params).name == "mykg"
+        assert get_spec("mykg", ingest_settings(params["ingest"])).name == "mykg"
     params = {"ingest": {"custom": {"mykg": {"path": "/x", "time_format": "%d/%m/%y"}}}}
-    assert get_spec("mykg", params).kind == "temporal"
+    assert get_spec("mykg", ingest_settings(params["ingest"])).kind == "temporal"
 
 
 @pytest.mark.parametrize(

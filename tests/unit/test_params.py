@@ -14,9 +14,9 @@ import annotated_types
 import pytest
 import yaml
 
-from rulerag import params_schema
+from rulerag import params as params_module
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
-from rulerag.generalisation import GeneralisationSettings, generalisation_settings
+from rulerag.experiments.generalisation import GeneralisationSettings, generalisation_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
@@ -194,10 +194,10 @@ def test_bad_values_fail_naming_the_key() -> None:
 
 
 def test_the_schema_is_the_stages_loaders() -> None:
-    """rulerag.params_schema names the loaders the stages call, for every section."""
-    assert set(params_schema.SECTIONS) == set(SECTIONS)
+    """rulerag.params names the loaders the stages read their sections with, for every one."""
+    assert set(params_module.SECTIONS) == set(SECTIONS)
     for section, (_, load) in SECTIONS.items():
-        assert params_schema.section_loader(section) is load
+        assert params_module.section_loader(section) is load
 
 
 def numeric_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, Any]]:
@@ -301,10 +301,87 @@ def test_the_command_line_check(tmp_path: Path, capsys: pytest.CaptureFixture[st
 
 
 def test_stages_refuse_a_params_file_without_a_section(tmp_path: Path) -> None:
-    from pipeline_steps.common import load_params
-
     partial = tmp_path / "params.yaml"
     partial.write_text(yaml.safe_dump({k: v for k, v in PARAMS.items() if k != "retrieve"}))
     with pytest.raises(SettingsError, match="missing section 'retrieve'"):
-        load_params(partial)
-    assert load_params(PARAMS_FILE) == PARAMS
+        params_module.load_params(partial)
+    params = params_module.load_params(PARAMS_FILE)
+    assert params.datasets == tuple(PARAMS["datasets"])
+    assert params.section_values("generation") == PARAMS["generation"]
+
+
+# --------------------------------------------------------------------------------------------
+# One typed Params: sections as settings, the rules between sections
+# --------------------------------------------------------------------------------------------
+
+
+def test_params_gives_every_section_as_its_settings_class() -> None:
+    params = params_module.parse_params(PARAMS, check_all=True)
+    for section, (cls, load) in SECTIONS.items():
+        assert isinstance(getattr(params, section), cls)
+        assert getattr(params, section) == load(PARAMS[section])
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        params.datasets = ("yago",)  # type: ignore[misc]
+    copy = params.section_values("generation")
+    copy["model"] = "changed"
+    assert params.section_values("generation")["model"] == PARAMS["generation"]["model"]
+
+
+def with_values(**sections: Mapping[str, Any]) -> dict[str, Any]:
+    """PARAMS with some keys of some sections replaced."""
+    out = dict(PARAMS)
+    for section, values in sections.items():
+        out[section] = {**PARAMS[section], **values}
+    return out
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            with_values(generation={"max_rules": 5}),
+            r"generation\.max_rules is 5, but .*rule_selection\.top_n = 3",
+        ),
+        (with_values(qa={"rows": ["rulerag_ft"]}), r"qa\.rows: 'rulerag_ft' cannot answer"),
+        (with_values(qa={"rows": ["no_such_row"]}), r"qa\.rows: 'no_such_row' is not a"),
+        (
+            with_values(generation={"retriever": "bm25"}, generalisation={"datasets": ["icews14"]}),
+            r"generalisation trains an RGFT query encoder",
+        ),
+        (
+            with_values(generalisation={"datasets": ["icews15"]}),
+            r"generalisation\.datasets: unknown dataset 'icews15'",
+        ),
+        (
+            with_values(qa={"datasets": ["toyqa"], "rule_bank": "yago"}),
+            r"qa\.rule_bank 'yago' is not in datasets",
+        ),
+    ],
+)
+def test_rules_between_sections(values: dict[str, Any], message: str) -> None:
+    """Each rule fails the whole-file check and every stage reading one of its sections."""
+    with pytest.raises(SettingsError, match=message):
+        params_check.check_params(values)
+    rule = next(r for r in params_module.RULES if _fails(r, values))
+    for section in rule.sections:
+        with pytest.raises(SettingsError, match=message):
+            getattr(params_module.parse_params(values), section)
+
+
+def _fails(rule: params_module.Rule, values: dict[str, Any]) -> bool:
+    try:
+        return bool(rule.check(params_module.parse_params(values)))
+    except SettingsError:
+        return True
+
+
+def test_a_stage_reads_only_its_sections() -> None:
+    """A stage that reads `ingest` loads no other section (the others may be broken for it,
+    and their modules are not among its DVC deps)."""
+    values = with_values(generation={"prompt_style": "no_such_style"})
+    params = params_module.parse_params(values)
+    assert params.ingest.duplicates == PARAMS["ingest"]["duplicates"]
+    with pytest.raises(SettingsError, match="prompt_style"):
+        params.generation  # noqa: B018
+    with pytest.raises(SettingsError, match="prompt_style"):
+        params_check.check_params(values)

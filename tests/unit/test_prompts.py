@@ -9,7 +9,6 @@ import pytest
 
 from rulerag.generation.config import (
     apply_profile,
-    check_max_rules,
     deep_merge,
     generation_settings,
     grid_config,
@@ -370,10 +369,6 @@ def test_generation_settings_are_strict():
         generation_settings({"grid": {"x": {"retrieval": "rg", "prompt": "fancy"}}})
 
 
-def test_max_rules_above_the_selection_fails():
-    check_max_rules(None, 3)
-    check_max_rules(3, 3)
-    with pytest.raises(SettingsError, match="rule_selection.top_n = 3"):
-        check_max_rules(5, 3)
+def test_max_rules_must_be_positive():
     with pytest.raises(SettingsError, match="max_rules"):
         generation_settings({"max_rules": 0})

@@ -19,10 +19,10 @@ from rulerag.orchestration.dvc_graph import cmd_param_keys
 from rulerag.orchestration.run_conf import (
     RunConf,
     apply_run_conf,
-    load_params,
     set_params,
     validate_run_conf,
 )
+from rulerag.params import read_params_file
 
 PROJECT = Path(__file__).resolve().parents[2]
 KNOWN = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
@@ -132,7 +132,7 @@ def test_values_reaching_a_shell_command_must_be_plain(tmp_path: Path) -> None:
 
 
 def test_project_params_accept_the_documented_example() -> None:
-    params = load_params(PROJECT / "params.yaml")
+    params = read_params_file(PROJECT / "params.yaml")
     keys = cmd_param_keys(PROJECT / "dvc.yaml")
     run_conf = validate_run_conf(
         {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}, params, KNOWN, keys
@@ -160,8 +160,8 @@ def test_apply_preserves_comments_and_layout(params_file: Path) -> None:
     assert re.search(r"\n  duplicates: error +# the default\n", text)
     assert "  layers: [64, 8]\n" in text  # flow style kept
     assert 'name: "quoted"' in text
-    assert load_params(params_file) == set_params(load_params_text(), run_conf)
-    assert load_params(params_file)["train"]["layers"] == [64, 8]
+    assert read_params_file(params_file) == set_params(load_params_text(), run_conf)
+    assert read_params_file(params_file)["train"]["layers"] == [64, 8]
 
 
 def test_apply_then_revert_restores_the_exact_file(params_file: Path) -> None:
@@ -181,7 +181,7 @@ def test_apply_on_project_params_only_changes_the_selected_lines(tmp_path: Path)
     before = target.read_text(encoding="utf-8").splitlines()
     conf = validate_run_conf(
         {"datasets": ["nell995"], "params": {"ingest.duplicates": "keep"}},
-        load_params(target),
+        read_params_file(target),
         KNOWN,
     )
     apply_run_conf(target, conf)
@@ -206,7 +206,7 @@ def test_apply_is_atomic(params_file: Path, monkeypatch: pytest.MonkeyPatch) -> 
     apply_run_conf(params_file, validate({"datasets": ["wiki"]}))
     assert stat.S_IMODE(params_file.stat().st_mode) == 0o640
     assert sorted(p.name for p in params_file.parent.iterdir()) == ["params.yaml"]
-    assert load_params(params_file)["datasets"] == ["wiki"]
+    assert read_params_file(params_file)["datasets"] == ["wiki"]
 
 
 def test_applying_the_same_conf_twice_is_idempotent(params_file: Path) -> None:
@@ -244,7 +244,7 @@ def test_conf_values_are_checked_by_the_stages_schema(
 ) -> None:
     """The conf used to accept any YAML scalar; now the params.yaml it would produce must load
     with the stages' own settings classes."""
-    params = load_params(PROJECT / "params.yaml")
+    params = read_params_file(PROJECT / "params.yaml")
     with pytest.raises(ValueError, match=message):
         validate_run_conf({"params": override}, params, KNOWN)
     assert validate_run_conf({"params": {"retrieve.top_k": 20}}, params, KNOWN).params

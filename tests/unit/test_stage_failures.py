@@ -9,9 +9,9 @@ import pytest
 
 from pipeline_steps.common import run_stage
 from rulerag.errors import InputError
-from rulerag.kg.ingest import ingest
-from rulerag.kg.registry import get_spec
+from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.tracking import TAG_ERROR, stage_run
+from tests.helpers import StageProject, ingest_into
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 
@@ -57,7 +57,7 @@ def test_a_bug_keeps_its_traceback(tmp_path: Path) -> None:
 
 
 def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
-    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, store: str, stage_project: StageProject
 ) -> None:
     """The stage exited 2 and MLflow recorded FINISHED before."""
     import pipeline_steps.mine_rules as stage
@@ -66,17 +66,17 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
     source.mkdir()
     (source / "train.tsv").write_text("a\tr\tb\nb\tr\tc\n")
     params = {"ingest": {"custom": {"mykg": {"path": str(source)}}}}
-    ingest(
-        get_spec("mykg", params),
+    ingest_into(
+        get_spec("mykg", ingest_settings(params["ingest"])),
         tmp_path / "data" / "mykg" / "kg",
         data_dir=None,
         download_dir=tmp_path / "dl",
     )
-    monkeypatch.setattr(stage, "PROJECT_DIR", tmp_path)
-    monkeypatch.setattr(stage, "data_dir", lambda name: tmp_path / "data" / name)
-    monkeypatch.setattr(stage, "load_params", lambda: {"mine_rules": {"splits": ["valid"]}})
-
-    assert run_stage(stage.main, ["--dataset", "mykg"]) == 2
+    overrides = {
+        "mine_rules.splits": ["valid"],
+        **{f"ingest.{k}": v for k, v in params["ingest"].items()},
+    }
+    assert stage_project.run(stage, "--dataset", "mykg", params=overrides) == 2
     (run,) = _runs(store, "mine_rules")
     assert run.info.status == "FAILED"
     assert "no facts in splits ['valid']" in run.data.tags[TAG_ERROR]

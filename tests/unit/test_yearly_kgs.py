@@ -10,10 +10,11 @@ import pytest
 
 from rulerag.kg import readers
 from rulerag.kg.errors import KGFormatError
-from rulerag.kg.ingest import derive_train, ingest
+from rulerag.kg.ingest import derive_train
 from rulerag.kg.names import camel_words
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import format_time
+from tests.helpers import ingest_into
 
 
 def test_camel_case_relations_read_as_words() -> None:
@@ -105,13 +106,13 @@ def test_a_published_train_split_is_never_replaced(tmp_path: Path) -> None:
 
 def test_ingest_records_the_derived_splits(tmp_path: Path) -> None:
     root = _tkgf(tmp_path)
-    kg, stats = ingest(DATASETS["wiki"], tmp_path / "out", data_dir=root,
+    kg, stats = ingest_into(DATASETS["wiki"], tmp_path / "out", data_dir=root,
                        download_dir=tmp_path / "dl", train_from_valid=0.5)  # fmt: skip
     assert stats["splits"] == {"train": 4, "valid": 4, "test": 1}
     assert stats["derived_splits"]["facts_moved"] == 4
     assert stats["time_range"] == {"first": "1786", "last": "1790"}
     facts = pd.read_parquet(tmp_path / "out" / "facts.parquet")
     assert (facts["split"] == "train").sum() == 4
-    _, stats = ingest(DATASETS["wiki"], tmp_path / "out2", data_dir=root,
+    _, stats = ingest_into(DATASETS["wiki"], tmp_path / "out2", data_dir=root,
                       download_dir=tmp_path / "dl", train_from_valid=None)  # fmt: skip
     assert "train" not in stats["splits"] and stats["derived_splits"] is None

@@ -1,0 +1,325 @@
+"""params.yaml, read once into one typed, frozen `Params`, with every rule between sections.
+
+Each section is loaded strictly by its settings class, which lives beside the code it configures
+(`rulerag.settings.load_settings`: unknown keys, types, ranges, choices). What no single
+section can check lives here, once, for every reader:
+
+* the stages (`pipeline_steps.common.stage_inputs` calls `load_params`),
+* `make run`'s check before DVC starts (`rulerag.orchestration.params_check`),
+* an Airflow run conf, checked as the params.yaml it would produce (`run_conf.validate_run_conf`).
+
+The rules between sections (`cross_section_problems`):
+
+* `generation.max_rules` ≤ `build_benchmark.rule_selection.top_n` (the benchmark selects at
+  most top_n rules per query; asking for more would silently get fewer),
+* every `qa.rows` entry is a grid row that untrained retrieval and the base generator can
+  answer,
+* `generalisation` trains an RGFT query encoder, so `generation.retriever` must be dense when
+  it runs on any dataset,
+* every dataset name (`datasets`, `qa.datasets`, `generalisation.datasets`, `ingest.custom`)
+  follows the one rule of `rulerag.settings.check_dataset_name`, and `datasets` /
+  `generalisation.datasets` name KGs the registry or `ingest.custom` knows.
+
+The library below `pipeline_steps/` receives a section's settings (or a part of one), never the
+mapping; `Params.section_values` gives a section as written, only for provenance and MLflow.
+
+Sections load when first read, and their loaders are imported by name then: DVC reruns a stage
+when a module it imports changes (dvc.yaml's code deps are each stage's import closure), so a
+stage that reads `ingest` must not import the generation code just to type-check the file. A
+stage reads the sections it needs, each checked strictly with every rule it takes part in;
+`check_all` (params_check, the Airflow conf validator) reads them all.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rulerag.settings import SettingsError, check_dataset_name
+
+if TYPE_CHECKING:  # the section types, imported when a section is read (see the docstring)
+    from rulerag.benchmark.settings import BuildBenchmarkSettings
+    from rulerag.experiments.generalisation import GeneralisationSettings
+    from rulerag.generation.config import GenerationSettings
+    from rulerag.generation.r2ag.settings import R2AGSettings
+    from rulerag.kg.registry import IngestSettings
+    from rulerag.qa.settings import QASettings
+    from rulerag.retrieval.configs import RetrieveSettings
+    from rulerag.retrieval.settings import IndexSettings
+    from rulerag.retrieval.training import TrainRetrieverSettings
+    from rulerag.rule_retrieval.settings import RuleRetrievalSettings
+    from rulerag.rules.answers import ApplyRulesSettings
+    from rulerag.rules.mining import MineRulesSettings
+
+__all__ = [
+    "OTHER_KEYS",
+    "RULES",
+    "SECTIONS",
+    "Params",
+    "load_params",
+    "parse_params",
+    "read_params_file",
+    "section_loader",
+]
+
+#: params.yaml section -> "module:loader" of its settings class (imported when read)
+SECTIONS: dict[str, str] = {
+    "ingest": "rulerag.kg.registry:ingest_settings",
+    "mine_rules": "rulerag.rules.mining:mine_rules_settings",
+    "build_benchmark": "rulerag.benchmark.settings:build_benchmark_settings",
+    "index": "rulerag.retrieval.settings:index_settings",
+    "train_retriever": "rulerag.retrieval.training:train_retriever_settings",
+    "retrieve": "rulerag.retrieval.configs:retrieve_settings",
+    "generation": "rulerag.generation.config:generation_settings",
+    "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
+    "apply_rules": "rulerag.rules.answers:apply_rules_settings",
+    "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
+    "qa": "rulerag.qa.settings:qa_settings",
+    "generalisation": "rulerag.experiments.generalisation:generalisation_settings",
+}
+#: top-level keys that are not a stage's section
+OTHER_KEYS = ("datasets",)
+
+
+def section_loader(section: str) -> Callable[[Any], Any]:
+    """The function that reads `section` into its settings object."""
+    module, _, name = SECTIONS[section].partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+@dataclass(frozen=True)
+class Params:
+    """The whole of params.yaml, each section as its settings, checked across sections."""
+
+    datasets: tuple[str, ...]
+    #: the file as plain data (deep-copied; never handed to the library)
+    _values: Mapping[str, Any] = field(repr=False, compare=False)
+    where: str = "params.yaml"
+
+    @cached_property
+    def ingest(self) -> IngestSettings:
+        return self._section("ingest")
+
+    @cached_property
+    def mine_rules(self) -> MineRulesSettings:
+        return self._section("mine_rules")
+
+    @cached_property
+    def build_benchmark(self) -> BuildBenchmarkSettings:
+        return self._section("build_benchmark")
+
+    @cached_property
+    def index(self) -> IndexSettings:
+        return self._section("index")
+
+    @cached_property
+    def train_retriever(self) -> TrainRetrieverSettings:
+        return self._section("train_retriever")
+
+    @cached_property
+    def retrieve(self) -> RetrieveSettings:
+        return self._section("retrieve")
+
+    @cached_property
+    def generation(self) -> GenerationSettings:
+        return self._section("generation")
+
+    @cached_property
+    def r2ag(self) -> R2AGSettings:
+        return self._section("r2ag")
+
+    @cached_property
+    def apply_rules(self) -> ApplyRulesSettings:
+        return self._section("apply_rules")
+
+    @cached_property
+    def rule_retrieval(self) -> RuleRetrievalSettings:
+        return self._section("rule_retrieval")
+
+    @cached_property
+    def qa(self) -> QASettings:
+        return self._section("qa")
+
+    @cached_property
+    def generalisation(self) -> GeneralisationSettings:
+        return self._section("generalisation")
+
+    def section_values(self, section: str) -> Any:
+        """A section as params.yaml writes it (a deep copy): what outputs record as their
+        provenance and MLflow logs as params, so that these read like the file."""
+        if section not in self._values:
+            raise KeyError(f"params.yaml has no section {section!r}")
+        return copy.deepcopy(self._values[section])
+
+    def known_datasets(self) -> list[str]:
+        """Every KG a run may name: the registry's and `ingest.custom`'s."""
+        return self.ingest.known_datasets()
+
+    def check_all(self) -> Params:
+        """Read every section, so that every rule between them is checked too."""
+        for section in SECTIONS:
+            getattr(self, section)
+        return self
+
+    def _section(self, section: str) -> Any:
+        settings = section_loader(section)(self._values[section])
+        self.__dict__[section] = settings  # cached before the rules below read it back
+        problems = [p for rule in RULES if section in rule.sections for p in rule.check(self)]
+        if problems:
+            raise SettingsError(f"{self.where}: " + "; ".join(problems))
+        return settings
+
+
+def read_params_file(path: str | Path) -> dict[str, Any]:
+    """params.yaml as plain data, parsed as DVC parses it (ruamel, YAML 1.2, safe)."""
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = YAML(typ="safe", pure=True).load(handle)
+    except YAMLError as err:
+        raise SettingsError(f"{path}: not valid YAML: {err}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise SettingsError(f"{path}: expected a mapping of sections, not {type(data).__name__}")
+    return data
+
+
+def load_params(path: str | Path) -> Params:
+    """Read a params file (`parse_params`); sections are checked as they are read."""
+    return parse_params(read_params_file(path), str(path))
+
+
+def parse_params(
+    values: Mapping[str, Any], where: str = "params.yaml", *, check_all: bool = False
+) -> Params:
+    """`values` (a params.yaml as plain data) as `Params`: every section present, the dataset
+    names valid; with `check_all`, every section loaded and every rule checked (else each
+    section when first read). SettingsError names the first problem's key."""
+    _require_sections(values, where)
+    datasets = values["datasets"]
+    if not isinstance(datasets, list) or not datasets:
+        raise SettingsError(f"{where}: datasets must be a non-empty list of names")
+    params = Params(
+        datasets=tuple(check_dataset_name(name) for name in datasets),
+        _values=copy.deepcopy(dict(values)),
+        where=where,
+    )
+    return params.check_all() if check_all else params
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules between sections: each names the sections it reads and returns its problems.
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A check across `sections`, run whenever one of them is read."""
+
+    sections: tuple[str, ...]
+    check: Callable[[Params], list[str]]
+
+
+def _max_rules(params: Params) -> list[str]:
+    """The benchmark selects at most `top_n` rules per query: asking for more is an error,
+    not a silent cap."""
+    max_rules = params.generation.max_rules
+    top_n = params.build_benchmark.rule_selection.top_n
+    if max_rules is not None and max_rules > top_n:
+        return [
+            f"generation.max_rules is {max_rules}, but the benchmark selects at most "
+            f"build_benchmark.rule_selection.top_n = {top_n} rules per query; lower max_rules "
+            "(null takes every selected rule) or raise top_n and rebuild"
+        ]
+    return []
+
+
+def _qa_rows(params: Params) -> list[str]:
+    """`qa.rows` are grid rows a QA set can answer (`qa.settings.check_qa_rows`)."""
+    from rulerag.qa.settings import check_qa_rows
+
+    generation = params.generation
+    try:
+        check_qa_rows(params.qa.rows, generation.grid, generation.decoding)
+    except SettingsError as err:
+        return [str(err)]
+    return []
+
+
+def _qa_rule_bank(params: Params) -> list[str]:
+    """qa_rag reads `qa.rule_bank`'s mined bank, which only a dataset of the run has."""
+    qa = params.qa
+    if qa.datasets and qa.rule_bank not in params.datasets:
+        return [
+            f"qa.rule_bank {qa.rule_bank!r} is not in datasets ({', '.join(params.datasets)}): "
+            "qa_rag reads its mined rule bank"
+        ]
+    return []
+
+
+def _generalisation_dense(params: Params) -> list[str]:
+    """Generalisation trains an RGFT query encoder for `generation.retriever`."""
+    if params.generalisation.datasets and params.generation.retriever == "bm25":
+        return [
+            "generalisation.datasets is set, but generalisation trains an RGFT query encoder "
+            "for generation.retriever, which is bm25; choose a dense retriever or clear "
+            "generalisation.datasets"
+        ]
+    return []
+
+
+def _known_datasets(params: Params) -> list[str]:
+    """`datasets` and `generalisation.datasets` name KGs the registry or `ingest.custom` has."""
+    known = params.known_datasets()
+    problems = []
+    for key, names in (
+        ("datasets", params.datasets),
+        ("generalisation.datasets", params.generalisation.datasets),
+    ):
+        problems += [
+            f"{key}: unknown dataset {name!r} (known: {', '.join(known)})"
+            for name in names
+            if name not in known
+        ]
+    return problems
+
+
+RULES: tuple[Rule, ...] = (
+    Rule(("generation", "build_benchmark"), _max_rules),
+    Rule(("qa", "generation"), _qa_rows),
+    Rule(("qa",), _qa_rule_bank),
+    Rule(("generalisation", "generation"), _generalisation_dense),
+    Rule(("ingest", "generalisation"), _known_datasets),
+)
+
+
+def _require_sections(values: Mapping[str, Any], where: str) -> None:
+    """Every stage section present and a mapping, no unknown top-level key."""
+    if not isinstance(values, Mapping):
+        raise SettingsError(f"{where}: expected a mapping of sections, not {type(values).__name__}")
+    missing = [s for s in (*SECTIONS, *OTHER_KEYS) if s not in values]
+    if missing:
+        raise SettingsError(
+            f"{where}: missing section {', '.join(map(repr, missing))} (every stage reads its "
+            "own; the project's params.yaml shows each with its defaults)"
+        )
+    empty = [s for s in SECTIONS if not isinstance(values[s], Mapping)]
+    if empty:
+        raise SettingsError(
+            f"{where}: section {', '.join(map(repr, empty))} must be a mapping of its keys "
+            f"(got {', '.join(repr(values[s]) for s in empty)})"
+        )
+    unknown = sorted(str(k) for k in values if k not in SECTIONS and k not in OTHER_KEYS)
+    if unknown:
+        raise SettingsError(
+            f"{where}: unknown top-level key {', '.join(map(repr, unknown))} "
+            f"(known: {', '.join([*OTHER_KEYS, *SECTIONS])})"
+        )
