@@ -244,11 +244,9 @@ def _max_rules(params: Params) -> list[str]:
 
 def _qa_rows(params: Params) -> list[str]:
     """`qa.rows` are grid rows a QA set can answer (`qa.settings.check_qa_rows`)."""
-    from rulerag.qa.settings import check_qa_rows
-
     generation = params.generation
     try:
-        check_qa_rows(params.qa.rows, generation.grid, generation.decoding)
+        params.qa.check_rows(generation.grid, generation.decoding)
     except SettingsError as err:
         return [str(err)]
     return []

@@ -31,6 +31,10 @@ class QASettings:
         if not self.rows:
             raise ValueError("qa.rows: name at least one generation.grid row")
 
+    def check_rows(self, grid: Mapping[str, Any], decoding: str = "generate") -> None:
+        """`rows` against generation's grid (`check_qa_rows`)."""
+        check_qa_rows(self.rows, grid, decoding)
+
 
 def qa_settings(section: Mapping[str, Any] | None) -> QASettings:
     return load_settings(QASettings, section, "qa")

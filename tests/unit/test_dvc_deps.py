@@ -2,7 +2,7 @@
 
 A module a stage imports but does not list lets its outputs go stale after an edit; a listed
 module it never imports reruns it (perhaps hours of training) for nothing. Everything here is
-derived from the code (`rulerag.orchestration.code_deps`), so a new import, a moved module or
+derived from the code (`tests.support.code_deps`), so a new import, a moved module or
 a new stage is checked with no edit to this file. The closure itself is first tested on a tiny
 package with the cases the project relies on (lazy imports, `from pkg import sub`, cycles).
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.orchestration.code_deps import (
+from tests.support.code_deps import (
     CodeClosure,
     foreign_stage_imports,
     import_closure,
