@@ -1,15 +1,15 @@
 """Stage `generalisation`: RuleRAG-FT trained on one rule bank, tested on another (Figure 5).
 
 Splits the rule bank into `generalisation.banks` disjoint, equal-size banks
-(`rulerag.experiments.generalisation.split_bank`); for each bank R_i trains an RGFT query
+(`rulerag.experiments.generalisation.split_bank`). For each bank R_i it trains an RGFT query
 encoder on R_i's F_R items (`generation.retriever`'s encoder, `retriever_steps` steps,
-train_retriever's other knobs), searches every bank's sampled test queries and R_i's F_G queries with it (q ∘ r), and
-trains an RGFT generator adapter on R_i's F_G samples (generation.train's knobs,
-`generator_samples`); then answers every bank's test queries with that pair (the `rulerag_ft`
-row's prompt). Standard RAG (the `standard_rag` row, the retrieve stage's run) answers the same
-queries. Writes data/<dataset>/generalisation/: results.md, gains.csv (the 4×4 table),
-cells.csv (DVC plot), gains.png (heat map), metrics.json; trained models stay under
-generalisation/work/ (not tracked).
+train_retriever's other knobs), searches every bank's sampled test queries and R_i's F_G
+queries with it (q ∘ r), and trains an RGFT generator adapter on R_i's F_G samples
+(generation.train's knobs, `generator_samples`); then it answers every bank's test queries with
+that pair (the `rulerag_ft` row's prompt). Standard RAG (the `standard_rag` row, the retrieve
+stage's run) answers the same queries. Writes data/<dataset>/generalisation/: results.md,
+gains.csv (the 4×4 table), cells.csv (DVC plot), gains.png (heat map), metrics.json; trained
+models stay under generalisation/work/ (not tracked).
 """
 
 from __future__ import annotations

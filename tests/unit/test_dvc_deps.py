@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from rulerag.orchestration.dvc_graph import StageInstance, build_graph, load_yaml
 from tests.support.code_deps import (
     CodeClosure,
     foreign_stage_imports,
@@ -25,7 +26,6 @@ from tests.support.code_deps import (
     stage_modules,
     unused_code_deps,
 )
-from rulerag.orchestration.dvc_graph import StageInstance, build_graph, load_yaml
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = project_packages(PROJECT)
