@@ -55,14 +55,14 @@ def main() -> None:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    from rulerag.retrieval.configs import RetrievalPaths
+    from rulerag.layout import DataLayout
     from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
     from rulerag.retrieval.dense import DenseIndex, DenseRetriever, cpu_threads
     from rulerag.retrieval.encoders import encode, load_encoder
     from rulerag.retrieval.rule_guided import expand
     from rulerag.retrieval.sparse import BM25Config, BM25sIndex, PyseriniIndex, parity
 
-    paths = RetrievalPaths(ROOT / "data" / args.dataset)
+    paths = DataLayout(ROOT / "data" / args.dataset)
     corpus = read_corpus(paths.corpus)
     queries = read_queries(paths.queries("test"))
     rules = read_rule_texts(paths.rule_bank)

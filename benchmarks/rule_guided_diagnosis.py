@@ -53,12 +53,13 @@ RRF_K = 60  # Cormack et al.'s constant
 
 def open_index(data: Path, name: str):
     """The `retrieve` stage's searcher for index `name` (default `index` settings)."""
-    from rulerag.retrieval.configs import RetrievalPaths, parse_config
+    from rulerag.layout import DataLayout
+    from rulerag.retrieval.configs import parse_config
     from rulerag.retrieval.runs import open_searcher
     from rulerag.retrieval.settings import index_settings
 
     config = parse_config(f"{name}-standard")
-    return open_searcher(config, RetrievalPaths(data), index_settings(None), ROOT / ".models")
+    return open_searcher(config, DataLayout(data), index_settings(None), ROOT / ".models")
 
 
 def rrf(run: pd.DataFrame) -> pd.DataFrame:

@@ -54,7 +54,8 @@ from rulerag.generation.grid import run_row
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import load_samples, prompt_format
 from rulerag.io import atomic_open, atomic_path, read_jsonl, write_json
-from rulerag.retrieval.configs import RetrievalPaths, retrieve_settings
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import retrieve_settings
 from rulerag.retrieval.data import to_queries
 from rulerag.retrieval.rule_guided import retrieve, rule_query_texts
 from rulerag.retrieval.settings import IndexSettings, index_settings
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     if encoder == "bm25":
         raise InputError("generalisation: generation.retriever must be a dense encoder (RGFT)")
     base = data_dir(name)
-    paths = RetrievalPaths(base)
+    paths = DataLayout(base)
     out = base / "generalisation"
     work = out / "work"
     import pandas as pd
@@ -189,7 +190,7 @@ def _retriever_inputs(
     params: Mapping[str, Any],
     encoder: str,
     index_cfg: IndexSettings,
-    paths: RetrievalPaths,
+    paths: DataLayout,
     settings: GeneralisationSettings,
     rule_query: str,
 ) -> _RetrieverInputs:

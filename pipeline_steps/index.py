@@ -26,7 +26,8 @@ from pipeline_steps.common import (
 )
 from rulerag.errors import InputError
 from rulerag.io import staged_dir, verify_output, write_json
-from rulerag.retrieval.configs import SPARSE_INDEXES, RetrievalPaths
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import SPARSE_INDEXES
 from rulerag.retrieval.indexing import build_index
 from rulerag.retrieval.settings import index_settings
 from rulerag.settings import SettingsError
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             settings.encoder(name)
         except SettingsError as err:
             raise SettingsError(f"index@{name}: {err}") from None
-    paths = RetrievalPaths(data_dir(dataset))
+    paths = DataLayout(data_dir(dataset))
     if not paths.corpus.is_file():
         raise InputError(f"index@{dataset}: no corpus at {paths.corpus}; run build_benchmark")
     verify_output(paths.corpus)  # Lucene reads the file itself, so check it first

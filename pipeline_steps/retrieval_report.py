@@ -15,7 +15,8 @@ import sys
 from pipeline_steps.common import PROJECT_DIR, data_dir, dataset_parser, load_params, run_stage
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, atomic_path
-from rulerag.retrieval.configs import RetrievalPaths, retrieve_settings
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import retrieve_settings
 from rulerag.retrieval.report import plot_recall, recall_table, to_markdown
 from rulerag.tracking import TAG_STAGE_INSTANCE, stage_run
 
@@ -24,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     args = dataset_parser(__doc__ or "").parse_args(argv)
     settings = retrieve_settings(load_params().get("retrieve"))
     ks = list(settings.ks)
-    paths = RetrievalPaths(data_dir(args.dataset))
+    paths = DataLayout(data_dir(args.dataset))
     metrics = {}
     for name in settings.config_names():
         source = paths.output(name) / "metrics.json"

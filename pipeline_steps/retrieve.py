@@ -32,13 +32,8 @@ from pipeline_steps.common import (
 )
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, write_json, write_parquet
-from rulerag.retrieval.configs import (
-    RUN_FG_FILENAME,
-    RUN_FILENAME,
-    RetrievalPaths,
-    parse_config,
-    retrieve_settings,
-)
+from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
+from rulerag.retrieval.configs import parse_config, retrieve_settings
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import recall_curve
 from rulerag.retrieval.rule_guided import rule_query_texts
@@ -59,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     index_section = params.get("index") or {}
     settings = retrieve_settings(section)
     index_cfg = index_settings(index_section)
-    paths = RetrievalPaths(data_dir(dataset))
+    paths = DataLayout(data_dir(dataset))
     out = paths.output(config.name)
     corpus = read_corpus(paths.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))

@@ -36,7 +36,8 @@ from rulerag.generation.generators import passive_openmp
 from rulerag.generation.grid import run_row
 from rulerag.generation.samples import sample_queries
 from rulerag.io import read_jsonl, staged_outputs, write_json, write_jsonl, write_parquet
-from rulerag.retrieval.configs import RetrievalPaths, parse_config, retrieve_settings
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import parse_config, retrieve_settings
 from rulerag.retrieval.data import read_corpus, read_rule_texts, to_queries
 from rulerag.retrieval.rule_guided import rule_query_texts
 from rulerag.retrieval.runs import open_searcher, run_split
@@ -94,7 +95,7 @@ def search(
     """The run frame of the retrieval configuration `config_name` searched with `queries`."""
     config = parse_config(config_name)
     settings = retrieve_settings(params.get("retrieve"))
-    paths = RetrievalPaths(base)
+    paths = DataLayout(base)
     corpus = read_corpus(paths.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
     rules = {}

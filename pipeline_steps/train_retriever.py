@@ -33,7 +33,8 @@ from pipeline_steps.common import (
 )
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, staged_dir, write_json
-from rulerag.retrieval.configs import TRAINED_MODES, RetrievalPaths, retrieve_settings
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import TRAINED_MODES, retrieve_settings
 from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.encoders import load_encoder, model_fingerprint, set_torch_threads
 from rulerag.retrieval.settings import index_settings
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = train_retriever_settings(section, encoder)
     index_cfg = index_settings(params.get("index"))
     spec = index_cfg.encoder(encoder)
-    paths = RetrievalPaths(data_dir(dataset))
+    paths = DataLayout(data_dir(dataset))
 
     set_torch_threads(settings.threads)
     index = DenseIndex.load(paths.index(encoder))

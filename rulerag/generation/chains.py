@@ -370,7 +370,8 @@ def chain_factory(
         from rulerag.generation.generators import make_generator
         from rulerag.generation.samples import load_corpus
         from rulerag.io import read_jsonl
-        from rulerag.retrieval.configs import RetrievalPaths, parse_config
+        from rulerag.layout import DataLayout
+        from rulerag.retrieval.configs import parse_config
         from rulerag.retrieval.runs import open_searcher
 
         base = Path(base)
@@ -381,7 +382,7 @@ def chain_factory(
         else:
             llm = local_llm(model)
         config = parse_config(f"{settings.retriever}-standard")
-        searcher = open_searcher(config, RetrievalPaths(base), index, model_cache)
+        searcher = open_searcher(config, DataLayout(base), index, model_cache)
         corpus = load_corpus(base / "benchmark" / "corpus.jsonl")  # read once: every step
         items = read_jsonl(base / "benchmark" / "f_r.jsonl")  # searches it
         demos = demos_from_items(items, corpus, settings.chains.shots, settings.seed)

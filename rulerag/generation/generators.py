@@ -22,7 +22,8 @@ from typing import Any
 
 from rulerag.generation.config import GenerationSettings, GridConfig
 from rulerag.generation.prompts import PromptFormat
-from rulerag.generation.samples import RUN_FG_FILENAME, fg_examples
+from rulerag.generation.samples import fg_examples
+from rulerag.layout import RUN_FG_FILENAME
 
 __all__ = [
     "ADAPTERS_DIR",

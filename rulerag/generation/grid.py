@@ -16,8 +16,9 @@ from typing import Any
 from rulerag.evaluation.metrics import aggregate, score_prediction
 from rulerag.generation.config import GenerationSettings, GridConfig, retrieval_name
 from rulerag.generation.generators import make_generator
-from rulerag.generation.samples import RUN_FILENAME, load_samples, prompt_format, sample_queries
+from rulerag.generation.samples import load_samples, prompt_format, sample_queries
 from rulerag.io import read_jsonl
+from rulerag.layout import RUN_FILENAME
 
 __all__ = ["RowResult", "run_row"]
 

@@ -25,7 +25,7 @@ from rulerag.benchmark.sampling import sample_queries
 from rulerag.generation.config import RULE_FILTERS, GenerationSettings
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.io import iter_jsonl, read_jsonl
-from rulerag.retrieval.configs import RUN_FG_FILENAME, RUN_FILENAME
+from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME
 from rulerag.retrieval.data import read_rule_texts
 
 __all__ = [

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from rulerag.retrieval.metrics import DEFAULT_KS
@@ -22,9 +21,6 @@ from rulerag.retrieval.rule_guided import RULE_QUERY_FORMS
 from rulerag.settings import Positive, Seed, load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
-#: The retrieval stage's run files, read by the generator stages (one place for the names).
-RUN_FILENAME = "run.parquet"  # test queries
-RUN_FG_FILENAME = "run_fg.parquet"  # F_G queries (the generator's training data)
 #: Dense encoders known without any params (params.yaml `index.dense` adds or overrides them);
 #: their other knobs are `encoders.EncoderSpec`'s defaults.
 DEFAULT_ENCODERS: dict[str, dict] = {"minilm": {"model": "minilm"}, "mpnet": {"model": "mpnet"}}
@@ -113,52 +109,3 @@ def parse_config(name: str) -> RetrievalConfig:
     if config.sparse and config.trained:
         raise ValueError(f"retrieval config {name!r}: BM25 has no encoder to fine-tune")
     return config
-
-
-@dataclass(frozen=True)
-class RetrievalPaths:
-    """Where retrieval inputs and outputs live under `data/<dataset>/` (DVC outs by name)."""
-
-    root: Path
-
-    @property
-    def benchmark(self) -> Path:
-        return self.root / "benchmark"
-
-    @property
-    def corpus(self) -> Path:
-        return self.benchmark / "corpus.jsonl"
-
-    def queries(self, split: str) -> Path:
-        """`test`, `f_g` (query sets) or `f_r` (training items)."""
-        return self.benchmark / f"{split}.jsonl"
-
-    @property
-    def rule_bank(self) -> Path:
-        return self.root / "rules" / "bank.parquet"
-
-    @property
-    def retrieval(self) -> Path:
-        return self.root / "retrieval"
-
-    def index(self, name: str) -> Path:
-        return self.retrieval / "index" / name
-
-    def index_stats(self, name: str) -> Path:
-        return self.retrieval / "stats" / f"index-{name}.json"
-
-    def cache(self, name: str) -> Path:
-        """Corpus-embedding chunks (persisted between runs, never part of the index out)."""
-        return self.retrieval / "cache" / name
-
-    def model(self, name: str) -> Path:
-        return self.retrieval / "models" / name
-
-    def training(self, name: str) -> Path:
-        return self.retrieval / "training" / name
-
-    def checkpoints(self, name: str) -> Path:
-        return self.retrieval / "checkpoints" / name
-
-    def output(self, config: str) -> Path:
-        return self.retrieval / config

@@ -14,14 +14,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rulerag.retrieval.configs import SPARSE_INDEXES, RetrievalPaths
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import SPARSE_INDEXES
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.settings import IndexSettings
 
 __all__ = ["build_dense", "build_index", "build_sparse", "parity_texts"]
 
 
-def parity_texts(paths: RetrievalPaths, n: int, seed: int = 12) -> list[str]:
+def parity_texts(paths: DataLayout, n: int, seed: int = 12) -> list[str]:
     """A sample of test queries, half alone and half as `q ∘ r` (what retrieval sends)."""
     from rulerag.retrieval.rule_guided import expand
 
@@ -37,7 +38,7 @@ def parity_texts(paths: RetrievalPaths, n: int, seed: int = 12) -> list[str]:
     )
 
 
-def build_sparse(paths: RetrievalPaths, settings: IndexSettings, staging: Path) -> dict[str, Any]:
+def build_sparse(paths: DataLayout, settings: IndexSettings, staging: Path) -> dict[str, Any]:
     """The BM25 index(es) of the corpus into `staging`, and the parity check's figures."""
     from rulerag.retrieval.sparse import BM25Config, BM25sIndex, PyseriniIndex, parity
 
@@ -62,7 +63,7 @@ def build_sparse(paths: RetrievalPaths, settings: IndexSettings, staging: Path) 
 
 def build_dense(
     name: str,
-    paths: RetrievalPaths,
+    paths: DataLayout,
     settings: IndexSettings,
     staging: Path,
     model_cache: Path | None = None,
@@ -130,7 +131,7 @@ def build_dense(
 
 def build_index(
     name: str,
-    paths: RetrievalPaths,
+    paths: DataLayout,
     settings: IndexSettings,
     staging: Path,
     model_cache: Path | None = None,

@@ -17,7 +17,8 @@ from typing import Any
 import pandas as pd
 
 from rulerag.benchmark.sampling import sample_queries
-from rulerag.retrieval.configs import RetrievalConfig, RetrievalPaths, RetrieveSettings
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import RetrievalConfig, RetrieveSettings
 from rulerag.retrieval.data import Query
 from rulerag.retrieval.metrics import recall_at_k
 from rulerag.retrieval.rule_guided import Searcher, retrieve
@@ -28,7 +29,7 @@ __all__ = ["SplitRun", "open_searcher", "run_split"]
 
 def open_searcher(
     config: RetrievalConfig,
-    paths: RetrievalPaths,
+    paths: DataLayout,
     settings: IndexSettings,
     model_cache: Path | None = None,
 ) -> Searcher:

@@ -40,7 +40,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.io import atomic_open
-from rulerag.retrieval.configs import RetrievalPaths
+from rulerag.layout import DataLayout
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
 from rulerag.retrieval.encoders import EncoderSpec
 from rulerag.retrieval.rule_guided import compose, rule_query_text
@@ -614,7 +614,7 @@ def train_query_encoder(
 
 
 def training_items(
-    paths: RetrievalPaths,
+    paths: DataLayout,
     doc_ids: Sequence[str],
     use_rules: bool,
     positives: str = "oracle",

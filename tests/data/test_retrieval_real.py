@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.retrieval.configs import RetrievalPaths
+from rulerag.layout import DataLayout
 from rulerag.io import write_jsonl
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import recall_at_k
@@ -21,10 +21,10 @@ pytestmark = [pytest.mark.data, pytest.mark.slow]
 DATASETS = ["icews14", "fb15k237", "nell995"]
 
 
-def benchmark(real_benchmark, name: str) -> RetrievalPaths:
+def benchmark(real_benchmark, name: str) -> DataLayout:
     """The dataset's benchmark files as `build_benchmark` writes them, in a temporary folder."""
     built = real_benchmark(name)
-    paths = RetrievalPaths(built.folder / "data")
+    paths = DataLayout(built.folder / "data")
     if not paths.queries("test").is_file():
         bench = built.bench
         paths.benchmark.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from rulerag.generation.config import generation_settings
-from rulerag.generation.samples import RUN_FILENAME, load_samples
+from rulerag.generation.samples import load_samples
 from rulerag.io import write_jsonl
+from rulerag.layout import RUN_FILENAME
 from tests.helpers import run_frame, write_bank
 
 RULES = ["R1", "R2", "R3"]

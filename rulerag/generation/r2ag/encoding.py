@@ -17,7 +17,8 @@ import numpy as np
 
 from rulerag.generation.prompts import Sample
 from rulerag.generation.r2ag.lists import list_features
-from rulerag.retrieval.configs import RetrievalPaths, parse_config
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.rule_guided import NO_RULE
 from rulerag.retrieval.settings import IndexSettings
 
@@ -100,7 +101,7 @@ def open_feature_encoder(
         config = parse_config(f"{encoder}-standard")
         if config.sparse:
             raise ValueError(f"r2ag.encoder must name a dense index, not {encoder!r}")
-    searcher = open_searcher(config, RetrievalPaths(root), index_settings, model_cache)
+    searcher = open_searcher(config, DataLayout(root), index_settings, model_cache)
     model, normalize = searcher.query_model, searcher.normalize
     batch = searcher.batch_size
 
