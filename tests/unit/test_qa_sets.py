@@ -17,9 +17,10 @@ import yaml
 from pipeline_steps.common import PROJECT_DIR
 from rulerag.errors import InputError
 from rulerag.generation.config import generation_settings
-from rulerag.qa.build import build_qa_benchmark, check_qa_rows, union_bank
+from rulerag.qa.build import build_qa_benchmark, union_bank
 from rulerag.qa.reader import QAQuestion, read_qa_set, read_questions
-from tests.helpers import require_minilm
+from rulerag.qa.settings import check_qa_rows
+from tests.helpers import StageProject, require_minilm
 
 #: one question in each distribution's layout (NQ-open, PopQA, HotpotQA, ASQA, DPR / FiD)
 QUESTIONS = [
@@ -176,7 +177,9 @@ def test_rows_that_need_training_or_rule_candidates_are_refused() -> None:
 
 
 @pytest.mark.slow
-def test_stage_answers_a_fixture_set_with_rules(tmp_path: Path, monkeypatch) -> None:
+def test_stage_answers_a_fixture_set_with_rules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage_project: StageProject
+) -> None:
     """The stage end to end on the fixture: MiniLM matches the ICEWS-style rules to the
     questions phrased like them, BM25 searches with and without them, SmolLM2-135M answers
     both rows; files, metrics and the report are there."""
@@ -198,16 +201,17 @@ def test_stage_answers_a_fixture_set_with_rules(tmp_path: Path, monkeypatch) -> 
     bank_dir = tmp_path / "data" / "icews14" / "rules"
     bank_dir.mkdir(parents=True)
     RULES.to_parquet(bank_dir / "bank.parquet")
-    params = yaml.safe_load((PROJECT_DIR / "params.yaml").read_text(encoding="utf-8"))
-    params["qa"].update(datasets=["toyqa"], dir=str(tmp_path / "qa"), retriever="bm25")
-    params["build_benchmark"]["rule_selection"]["threshold"] = 0.2  # MiniLM: 0.28 / 0.38 here
-    params["generation"].update(max_new_tokens=4, test_queries=None)
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
-    monkeypatch.setattr(stage, "PROJECT_DIR", tmp_path)
-    monkeypatch.setattr(stage, "data_dir", lambda name: tmp_path / "data" / name)
+    overrides = {
+        "qa.datasets": ["toyqa"],
+        "qa.dir": str(tmp_path / "qa"),
+        "qa.retriever": "bm25",
+        "build_benchmark.rule_selection.threshold": 0.2,  # MiniLM: 0.28 / 0.38 here
+        "generation.max_new_tokens": 4,
+        "generation.test_queries": None,
+    }
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
 
-    assert stage.main(["--dataset", "toyqa", "--params", str(tmp_path / "params.yaml")]) == 0
+    assert stage_project.run(stage, "--dataset", "toyqa", params=overrides) == 0
     base = tmp_path / "data" / "toyqa"
     test = [json.loads(line) for line in (base / "benchmark" / "test.jsonl").open()]
     by_id = {r["qid"]: r["rule_ids"] for r in test}
@@ -227,3 +231,12 @@ def test_stage_answers_a_fixture_set_with_rules(tmp_path: Path, monkeypatch) -> 
         for x in (base / "generation" / "rulerag_icl" / "predictions.jsonl").open()
     ]
     assert any("Consult" in p and "Rule One:" in p for p in prompts)
+
+
+def test_the_qa_folder_is_the_configured_one_else_the_mirrors(tmp_path: Path) -> None:
+    from rulerag.qa.pipeline import qa_folder
+
+    assert qa_folder(str(tmp_path), "popqa", mirror="/m") == tmp_path / "popqa"
+    assert qa_folder(None, "popqa", mirror="/m") == Path("/m/qa/popqa")
+    with pytest.raises(InputError, match="set qa.dir or RULERAG_DATA_DIR"):
+        qa_folder(None, "popqa", mirror="")
