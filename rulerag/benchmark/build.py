@@ -34,8 +34,8 @@ from rulerag.benchmark.settings import (
     StrataSettings,
     by_dataset,
 )
-from rulerag.benchmark.text import document_text, query_text
 from rulerag.kg.schema import KnowledgeGraph, format_time
+from rulerag.kg.text import document_text, query_text
 from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
 
 KEY = ["head", "relation", "time"]

@@ -16,8 +16,8 @@ from typing import Any, Literal
 
 import pandas as pd
 
-from rulerag.benchmark.text import document_text
 from rulerag.kg.schema import format_time
+from rulerag.kg.text import document_text
 from rulerag.rules.application import ApplySettings, apply_rule_list
 from rulerag.rules.rule import Rule
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings

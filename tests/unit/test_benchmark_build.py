@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from rulerag.benchmark.build import BenchmarkConfig, build_benchmark, stratified_sample
-from rulerag.benchmark.text import document_text, query_text
 from rulerag.kg.schema import KnowledgeGraph, make_facts, make_vocab
+from rulerag.kg.text import document_text, query_text
 from rulerag.rules.bank import rules_frame
 from rulerag.rules.rule import Rule
 from rulerag.rules.selection import select_by_head, select_by_similarity
