@@ -50,10 +50,11 @@ def main() -> None:
     )
     kind, _, name = args.source.partition(":")
     if kind == "ruleqa":
+        from rulerag.layout import DataLayout
         from rulerag.rule_retrieval.ruleqa import reference_rows, ruleqa_task
 
         task, bank, test = ruleqa_task(
-            PROJECT / "data" / name, settings.queries, settings.shots, settings.seed
+            DataLayout.of(PROJECT / "data", name), settings.queries, settings.shots, settings.seed
         )
         extra = reference_rows(task, bank, test, settings.top_k, None)
         questions = None

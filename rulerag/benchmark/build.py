@@ -34,8 +34,8 @@ from rulerag.benchmark.settings import (
     StrataSettings,
     by_dataset,
 )
-from rulerag.benchmark.text import document_text, query_text
 from rulerag.kg.schema import KnowledgeGraph, format_time
+from rulerag.kg.text import document_text, query_text
 from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
 
 KEY = ["head", "relation", "time"]
@@ -46,9 +46,11 @@ SELECTIONS: tuple[str, ...] = get_args(SelectionMethod)
 class RuleSelector(Protocol):
     """A rule retriever for build_benchmark (`rulerag.rule_retrieval.selector`): bank rule ids
     per query text, best first, at most `top_n`; `shots` are (query, rule id) demonstrations
-    for self-induction, `shots` many of them wanted."""
+    for self-induction, `shots` many of them wanted; `cost` counts what it asked (LLM calls...),
+    for stats.json."""
 
     shots: int
+    cost: Mapping[str, int]
 
     def __call__(
         self, queries: Sequence[str], shots: Sequence[tuple[str, str]]

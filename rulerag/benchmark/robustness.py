@@ -23,7 +23,7 @@ from typing import Any
 
 import pandas as pd
 
-from rulerag.benchmark.text import query_text
+from rulerag.kg.text import query_text
 
 __all__ = ["ROBUST_PREFIX", "degenerate_queries"]
 

@@ -18,7 +18,7 @@ Two styles (`generation.prompt_style`):
       # Answer: Afghanistan.
 
   The instruction's query and document forms are not written here: they are the benchmark's
-  own text forms (`rulerag.benchmark.text`) rendered with placeholders, so a static KG gets
+  own text forms (`rulerag.kg.text`) rendered with placeholders, so a static KG gets
   `what does {subject} {relation} ?` / `{subject} {relation} {object}.` (FB15k-237, NELL-995,
   users' static KGs) by the same derivation. Rules are counted with capitalised number words as
   the paper writes them ("Two rules", "Rule One:"; one rule reads "One rule"). Answers end with
@@ -46,7 +46,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rulerag.benchmark.text import document_text, query_text
+from rulerag.kg.text import document_text, query_text
 
 __all__ = [
     "PLAIN_INSTRUCTION",

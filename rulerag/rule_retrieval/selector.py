@@ -10,18 +10,21 @@ build_benchmark draws them from F_R, never from the test queries.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 
+from rulerag.benchmark.settings import RuleSelectionSettings
+from rulerag.generation.config import ApiSettings
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import LLMPool
 from rulerag.rule_retrieval.methods import METHODS, select_rules, uses_llm
 from rulerag.rule_retrieval.search import RuleIndex, build_rule_index
+from rulerag.rule_retrieval.settings import RuleRetrievalSettings
 
-__all__ = ["RetrievalSelector", "benchmark_selector"]
+__all__ = ["RetrievalSelector", "RuleRetrievalSelection", "benchmark_selector"]
 
 
 class RetrievalSelector:
@@ -78,22 +81,21 @@ class RetrievalSelector:
 
 
 def benchmark_selector(
-    params: Mapping[str, Any],
+    selection: RuleSelectionSettings,
+    rule_retrieval: RuleRetrievalSettings,
+    api: ApiSettings,
     bank: pd.DataFrame,
     relations: pd.DataFrame,
     *,
     cache_path: Path | None,
     model_cache: Path | None,
 ) -> RetrievalSelector:
-    """The selector params.yaml's `build_benchmark.rule_selection` asks for, with
-    `rule_retrieval`'s LLM (its profile applied), shots and BM25 analyzer and, for an API LLM,
-    `generation.api`'s endpoint; `relations`: the KG's relations (id, name) for the formal form."""
-    from rulerag.benchmark.settings import build_benchmark_settings
-    from rulerag.generation.config import generation_settings
-    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+    """The selector `build_benchmark.rule_selection` asks for, with `rule_retrieval`'s LLM (its
+    profile applied), shots and BM25 analyzer and, for an API LLM, `generation.api`'s endpoint;
+    `relations`: the KG's relations (id, name) for the formal form.
 
-    selection = build_benchmark_settings(params["build_benchmark"]).rule_selection
-    rule_retrieval = rule_retrieval_settings(params["rule_retrieval"])
+    Each argument is its section's typed settings (`Params.build_benchmark.rule_selection`,
+    `Params.rule_retrieval`, `Params.generation.api`): the selector reads no params file."""
     names = dict(zip(relations["id"], relations["name"], strict=True))
     library = RuleLibrary.from_bank(bank, names)
     index = build_rule_index(
@@ -104,7 +106,6 @@ def benchmark_selector(
     )
     llms = None
     if uses_llm(selection.method):
-        api = generation_settings(params["generation"]).api
         llms = LLMPool(rule_retrieval.llm, cache_path, model_cache=model_cache, api=api)
     return RetrievalSelector(
         selection.method,
@@ -117,3 +118,33 @@ def benchmark_selector(
         rule_form=selection.rule_form,
         shots=rule_retrieval.shots,
     )
+
+
+@dataclass(frozen=True)
+class RuleRetrievalSelection:
+    """What build_benchmark's rule-retrieval selection needs besides `rule_selection`: the
+    `rule_retrieval` and `generation.api` settings and where the LLM's answers and the models
+    are kept.
+
+    The benchmark sits on a lower floor than rule retrieval, so it cannot build this selector
+    itself: it receives this object (`benchmark.make.SelectorSource`) and calls it with its
+    `rule_selection`, the bank and the relations, only when the selection is a retrieval one.
+    """
+
+    rule_retrieval: RuleRetrievalSettings
+    api: ApiSettings
+    cache_path: Path | None = None
+    model_cache: Path | None = None
+
+    def __call__(
+        self, selection: RuleSelectionSettings, bank: pd.DataFrame, relations: pd.DataFrame
+    ) -> RetrievalSelector:
+        return benchmark_selector(
+            selection,
+            self.rule_retrieval,
+            self.api,
+            bank,
+            relations,
+            cache_path=self.cache_path,
+            model_cache=self.model_cache,
+        )

@@ -1,30 +1,39 @@
-"""Rules that answer: the `apply_rules` stage's settings and RuleQA queries answered by rules.
+"""Rules that answer: the `apply_rules` step, its settings and RuleQA queries answered by rules.
 
-The stage measures the rule bank as its miners' communities do (link forecasting on the KG's
-test split, `forecasting.forecast`) and answers RuleQA's test queries with explained
-candidates (`rule_answers`), which the grid's `symbolic` row and rule-derived evidence read.
-For RuleQA the history is what the retrievers see: the facts of the corpus splits
-(`build_benchmark.corpus.splits`), before the query time on a temporal KG, so the symbolic
-row knows no more than the documents do.
+The step (`apply_mined_rules`) measures the rule bank as its miners' communities do (link
+forecasting on the KG's test split, `forecasting.forecast`) and answers RuleQA's test queries
+with explained candidates (`rule_answers`), which the grid's `symbolic` row and rule-derived
+evidence read. For RuleQA the history is what the retrievers see: the facts of the corpus
+splits (`build_benchmark.corpus.splits`), before the query time on a temporal KG, so the
+symbolic row knows no more than the documents do.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 import pandas as pd
 
-from rulerag.benchmark.text import document_text
+from rulerag.io import atomic_open, read_jsonl, write_json, write_jsonl
 from rulerag.kg.schema import format_time
+from rulerag.kg.text import document_text
+from rulerag.layout import DataLayout
 from rulerag.rules.application import ApplySettings, apply_rule_list
+from rulerag.rules.bank import frame_rules
+from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
 __all__ = [
     "PUBLISHED",
+    "AppliedRules",
     "ApplyRulesSettings",
+    "apply_mined_rules",
     "apply_rules_settings",
     "results_markdown",
     "rule_answers",
@@ -84,6 +93,75 @@ class ApplyRulesSettings:
 def apply_rules_settings(section: Mapping[str, Any] | None) -> ApplyRulesSettings:
     """params.yaml's `apply_rules` section as typed settings, strictly."""
     return load_settings(ApplyRulesSettings, section, "apply_rules")
+
+
+@dataclass(frozen=True)
+class AppliedRules:
+    """What the `apply_rules` stage writes: the link-forecasting figures (metrics.json), the
+    RuleQA test queries' explained candidates (answers.jsonl) and the report (results.md)."""
+
+    metrics: dict[str, Any]
+    answers: list[dict[str, Any]]
+    results: str  # results.md's text
+
+    def write(self, folder: Path) -> None:
+        """answers.jsonl, metrics.json and results.md into `folder` (a staging folder:
+        `io.staged_outputs`)."""
+        write_jsonl(folder / "answers.jsonl", self.answers)
+        write_json(folder / "metrics.json", self.metrics)
+        with atomic_open(folder / "results.md") as handle:
+            handle.write(self.results)
+
+
+def apply_mined_rules(
+    settings: ApplyRulesSettings, corpus_splits: Sequence[str], layout: DataLayout
+) -> AppliedRules:
+    """The `apply_rules` stage on one dataset's files (`layout`): every mined rule applied to
+    a seeded sample of the KG's test facts (link forecasting on a temporal KG, link prediction
+    on a static one), then RuleQA's test queries answered from the history the retrievers see
+    (the facts of `corpus_splits`, `build_benchmark.corpus.splits`)."""
+    facts = pd.read_parquet(layout.facts)
+    entities = pd.read_parquet(layout.entities)
+    relations = pd.read_parquet(layout.relations)
+    rules = frame_rules(pd.read_parquet(layout.rules))
+    temporal = bool(facts["time"].notna().any())
+    applying = settings.apply_settings(temporal)
+    started = time.perf_counter()
+    result = forecast(
+        facts,
+        rules,
+        len(relations),
+        len(entities),
+        applying,
+        max_facts=settings.evaluate_facts,
+        seed=settings.seed,
+    )
+    seconds = time.perf_counter() - started
+    metrics = {
+        "dataset": layout.dataset,
+        "temporal": temporal,
+        "rules": len(rules),
+        "test_facts": len(result.ranks) // 2,  # each fact is two queries
+        "seconds": round(seconds, 1),
+        "queries_per_minute": round(60 * len(result.ranks) / max(seconds, 1e-9)),
+        **{k: round(v, 4) for k, v in result.metrics.items()},
+        "published": PUBLISHED.get(layout.dataset),
+    }
+    history = facts[facts["split"].isin(corpus_splits)]
+    answers = rule_answers(
+        read_jsonl(layout.queries("test")),
+        rules,
+        history,
+        len(relations),
+        applying,
+        entity_names=dict(zip(entities["id"], entities["name"], strict=True)),
+        relation_names=dict(zip(relations["id"], relations["name"], strict=True)),
+        time_unit=json.loads(layout.kg_stats.read_text())["time_unit"],
+        keep=settings.candidates,
+    )
+    answered = sum(bool(a["candidates"]) for a in answers)
+    metrics["ruleqa_answered"] = round(answered / max(1, len(answers)), 4)
+    return AppliedRules(metrics, answers, results_markdown(metrics, settings))
 
 
 def rule_answers(

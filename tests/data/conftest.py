@@ -11,13 +11,12 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from pipeline_steps.common import load_params
-from tests.helpers import ingest_into
 from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
-from rulerag.benchmark.settings import build_benchmark_settings
 from rulerag.kg.registry import DATASETS
+from rulerag.params import load_params
 from rulerag.rules.bank import rules_frame, select_bank
-from rulerag.rules.mining import mine, mine_rules_settings
+from rulerag.rules.mining import mine
+from tests.helpers import PROJECT, ingest_into
 
 
 @dataclass
@@ -37,17 +36,17 @@ def real_benchmark(
 
     def get(name: str) -> RealBenchmark:
         if name not in built:
-            params = load_params()
+            params = load_params(PROJECT / "params.yaml")
             out = tmp_path_factory.mktemp(name)
             kg, _ = ingest_into(DATASETS[name], out, data_dir=kg_mirror, download_dir=out / "dl")
             train = kg.facts[kg.facts["split"] == "train"]
-            settings = mine_rules_settings(params["mine_rules"])
+            settings = params.mine_rules
             rules = mine(train, len(kg.entities), len(kg.relations), kg.temporal, settings)
             names = kg.relations.set_index("id")["name"].to_dict()
             bank = select_bank(rules_frame(rules, names), settings.bank)
             paper = DATASETS[name].paper
-            settings = build_benchmark_settings(params["build_benchmark"])
-            bench = build_benchmark(kg, bank, benchmark_config(settings, name, paper))
+            config = benchmark_config(params.build_benchmark, name, paper)
+            bench = build_benchmark(kg, bank, config)
             print(f"\n{name}\n{table1(bench.stats, paper)}")
             built[name] = RealBenchmark(name, kg, bank, bench, out)
         return built[name]

@@ -4,14 +4,26 @@ documents, popularity balancing, rule selection, determinism."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.benchmark.build import BenchmarkConfig, build_benchmark, stratified_sample
-from rulerag.benchmark.text import document_text, query_text
+from rulerag.benchmark.build import (
+    BenchmarkConfig,
+    benchmark_config,
+    build_benchmark,
+    stratified_sample,
+    table1,
+)
+from rulerag.benchmark.files import benchmark_files, read_benchmark_files
+from rulerag.benchmark.robustness import ROBUST_PREFIX, degenerate_queries
+from rulerag.benchmark.settings import build_benchmark_settings
+from rulerag.io import read_jsonl, read_provenance, write_json, write_parquet
 from rulerag.kg.schema import KnowledgeGraph, make_facts, make_vocab
+from rulerag.kg.text import document_text, query_text
+from rulerag.layout import DataLayout
 from rulerag.rules.bank import rules_frame
 from rulerag.rules.rule import Rule
 from rulerag.rules.selection import select_by_head, select_by_similarity
@@ -71,6 +83,23 @@ def synthetic_kg(temporal: bool, seed: int = 0, n_entities: int = 60, n_facts: i
         ],
         RELATIONS,
     )
+    return kg, bank
+
+
+def write_synthetic_dataset(layout: DataLayout, temporal: bool = True, seed: int = 0):
+    """`synthetic_kg` as ingest and mine_rules would leave it under `layout`: kg/ (the time
+    unit in the Parquet provenance and stats.json) and rules/ (its bank as every mined rule
+    and as the bank). Returns (kg, bank)."""
+    kg, bank = synthetic_kg(temporal, seed)
+    provenance = {"stage": "ingest", "time_unit": kg.time_unit}
+    layout.kg.mkdir(parents=True)
+    write_parquet(layout.facts, kg.facts, provenance)
+    write_parquet(layout.entities, kg.entities, provenance)
+    write_parquet(layout.relations, kg.relations, provenance)
+    write_json(layout.kg_stats, {"dataset": layout.dataset, "time_unit": kg.time_unit})
+    layout.rules_dir.mkdir(parents=True)
+    write_parquet(layout.rules, bank, {"stage": "mine_rules"})
+    write_parquet(layout.rule_bank, bank, {"stage": "mine_rules"})
     return kg, bank
 
 
@@ -231,3 +260,51 @@ def test_finetune_from_train_moves_links_out_of_the_corpus() -> None:
     docs = set(zip(bench.corpus["head"], bench.corpus["relation"], strict=True))
     assert not moved & docs, "a moved query's links must leave the corpus"
     assert {_key(q) for q in bench.test}.isdisjoint({_key(q) for q in bench.f_g + bench.f_r})
+
+
+@pytest.mark.parametrize("temporal", [True, False], ids=["temporal", "static"])
+def test_the_stage_entry_writes_what_the_stage_wrote_before(tmp_path: Path, temporal: bool) -> None:
+    """`benchmark_files` and its `write` against the stage's former sequence, spelled out:
+    build, degenerate the test queries, stats.json's figures, the seven writes."""
+    layout = DataLayout.of(tmp_path / "data", "toy")
+    kg, bank = write_synthetic_dataset(layout, temporal)
+    section = {"seed": 3, "test_size": 40, "corpus": {"filter": "rule_neighbourhood"}}
+    settings = build_benchmark_settings(section)
+    built = read_benchmark_files(settings, layout)
+    built.write(layout.benchmark, {"params": section})
+
+    config = benchmark_config(settings, "toy", {})  # toy: no Table 1 row, every query
+    bench = build_benchmark(kg, bank, config)
+    entities = kg.entities.set_index("id")["name"].to_dict()
+    relations = kg.relations.set_index("id")["name"].to_dict()
+    robust, counts = degenerate_queries(bench.test, bank, bench.corpus, entities, relations)
+    stats = {"dataset": "toy", **bench.stats, "seed": 3, "robust": counts}
+    assert built.config == config
+    assert read_jsonl(layout.corpus) == bench.corpus[["id", "contents"]].to_dict("records")
+    pd.testing.assert_frame_equal(pd.read_parquet(layout.corpus_table), bench.corpus)
+    assert read_provenance(layout.corpus_table) == {"params": section}
+    for name, records in (("test", bench.test), ("f_r", bench.f_r), ("f_g", bench.f_g)):
+        assert read_jsonl(layout.queries(name)) == json.loads(json.dumps(records))
+    assert read_jsonl(layout.queries("robust")) == json.loads(json.dumps(robust))
+    assert json.loads((layout.benchmark / "stats.json").read_text()) == json.loads(
+        json.dumps(stats)
+    )
+    assert "paper" not in built.stats and "selection_cost" not in built.stats
+    assert built.table1() == table1(stats, {})
+    assert robust and all(q["qid"].startswith(ROBUST_PREFIX) for q in robust)
+
+
+def test_a_registry_kg_gets_its_paper_row_and_test_size() -> None:
+    """`test_size: paper` is the paper's |Q| for a KG the registry has (nell995: 815)."""
+    kg, bank = synthetic_kg(False, n_entities=400, n_facts=12000)
+    built = benchmark_files(kg, bank, build_benchmark_settings({}), "nell995")
+    assert built.config.test_size == 815
+    assert built.stats["paper"] == built.paper and built.paper["test"] == 815
+    assert "paper" in built.table1()
+
+
+def test_a_retrieval_selection_needs_a_selector_source() -> None:
+    kg, bank = synthetic_kg(False)
+    settings = build_benchmark_settings({"rule_selection": {"method": "vanilla"}})
+    with pytest.raises(ValueError, match="needs a rule selector source"):
+        benchmark_files(kg, bank, settings, "toy")

@@ -5,19 +5,28 @@ what F_R, F_G and the test queries carry."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pandas as pd
 import pytest
 
 from rulerag.benchmark.build import BenchmarkConfig, build_benchmark
-from rulerag.benchmark.settings import build_benchmark_settings
+from rulerag.benchmark.files import benchmark_files
+from rulerag.benchmark.settings import RuleSelectionSettings, build_benchmark_settings
 from rulerag.errors import InputError
+from rulerag.params import parse_params, read_params_file
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM
 from rulerag.rule_retrieval.search import BM25RuleIndex
-from rulerag.rule_retrieval.selector import RetrievalSelector
+from rulerag.rule_retrieval.selector import (
+    RetrievalSelector,
+    RuleRetrievalSelection,
+    benchmark_selector,
+)
 from tests.unit.test_benchmark_build import RELATIONS, synthetic_kg
 from tests.unit.test_rule_retrieval import ScriptedLLM
+
+PROJECT_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"
 
 
 class RecordingSelector:
@@ -26,9 +35,11 @@ class RecordingSelector:
     def __init__(self, rule_ids: Sequence[str], shots: int = 2) -> None:
         self.rule_ids, self.shots = list(rule_ids), shots
         self.calls: list[tuple[list[str], list[tuple[str, str]]]] = []
+        self.cost = {"queries": 0}
 
     def __call__(self, queries: Sequence[str], shots: Sequence[tuple[str, str]]) -> list[list[str]]:
         self.calls.append((list(queries), list(shots)))
+        self.cost["queries"] += len(queries)
         return [sorted(self.rule_ids, reverse=True) for _ in queries]
 
 
@@ -124,3 +135,69 @@ def test_an_llm_method_without_an_llm_is_refused() -> None:
     library = RuleLibrary(("a",), ("x leads to y",), ("y(X, Y) <- x(X, Y)",))
     with pytest.raises(ValueError, match="needs an LLM"):
         RetrievalSelector("siar", library, BM25RuleIndex(library.natural), None)
+
+
+def _project_params(**selection: object):
+    """The project's params.yaml as `Params`, with `build_benchmark.rule_selection` changed."""
+    values = read_params_file(PROJECT_PARAMS)
+    values["build_benchmark"]["rule_selection"].update(selection)
+    return parse_params(values, str(PROJECT_PARAMS))
+
+
+def test_the_selector_is_built_from_typed_settings_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """params.yaml -> Params -> rule_selection / rule_retrieval / generation.api -> the
+    selector: once the sections are read, no settings loader is visited again."""
+    params = _project_params(method="vanilla", retriever="bm25", top_n=2)
+    selection, rule_retrieval = params.build_benchmark.rule_selection, params.rule_retrieval
+    api = params.generation.api
+    assert isinstance(selection, RuleSelectionSettings)
+
+    def no_loader(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the selector went back to a settings loader")
+
+    import rulerag.benchmark.settings
+    import rulerag.generation.config
+    import rulerag.rule_retrieval.settings
+    import rulerag.settings
+
+    for module, name in (
+        (rulerag.benchmark.settings, "build_benchmark_settings"),
+        (rulerag.rule_retrieval.settings, "rule_retrieval_settings"),
+        (rulerag.generation.config, "generation_settings"),
+        (rulerag.settings, "load_settings"),
+    ):
+        monkeypatch.setattr(module, name, no_loader)
+    _, bank = synthetic_kg(True)
+    relations = pd.DataFrame({"id": range(len(RELATIONS)), "name": RELATIONS})
+    selector = benchmark_selector(
+        selection, rule_retrieval, api, bank, relations, cache_path=None, model_cache=None
+    )
+    assert (selector.method, selector.top_n, selector.llms) == ("vanilla", 2, None)
+    assert selector.shots == rule_retrieval.shots
+    query = "Time 2014-06-30 what does Entity 3 Host a visit ?"
+    (expected,) = selector.index.search([query], selector.candidates)
+    (picked,) = selector([query], [])
+    assert picked == [selector.library.ids[i] for i in expected][:2]
+    assert selector.cost["queries"] == 1 and selector.cost["llm_calls"] == 0
+    source = RuleRetrievalSelection(rule_retrieval, api)
+    assert source(selection, bank, relations)([query], []) == [picked]
+
+
+def test_the_benchmark_asks_its_selector_source_with_the_typed_rule_selection() -> None:
+    kg, bank = synthetic_kg(True)
+    asked: list[RuleSelectionSettings] = []
+    recording = RecordingSelector(bank["rule_id"])
+
+    def source(selection: RuleSelectionSettings, bank_: pd.DataFrame, relations: pd.DataFrame):
+        asked.append(selection)
+        assert bank_ is bank and relations is kg.relations
+        return recording
+
+    section = {"test_size": 20, "rule_selection": {"method": "siar", "top_n": 2}}
+    settings = build_benchmark_settings(section)
+    built = benchmark_files(kg, bank, settings, "toy", selectors=source)
+    assert asked == [settings.rule_selection]
+    assert built.stats["selection_cost"] == recording.cost and recording.cost["queries"] > 0
+    assert all(
+        q["rule_ids"] == sorted(bank["rule_id"], reverse=True)[:2] for q in built.benchmark.test
+    )

@@ -364,3 +364,61 @@ def test_ragged_ranges_and_weight_blocks() -> None:
     assert all(weights[p].sum() <= 4 or p.stop - p.start == 1 for p in parts)
     assert [(p.start, p.stop) for p in parts] == [(0, 1), (1, 2), (2, 5), (5, 7), (7, 8)]
     assert split_by_weight(np.array([], dtype=int), 4) == []
+
+
+@pytest.mark.parametrize("temporal", [True, False], ids=["temporal", "static"])
+def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal) -> None:
+    """`apply_mined_rules` against the stage's former sequence, spelled out: forecast the
+    test facts, answer RuleQA's test queries from the corpus splits' history, the report."""
+    import json
+
+    from rulerag.benchmark.files import read_benchmark_files
+    from rulerag.benchmark.settings import build_benchmark_settings
+    from rulerag.io import read_jsonl
+    from rulerag.layout import DataLayout
+    from rulerag.rules.answers import (
+        PUBLISHED,
+        apply_mined_rules,
+        apply_rules_settings,
+        results_markdown,
+        rule_answers,
+    )
+    from rulerag.rules.bank import frame_rules
+    from rulerag.rules.forecasting import forecast
+    from tests.unit.test_benchmark_build import write_synthetic_dataset
+
+    layout = DataLayout.of(tmp_path / "data", "toy")
+    kg, bank = write_synthetic_dataset(layout, temporal)
+    read_benchmark_files(build_benchmark_settings({"test_size": 30}), layout).write(
+        layout.benchmark, {}
+    )
+    settings = apply_rules_settings({"evaluate_facts": 40, "candidates": 3, "min_body_support": 0})
+    splits = ("train", "valid")
+    applied = apply_mined_rules(settings, splits, layout)
+    applied.write(layout.rule_application)
+
+    rules = frame_rules(bank)
+    applying = settings.apply_settings(temporal)
+    n_rel, n_ent = len(kg.relations), len(kg.entities)
+    result = forecast(kg.facts, rules, n_rel, n_ent, applying, max_facts=40, seed=settings.seed)
+    test = read_jsonl(layout.queries("test"))
+    answers = rule_answers(
+        test, rules, kg.facts[kg.facts["split"].isin(splits)], n_rel, applying,
+        entity_names=dict(zip(kg.entities["id"], kg.entities["name"], strict=True)),
+        relation_names=dict(zip(kg.relations["id"], kg.relations["name"], strict=True)),
+        time_unit=kg.time_unit, keep=3,
+    )  # fmt: skip
+    assert read_jsonl(layout.rule_answers) == json.loads(json.dumps(answers))
+    assert any(a["candidates"] for a in answers)
+    metrics = json.loads((layout.rule_application / "metrics.json").read_text())
+    assert metrics == applied.metrics
+    assert metrics["dataset"] == "toy" and metrics["temporal"] is temporal
+    assert (metrics["rules"], metrics["test_facts"]) == (len(bank), 40)
+    assert metrics["published"] is None and "toy" not in PUBLISHED
+    assert {k: metrics[k] for k in result.metrics} == {
+        k: round(v, 4) for k, v in result.metrics.items()
+    }
+    answered = sum(bool(a["candidates"]) for a in answers) / len(answers)
+    assert metrics["ruleqa_answered"] == round(answered, 4)
+    report = (layout.rule_application / "results.md").read_text(encoding="utf-8")
+    assert report == applied.results == results_markdown(metrics, settings)

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rulerag.generation.config import ApiSettings
@@ -339,3 +340,75 @@ def test_bm25_rule_search_survives_a_term_the_stemmer_empties() -> None:
     index = BM25RuleIndex(library)
     (rows,) = index.search(["[Clarence]'s son, [Emily]'s father"], 2)
     assert rows[0] == 0
+
+
+def fake_rule_llm(last: str) -> str:
+    """A chat API's answers to the two prompts: a ranking for R³, a rule for self-induction."""
+    if last.startswith(R3_TEMPLATE_HEAD):
+        return "[2] > [1]"
+    return "Make a visit leads to Host a visit"
+
+
+def test_the_stage_entry_evaluates_on_the_benchmark_through_the_api(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`evaluate_rule_retrieval` on a synthetic dataset's files with an API LLM (the typed
+    `generation.api`) against the stage's former sequence: the task, RuleRAG's own rows, the
+    evaluation, the claims; the cache in data/<dataset>/cache/ makes a rerun free."""
+    from rulerag.benchmark.files import read_benchmark_files
+    from rulerag.benchmark.settings import build_benchmark_settings
+    from rulerag.layout import DataLayout
+    from rulerag.rule_retrieval.claims import rule_claims
+    from rulerag.rule_retrieval.ruleqa import evaluate_rule_retrieval, reference_rows, ruleqa_task
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+    from tests.unit.test_benchmark_build import write_synthetic_dataset
+
+    monkeypatch.setenv("RULERAG_API_KEY", "sk-local-test")
+    layout = DataLayout.of(tmp_path / "data", "toy")
+    write_synthetic_dataset(layout, True)
+    benchmark = build_benchmark_settings({"test_size": 30})
+    read_benchmark_files(benchmark, layout).write(layout.benchmark, {})
+    settings = rule_retrieval_settings(
+        {"queries": 6, "methods": ["vanilla", "siar_r3"], "retrievers": ["bm25"],
+         "query_forms": ["si"], "ks": [1, 2], "top_k": 2, "top_n": 2, "shots": 2,
+         "similarity": False, "llm": {"kind": "api", "model": "fake"}}
+    )  # fmt: skip
+    with FakeOpenAI([], reply=fake_rule_llm) as server:
+        api = ApiSettings(base_url=server.url, backoff=0.0, concurrency=1)
+        selection = benchmark.rule_selection
+        evaluation = evaluate_rule_retrieval(settings, selection, api, layout, None)
+        sent = len(server.requests)
+        again = evaluate_rule_retrieval(settings, selection, api, layout, None)
+        assert len(server.requests) == sent  # every answer came from the cache
+    assert layout.rule_llm_cache.is_file()
+    assert sent == evaluation.metrics["llm_calls"] == 12  # 6 queries: an SI and an R³ prompt
+    assert again.metrics["llm_calls"] == 0
+    pd.testing.assert_frame_equal(again.selections, evaluation.selections)
+
+    task, bank, test = ruleqa_task(layout, 6, 2, settings.seed)
+    assert evaluation.metrics["queries"] == len(test) == 6
+    assert evaluation.metrics["llm"] == "api:fake"
+    assert list(evaluation.results["row"]) == [
+        "RuleRAG head relation (oracle)", "vanilla retrieval", "+ SIAR-R³ (w/ SI)"
+    ]  # fmt: skip
+    (head,) = reference_rows(task, bank, test, settings.top_k, None)
+    chosen = evaluation.selections.groupby("method", sort=False)["rule_ids"].agg(list)
+    assert chosen["head"] == head["ranked"]
+    assert evaluation.results.loc[0, "R@1"] == 100.0  # the oracle
+    claims = rule_claims(evaluation.selections, task.qids, task.gold, 2)
+    pd.testing.assert_frame_equal(evaluation.claims, claims)
+
+    out = tmp_path / "out"
+    out.mkdir()
+    evaluation.write(out)
+    assert (out / "results.md").read_text(encoding="utf-8") == evaluation.markdown()
+    assert evaluation.markdown().startswith(
+        "# toy: rule retrieval, Recall@k (%) of the gold rules, 6 test queries"
+    )
+    assert pd.read_csv(out / "results.csv")["row"].tolist() == list(evaluation.results["row"])
+    rows = json.loads((out / "metrics.json").read_text())["rows"]
+    assert [(r["row"], r["R@2"]) for r in rows] == list(
+        zip(evaluation.results["row"], evaluation.results["R@2"], strict=True)
+    )
+    assert len(pd.read_parquet(out / "selections.parquet")) == 3 * 6
+    assert (out / "recall.png").stat().st_size > 0 and (out / "claims.csv").is_file()

@@ -1,4 +1,9 @@
-"""The paper's text forms for documents and queries, in one place.
+"""The paper's text forms of a KG link: a linearised link as a document, a link without its
+object as a query, in one place.
+
+They sit beside `schema.format_time` (the time as these texts write it) because every floor
+above the KG writes links this way: the benchmark's corpus and queries, the rules' evidence
+(`rules.answers`) and the generator's prompt templates.
 
 Temporal document: `Time 2014-06-23 Abdullah Abdullah Make a visit Afghanistan.`
 Static document:   `Barack Obama profession lawyer.`
