@@ -651,6 +651,7 @@ def fit_query_encoder(
     checkpoint_dir: Path | None = None,
     on_log: Callable[[dict[str, float], int], None] | None = None,
     where: str = "train_retriever",
+    show_progress: bool = True,
     **overrides: Any,
 ) -> FittedEncoder:
     """RGFT / SSFT of `spec`'s query encoder on `items` (rows of `index`), the documents
@@ -699,6 +700,7 @@ def fit_query_encoder(
         checkpoint_dir=checkpoint_dir,
         resume_key=resume_key,
         on_log=on_log,
+        show_progress=show_progress,
     )
     return FittedEncoder(model, result, config, spec)
 
