@@ -153,6 +153,10 @@ class DataLayout:
         """A retrieval configuration's run over the test (or F_G) queries."""
         return self.output(config) / (RUN_FILENAME if split == "test" else RUN_FG_FILENAME)
 
+    def retrieval_metrics(self, config: str) -> Path:
+        """A retrieval configuration's Recall@k figures (metrics.json, read by the report)."""
+        return self.output(config) / "metrics.json"
+
     @property
     def retrieval_report(self) -> Path:
         return self.retrieval / "report"

@@ -9,8 +9,13 @@ JVM) inside the functions that need them, so importing the package is cheap.
     dense        corpus embeddings (cached in chunks), DenseIndex (FAISS flat/ivf/hnsw, GPU)
     rule_guided  per-(query, rule) search of `q ∘ r`, union keeping the best score
     metrics      Recall@k: strict on the united ranked list, and the paper's loose union
-    training     in-batch contrastive training of the query encoder (frozen documents)
+    training     in-batch contrastive training of the query encoder (frozen documents),
+                 `fit_query_encoder` (the sequence train_retriever and generalisation share)
     data         readers for the benchmark files
+
+One entry per stage, each returning what the stage writes: `indexing.index_corpus` (index),
+`fine_tuning.train_retriever` (train_retriever), `runs.retrieve_runs` (retrieve,
+retrieve_finetuned), `report.retrieval_report` (retrieval_report).
 """
 
 from rulerag.retrieval.configs import RetrievalConfig, parse_config

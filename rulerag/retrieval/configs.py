@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rulerag.errors import InputError
 from rulerag.retrieval.metrics import DEFAULT_KS
 from rulerag.retrieval.rule_guided import RULE_QUERY_FORMS
 from rulerag.settings import Positive, Seed, load_settings
@@ -99,13 +100,14 @@ def retrieve_settings(section: Mapping[str, Any] | None) -> RetrieveSettings:
 
 
 def parse_config(name: str) -> RetrievalConfig:
-    """`minilm-rgft` -> RetrievalConfig(index="minilm", mode="rgft")."""
+    """`minilm-rgft` -> RetrievalConfig(index="minilm", mode="rgft"); a name that is no
+    configuration is an `InputError` (a ValueError) saying the form."""
     index, sep, mode = name.rpartition("-")
     if not sep or not index or mode not in MODES:
-        raise ValueError(
+        raise InputError(
             f"retrieval config {name!r}: expected <index>-<mode> with mode one of {MODES}"
         )
     config = RetrievalConfig(name, index, mode)
     if config.sparse and config.trained:
-        raise ValueError(f"retrieval config {name!r}: BM25 has no encoder to fine-tune")
+        raise InputError(f"retrieval config {name!r}: BM25 has no encoder to fine-tune")
     return config

@@ -4,7 +4,8 @@
 `index.sparse.backend` is pyserini or `parity_check` is on), then measures how often both
 return the same top 10 on a sample of test queries with and without rules. Any other name is a
 dense encoder: the corpus is encoded once with its document encoder (chunks cached, so a killed
-run resumes) and indexed with FAISS. Each build returns the statistics the stage records.
+run resumes) and indexed with FAISS. Each build returns the statistics the stage records;
+`index_corpus` is the stage's one call (checks, the staged build, its timing).
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rulerag.errors import InputError
+from rulerag.io import staged_dir, verify_output
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import SPARSE_INDEXES
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.settings import IndexSettings
+from rulerag.settings import SettingsError
 
-__all__ = ["build_dense", "build_index", "build_sparse", "parity_texts"]
+__all__ = ["build_dense", "build_index", "build_sparse", "index_corpus", "parity_texts"]
 
 
 def parity_texts(paths: DataLayout, n: int, seed: int = 12) -> list[str]:
@@ -140,3 +144,36 @@ def build_index(
     if name in SPARSE_INDEXES:
         return build_sparse(paths, settings, staging)
     return build_dense(name, paths, settings, staging, model_cache)
+
+
+def index_corpus(
+    name: str,
+    layout: DataLayout,
+    settings: IndexSettings,
+    model_cache: Path | None = None,
+) -> dict[str, Any]:
+    """The `index` stage: index `name` of the dataset's corpus, published whole into
+    `layout.index(name)` (a failed build leaves the old index), and its statistics for
+    `layout.index_stats(name)` (sizes, build seconds, bm25s/Lucene parity).
+
+    The corpus is checked against its writer's manifest first: Lucene reads the file itself,
+    so a cut-short corpus would otherwise be indexed without a word."""
+    if name not in SPARSE_INDEXES:
+        try:
+            settings.encoder(name)
+        except SettingsError as err:
+            raise SettingsError(f"index@{name}: {err}") from None
+    if not layout.corpus.is_file():
+        raise InputError(
+            f"index@{layout.dataset}: no corpus at {layout.corpus}; run build_benchmark"
+        )
+    verify_output(layout.corpus)
+    target = layout.index(name)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    layout.cache(name).mkdir(parents=True, exist_ok=True)
+    with staged_dir(target) as staging:
+        started = time.perf_counter()
+        stats = build_index(name, layout, settings, staging, model_cache)
+        stats.update(dataset=layout.dataset, index=name)
+        stats["seconds"] = round(time.perf_counter() - started, 2)
+    return stats

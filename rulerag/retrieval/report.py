@@ -4,17 +4,34 @@ The `retrieve` stages each write one configuration's metrics.json; this gathers 
 long table (config, k, strict and loose recall), a Markdown table in the layout of the paper's
 retriever comparison (Recall@10 of Standard / RG / RGFT dense retrievers beside the paper's),
 and a plot with one line per configuration (Recall@k over k), which is what people compare.
+`retrieval_report` is the `retrieval_report` stage's one call; `RetrievalReport.write` puts
+recall_at_k.csv, results.md and recall_at_k.png into data/<dataset>/retrieval/report/.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from rulerag.retrieval.configs import parse_config
+from rulerag.errors import InputError
+from rulerag.io import atomic_open, atomic_path
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import RetrieveSettings, parse_config
+
+__all__ = [
+    "PAPER_CONTRIEVER_RECALL_AT_10",
+    "PAPER_RECALL_AT_10",
+    "RetrievalReport",
+    "plot_recall",
+    "recall_table",
+    "retrieval_report",
+    "to_markdown",
+]
 
 #: The paper's Recall@10 (percent) of its dense retriever (DPR) by mode, per dataset
 #: (RuleRAG, Table 2: Standard RAG, RuleRAG-ICL, RuleRAG-FT; SSFT-DPR from its Rule Ablation).
@@ -125,3 +142,54 @@ def plot_recall(dataset: str, table: pd.DataFrame, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110, format="png")  # the path may be a temporary name
     plt.close(fig)
+
+
+@dataclass
+class RetrievalReport:
+    """The retrieval configurations of one dataset side by side (what `retrieval_report`
+    writes), with the metrics.json of each that it was made from."""
+
+    dataset: str
+    ks: list[int]
+    metrics: dict[str, dict[str, Any]]  # configuration -> its metrics.json
+    table: pd.DataFrame  # `recall_table`
+    markdown: str  # `to_markdown`
+
+    #: the files `write` puts in its folder (all logged to MLflow)
+    FILES = ("recall_at_k.csv", "results.md", "recall_at_k.png")
+
+    def write(self, folder: Path) -> None:
+        """recall_at_k.csv, results.md and recall_at_k.png into `folder`, each atomically."""
+        folder.mkdir(parents=True, exist_ok=True)
+        with atomic_open(folder / "recall_at_k.csv") as handle:
+            self.table.to_csv(handle, index=False)
+        with atomic_open(folder / "results.md") as handle:
+            handle.write(self.markdown)
+        with atomic_path(folder / "recall_at_k.png") as tmp:
+            plot_recall(self.dataset, self.table, tmp)
+
+    def recall_metrics(self) -> dict[str, float]:
+        """Each configuration's strict Recall@k as MLflow metrics (`minilm-rg_recall_at_10`)."""
+        return {
+            f"{name}_recall_at_{k}": figures[f"recall_at_{k}"]
+            for name, figures in self.metrics.items()
+            for k in self.ks
+            if f"recall_at_{k}" in figures
+        }
+
+
+def retrieval_report(layout: DataLayout, settings: RetrieveSettings) -> RetrievalReport:
+    """The `retrieval_report` stage: the metrics.json of every configuration the retrieve
+    stages produce (`RetrieveSettings.config_names`), as one table beside the paper's.
+    A missing one is an `InputError` naming it."""
+    ks = list(settings.ks)
+    metrics = {}
+    for name in settings.config_names():
+        source = layout.retrieval_metrics(name)
+        if not source.is_file():
+            raise InputError(f"retrieval_report@{layout.dataset}: {source} missing")
+        metrics[name] = json.loads(source.read_text(encoding="utf-8"))
+    table = recall_table(metrics, ks)
+    return RetrievalReport(
+        layout.dataset, ks, metrics, table, to_markdown(layout.dataset, table, ks)
+    )

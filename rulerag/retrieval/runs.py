@@ -3,7 +3,9 @@ a query set, measure Recall@k.
 
 Rule-guided modes search each (query, rule) pair as `q ∘ r` and unite the lists
 (`rule_guided.retrieve`); the fine-tuned modes load the query encoder `train_retriever` wrote
-and search the same corpus index (the document encoder is frozen).
+and search the same corpus index (the document encoder is frozen). `retrieve_runs` is the
+stage's one call: every query set of `retrieve.splits` searched, with the figures and files
+`RetrievalRuns.write` puts in data/<dataset>/retrieval/<config>/.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ from typing import Any
 import pandas as pd
 
 from rulerag.benchmark.sampling import sample_queries
-from rulerag.layout import DataLayout
+from rulerag.errors import InputError
+from rulerag.io import atomic_open, write_json, write_parquet
+from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
 from rulerag.retrieval.configs import RetrievalConfig, RetrieveSettings
-from rulerag.retrieval.data import Query
-from rulerag.retrieval.metrics import recall_at_k
-from rulerag.retrieval.rule_guided import Searcher, retrieve
+from rulerag.retrieval.data import Query, read_corpus, read_queries, read_rule_texts
+from rulerag.retrieval.metrics import recall_at_k, recall_curve
+from rulerag.retrieval.rule_guided import Searcher, retrieve, rule_query_texts
 from rulerag.retrieval.settings import IndexSettings
 
-__all__ = ["SplitRun", "open_searcher", "run_split"]
+__all__ = ["RetrievalRuns", "SplitRun", "open_searcher", "retrieve_runs", "run_split"]
 
 
 def open_searcher(
@@ -102,3 +106,83 @@ def run_split(
         "queries_per_second": round(len(queries) / seconds, 1) if seconds else 0.0,
     }
     return SplitRun(split, frame, figures, timing)
+
+
+@dataclass
+class RetrievalRuns:
+    """What `retrieve` writes for one configuration: a run per query set, metrics.json and the
+    test queries' Recall@k curve."""
+
+    config: RetrievalConfig
+    runs: dict[str, SplitRun]  # by query set, in `retrieve.splits` order
+    metrics: dict[str, Any]  # metrics.json: the test figures at the top, other sets by name
+    curve: pd.DataFrame | None  # recall.csv (Recall@k over k), when the test set was searched
+    skipped: list[str]  # query files that were not there
+
+    @property
+    def files(self) -> list[str]:
+        """The run files written, test first (run.parquet, run_fg.parquet)."""
+        return [RUN_FILENAME if split == "test" else RUN_FG_FILENAME for split in self.runs]
+
+    @property
+    def artifacts(self) -> list[str]:
+        """What the stage logs to MLflow: metrics.json, and recall.csv when there is one."""
+        return ["metrics.json", *(["recall.csv"] if self.curve is not None else [])]
+
+    def write(self, folder: Path, provenance: Mapping[str, Any]) -> None:
+        """Each run as Parquet (with `provenance` and its query set), recall.csv and
+        metrics.json into `folder` (the configuration's: `DataLayout.output`)."""
+        for (split, run), name in zip(self.runs.items(), self.files, strict=True):
+            write_parquet(folder / name, run.frame, {**provenance, "split": split})
+        if self.curve is not None:
+            with atomic_open(folder / "recall.csv") as handle:
+                self.curve.to_csv(handle, index=False)
+        write_json(folder / "metrics.json", self.metrics)
+
+
+def retrieve_runs(
+    config: RetrievalConfig,
+    layout: DataLayout,
+    settings: RetrieveSettings,
+    index_settings: IndexSettings,
+    model_cache: Path | None = None,
+) -> RetrievalRuns:
+    """The `retrieve` stage: `config` run over each query set of `settings.splits` the
+    benchmark has (test, F_G), `settings.top_k` documents per search, with Recall@k.
+
+    Rule-guided configurations search with the bank's rules in the `retrieve.rule_query` form;
+    a trained configuration's missing query encoder is an `InputError` naming its folder."""
+    corpus = read_corpus(layout.corpus)
+    contents = dict(zip(corpus.ids, corpus.contents, strict=True))
+    rules: dict[str, str] = {}
+    if config.use_rules:
+        rules = rule_query_texts(read_rule_texts(layout.rule_bank), settings.rule_query)
+    try:
+        searcher = open_searcher(config, layout, index_settings, model_cache)
+    except FileNotFoundError as err:
+        raise InputError(f"retrieve@{layout.dataset}: {err}") from None
+    metrics: dict[str, Any] = {
+        "dataset": layout.dataset,
+        "config": config.name,
+        "index": config.index,
+        "mode": config.mode,
+        "top_k": settings.top_k,
+    }
+    runs: dict[str, SplitRun] = {}
+    skipped: list[str] = []
+    curve = None
+    for split in settings.splits:
+        source = layout.queries(split)
+        if not source.is_file():
+            skipped.append(source.name)
+            continue
+        result = run_split(
+            split, read_queries(source), searcher, settings, rules, config.use_rules, contents
+        )
+        runs[split] = result
+        if split == "test":
+            metrics.update(result.rounded, **result.timing)
+            curve = recall_curve(result.figures, config.name, settings.search_ks)
+        else:
+            metrics[split] = {**result.rounded, **result.timing}
+    return RetrievalRuns(config, runs, metrics, curve, skipped)

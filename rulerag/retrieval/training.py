@@ -32,13 +32,14 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from rulerag.errors import InputError
 from rulerag.io import atomic_open
 from rulerag.layout import DataLayout
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
@@ -59,6 +60,8 @@ from rulerag.settings import (
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
+
+    from rulerag.retrieval.dense import DenseIndex, DenseRetriever
 
 
 EARLY_STOPPING = ("mrr", "recall", "loss")
@@ -127,26 +130,33 @@ class TrainRetrieverSettings(TrainConfig):
             knobs["normalize"] = normalize
         return TrainConfig(**knobs)
 
+    def for_encoder(self, name: str) -> TrainRetrieverSettings:
+        """The settings one encoder trains with: `overrides.<name>` merged over the others,
+        checked as strictly as the section (an unknown key or a bad value names
+        `train_retriever.overrides.<name>`). The result has no overrides left; an encoder
+        without any gets these settings unchanged."""
+        override = self.overrides.get(name)
+        if not override:
+            return self
+        where = f"train_retriever.overrides.{name}"
+        known = set(settings_fields(TrainRetrieverSettings)) - {"overrides"}
+        unknown = sorted(str(key) for key in override if key not in known)
+        if unknown:
+            raise SettingsError(
+                f"params.yaml: {where}: unknown key {', '.join(repr(k) for k in unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overrides"}
+        return load_settings(type(self), {**values, **override, "overrides": {}}, where)
+
 
 def train_retriever_settings(
     section: Mapping[str, Any] | None, encoder: str | None = None
 ) -> TrainRetrieverSettings:
-    """params.yaml's `train_retriever` section as typed settings, strictly, with
-    `overrides.<encoder>` merged over it when `encoder` has any."""
+    """params.yaml's `train_retriever` section as typed settings, strictly (`Params` reads it
+    so); with `encoder`, that encoder's (`TrainRetrieverSettings.for_encoder`)."""
     settings = load_settings(TrainRetrieverSettings, section, "train_retriever")
-    override = settings.overrides.get(encoder or "")
-    if not override:
-        return settings
-    where = f"train_retriever.overrides.{encoder}"
-    known = set(settings_fields(TrainRetrieverSettings)) - {"overrides"}
-    unknown = sorted(str(key) for key in override if key not in known)
-    if unknown:
-        raise SettingsError(
-            f"params.yaml: {where}: unknown key {', '.join(repr(k) for k in unknown)} "
-            f"(known: {', '.join(sorted(known))})"
-        )
-    merged = {**dict(section or {}), **override, "overrides": {}}
-    return load_settings(TrainRetrieverSettings, merged, where)
+    return settings.for_encoder(encoder) if encoder else settings
 
 
 @dataclass(frozen=True)
@@ -613,6 +623,88 @@ def train_query_encoder(
     )
 
 
+@dataclass
+class FittedEncoder:
+    """A query encoder trained against a frozen corpus index, and how its training went."""
+
+    model: SentenceTransformer  # holds the best weights on the held-out slice
+    result: TrainResult
+    config: TrainConfig  # what it trained with (its `normalize` is how it must search)
+    spec: EncoderSpec  # the encoder it started from (`index.dense.<name>`)
+
+    def searcher(self, index: DenseIndex) -> DenseRetriever:
+        """The trained query side over the corpus index it was trained against (the
+        document side stays the base encoder's)."""
+        from rulerag.retrieval.dense import DenseRetriever
+
+        return DenseRetriever(self.model, index, self.config.normalize, self.spec.batch_size)
+
+
+def fit_query_encoder(
+    items: Sequence[TrainItem],
+    index: DenseIndex,
+    spec: EncoderSpec,
+    settings: TrainRetrieverSettings,
+    *,
+    device: str = "auto",
+    model_cache: Path | None = None,
+    checkpoint_dir: Path | None = None,
+    on_log: Callable[[dict[str, float], int], None] | None = None,
+    where: str = "train_retriever",
+    show_progress: bool = True,
+    **overrides: Any,
+) -> FittedEncoder:
+    """RGFT / SSFT of `spec`'s query encoder on `items` (rows of `index`), the documents
+    being `index`'s frozen embeddings: the training sequence every retriever fine-tuning runs.
+
+    `settings` are one encoder's (`TrainRetrieverSettings.for_encoder`); its None knobs take
+    the encoder's `max_length` and the index's `normalize`, and `overrides` replace any
+    `TrainConfig` field after that. Whole queries are held out for early stopping
+    (`split_heldout`); the base encoder is loaded from `model_cache` on `device` and trained
+    in place. With `checkpoint_dir` the run is resumable: a checkpoint is resumed only for the
+    same base model and corpus embeddings (and items and settings, `fingerprint`). An
+    `InputError` names `where` when no item is left to train on.
+
+    The `train_retriever` stage calls it once, with a checkpoint folder and MLflow's `on_log`
+    (`fine_tuning.train_retriever`). The generalisation experiment calls it once per rule
+    bank R_i, on R_i's `q ∘ r` items, for a short run and without checkpoints, then searches
+    with `searcher(index)`:
+
+        index = DenseIndex.load(layout.index(encoder), params.index.faiss)
+        settings = params.train_retriever.for_encoder(encoder)
+        items, _ = training_items(layout, index.doc_ids, True, settings.positives, rule_query)
+        fitted = fit_query_encoder(
+            bank_items, index, params.index.encoder(encoder), settings,
+            device=params.index.device, model_cache=model_cache,
+            where=f"generalisation: bank R{i}", max_steps=retriever_steps, min_steps=0,
+        )
+    """
+    from rulerag.retrieval.encoders import load_encoder, model_fingerprint
+
+    config = settings.train_config(spec.max_length, index.meta.get("normalize", True))
+    if overrides:
+        config = replace(config, **overrides)
+    train, heldout = split_heldout(items, config.heldout_fraction, config.heldout_max, config.seed)
+    if not train:
+        raise InputError(f"{where}: no F_R item has oracle documents")
+    model = load_encoder(spec.query_name, device, config.max_length, model_cache, spec.pooling)
+    resume_key = ""
+    if checkpoint_dir is not None:  # checkpoints of another base model or corpus never resume
+        resume_key = f"{model_fingerprint(str(spec.query_name))}:{index.meta.get('cache_key')}"
+    result = train_query_encoder(
+        model,
+        index.embeddings,
+        train,
+        heldout,
+        config,
+        checkpoint_dir=checkpoint_dir,
+        resume_key=resume_key,
+        on_log=on_log,
+        show_progress=show_progress,
+    )
+    return FittedEncoder(model, result, config, spec)
+
+
 def training_items(
     paths: DataLayout,
     doc_ids: Sequence[str],
@@ -632,71 +724,3 @@ def training_items(
         corpus = read_corpus(paths.corpus)
         keep = answer_bearing(dict(zip(corpus.ids, corpus.contents, strict=True)))
     return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep, rule_query=rule_query)
-
-
-def heldout_summary(evaluations: pd.DataFrame, best_step: int) -> dict[str, float]:
-    """Held-out figures of the base encoder (step 0) and of the kept (best) step."""
-    if not len(evaluations):
-        return {}
-    base = evaluations.iloc[0]
-    best = evaluations[evaluations["step"] == best_step].iloc[-1]
-    out = {}
-    for column in evaluations.columns:
-        if column != "step":
-            out[f"base_{column}"] = round(float(base[column]), 4)
-            out[f"best_{column}"] = round(float(best[column]), 4)
-    return out
-
-
-def training_summary(
-    result: TrainResult, dataset: str, model: str, base_model: str, dropped: Mapping[str, int]
-) -> dict[str, Any]:
-    """train.json: steps, early stopping, held-out figures before and after, losses, counts."""
-    losses = result.losses()
-    return {
-        "dataset": dataset,
-        "model": model,
-        "base_model": base_model,
-        "steps": result.steps,
-        "total_steps": result.total_steps,
-        "best_step": result.best_step,
-        "early_stopping_metric": result.metric,
-        **heldout_summary(result.evaluations(), result.best_step),
-        "stopped_early": result.stopped_early,
-        "resumed_from_step": result.resumed_from,
-        "seconds": round(result.seconds, 1),
-        "first_loss": round(float(losses["train_loss"].iloc[0]), 4) if len(losses) else None,
-        "last_loss_mean_20": round(float(losses["train_loss"].tail(20).mean()), 4)
-        if len(losses)
-        else None,
-        **result.counts,
-        **dropped,
-    }
-
-
-def plot_curves(
-    losses: pd.DataFrame, evaluations: pd.DataFrame, metric: str, path: Path, title: str
-) -> None:
-    """Train loss (and a 20-step running mean) with the held-out metric on a second axis."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    if len(losses):
-        ax.plot(losses["step"], losses["train_loss"], color="#c6dbef", lw=0.8, label="loss")
-        smooth = losses["train_loss"].rolling(20, min_periods=1).mean()
-        ax.plot(losses["step"], smooth, color="#3182bd", label="loss (mean of 20)")
-    ax.set_xlabel("step")
-    ax.set_ylabel("contrastive loss")
-    if len(evaluations):
-        other = ax.twinx()
-        other.plot(evaluations["step"], evaluations[metric], "o-", color="#e6550d", label=metric)
-        other.set_ylabel(f"held-out {metric.replace('heldout_', '')}")
-        other.legend(loc="upper right")
-    ax.legend(loc="upper left")
-    ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rulerag.errors import InputError
 from rulerag.retrieval.configs import RetrieveSettings, parse_config
 from rulerag.retrieval.data import Query
 from rulerag.retrieval.rule_guided import (
@@ -122,7 +123,7 @@ def test_config_names() -> None:
     assert parse_config("my-model-v2-ssft").index == "my-model-v2"
     assert parse_config("mpnet-standard").model_name is None
     for bad in ("bm25-rgft", "minilm", "minilm-xyz", "-rg"):
-        with pytest.raises(ValueError):
+        with pytest.raises(InputError, match=r"retrieval config"):  # a clean stage exit
             parse_config(bad)
 
 

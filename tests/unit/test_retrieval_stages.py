@@ -1,18 +1,20 @@
-"""The stage scripts `index`, `train_retriever`, `retrieve` end to end on the tiny benchmark:
-outputs, metrics, and what they log to MLflow (a throw-away SQLite store)."""
+"""The stage scripts `index`, `train_retriever`, `retrieve`, `retrieval_report` end to end on
+the tiny benchmark: outputs, metrics, and what they log to MLflow (a throw-away SQLite
+store)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pandas as pd
 import pytest
-import yaml
 
-from pipeline_steps.common import PROJECT_DIR
+import pipeline_steps.index as index
+import pipeline_steps.retrieval_report as retrieval_report
+import pipeline_steps.retrieve as retrieve
+import pipeline_steps.train_retriever as train
 from rulerag.retrieval.synthetic import tiny_benchmark
-from tests.helpers import require_minilm
+from tests.helpers import StageProject, require_minilm
 
 pytestmark = pytest.mark.slow
 
@@ -34,44 +36,45 @@ PARAMS = {
         "checkpoint_every": 2,
         "heldout_fraction": 0.2,
     },
-    "retrieve": {"top_k": 5, "ks": [1, 2, 5], "splits": ["test", "f_g"]},
+    # the report compares these: bm25 and minilm, standard and rule-guided
+    "retrieve": {
+        "top_k": 5,
+        "ks": [1, 2, 5],
+        "splits": ["test", "f_g"],
+        "indexes": ["bm25", "minilm"],
+        "finetune": [],
+    },
 }
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    require_minilm()
-    import pipeline_steps.index as index
-    import pipeline_steps.retrieve as retrieve
-    import pipeline_steps.train_retriever as train
-
-    tiny_benchmark(tmp_path / "data" / "tiny")
-    project_params = yaml.safe_load((PROJECT_DIR / "params.yaml").read_text(encoding="utf-8"))
-    (tmp_path / "params.yaml").write_text(yaml.safe_dump({**project_params, **PARAMS}))
-    for module in (index, retrieve, train):
-        monkeypatch.setattr(module, "PROJECT_DIR", tmp_path)
-        monkeypatch.setattr(module, "MODEL_CACHE", tmp_path / ".models")
-        monkeypatch.setattr(module, "data_dir", lambda name: tmp_path / "data" / name)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+def tiny_project(stage_project: StageProject, monkeypatch: pytest.MonkeyPatch) -> StageProject:
+    """The tiny benchmark as data/tiny of a throw-away project with its own MLflow store."""
+    tiny_benchmark(stage_project.root / "data" / "tiny")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{stage_project.root / 'mlflow.db'}")
     monkeypatch.setenv("RULERAG_PIPELINE_RUN", "test-retrieval-stages")
-    return tmp_path
+    return stage_project
 
 
-def test_index_train_retrieve(project: Path) -> None:
-    import pipeline_steps.index as index
-    import pipeline_steps.retrieve as retrieve
-    import pipeline_steps.train_retriever as train
+@pytest.fixture
+def project(tiny_project: StageProject) -> StageProject:
+    require_minilm()
+    return tiny_project
 
-    params = ["--params", str(project / "params.yaml")]
-    root = project / "data" / "tiny" / "retrieval"
-    assert index.main(["--dataset", "tiny", "--index", "bm25", *params]) == 0
+
+def test_index_train_retrieve_report(project: StageProject) -> None:
+    def run(stage, *args: str) -> int:
+        return project.run(stage, "--dataset", "tiny", *args, params=PARAMS)
+
+    root = project.layout("tiny").retrieval
+    assert run(index, "--index", "bm25") == 0
     assert (root / "index" / "bm25" / "bm25s").is_dir()
-    assert index.main(["--dataset", "tiny", "--index", "minilm", *params]) == 0
+    assert run(index, "--index", "minilm") == 0
     stats = json.loads((root / "stats" / "index-minilm.json").read_text())
     assert stats["docs"] == 200 and stats["dim"] == 384
     assert list((root / "cache" / "minilm").glob("*/chunk-*.npy"))
 
-    assert train.main(["--dataset", "tiny", "--encoder", "minilm", "--mode", "rgft", *params]) == 0
+    assert run(train, "--encoder", "minilm", "--mode", "rgft") == 0
     assert (root / "models" / "minilm-rgft" / "model.safetensors").is_file()
     summary = json.loads((root / "training" / "minilm-rgft" / "train.json").read_text())
     assert summary["steps"] == 4 and "base_heldout_mrr" in summary
@@ -79,12 +82,12 @@ def test_index_train_retrieve(project: Path) -> None:
     assert loss["step"].tolist() == [1, 2, 3, 4]
     assert (root / "checkpoints" / "minilm-rgft" / "latest.json").is_file()
 
-    for config in ("bm25-standard", "bm25-rg", "minilm-rg", "minilm-rgft"):
-        assert retrieve.main(["--dataset", "tiny", "--config", config, *params]) == 0
+    for config in ("bm25-standard", "bm25-rg", "minilm-standard", "minilm-rg", "minilm-rgft"):
+        assert run(retrieve, "--config", config) == 0
         out = root / config
-        run = pd.read_parquet(out / "run.parquet")
-        assert list(run.columns) == ["qid", "rule", "rank", "doc_id", "score"]
-        assert run["rank"].max() <= 5 and run["qid"].nunique() == 20
+        run_frame = pd.read_parquet(out / "run.parquet")
+        assert list(run_frame.columns) == ["qid", "rule", "rank", "doc_id", "score"]
+        assert run_frame["rank"].max() <= 5 and run_frame["qid"].nunique() == 20
         fg_run = pd.read_parquet(out / "run_fg.parquet")
         assert len(fg_run) and fg_run["qid"].str.startswith("fg").all()
         metrics = json.loads((out / "metrics.json").read_text())
@@ -96,17 +99,26 @@ def test_index_train_retrieve(project: Path) -> None:
     assert bm25["bm25-rg"]["recall_at_1"] > bm25["bm25-standard"]["recall_at_1"]
     assert bm25["bm25-rg"]["fallbacks"] == 4 and bm25["bm25-rg"]["unknown_rules"] == 2
 
+    assert run(retrieval_report) == 0
+    table = pd.read_csv(root / "report" / "recall_at_k.csv")
+    assert table["config"].unique().tolist() == [
+        "bm25-standard", "bm25-rg", "minilm-standard", "minilm-rg",
+    ]  # fmt: skip
+    assert "| bm25-rg | 80.0 | 80.0 | 100.0 |" in (root / "report" / "results.md").read_text()
+    assert (root / "report" / "recall_at_k.png").read_bytes()[:4] == b"\x89PNG"
+
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{project / 'mlflow.db'}")
+    client = MlflowClient(tracking_uri=f"sqlite:///{project.root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rulerag/tiny")
     runs = client.search_runs([experiment.experiment_id])
     instances = sorted(r.data.tags["rulerag.stage_instance"] for r in runs)
     assert instances == sorted(
         [
             "index@tiny-bm25", "index@tiny-minilm", "train_retriever@tiny-minilm-rgft",
-            "retrieve@tiny-bm25-standard", "retrieve@tiny-bm25-rg", "retrieve@tiny-minilm-rg",
-            "retrieve_finetuned@tiny-minilm-rgft",
+            "retrieve@tiny-bm25-standard", "retrieve@tiny-bm25-rg",
+            "retrieve@tiny-minilm-standard", "retrieve@tiny-minilm-rg",
+            "retrieve_finetuned@tiny-minilm-rgft", "retrieval_report@tiny",
         ]
     )  # fmt: skip
     trained = next(r for r in runs if r.data.tags["rulerag.stage"] == "train_retriever")
@@ -114,20 +126,43 @@ def test_index_train_retrieve(project: Path) -> None:
     assert [m.step for m in history] == [1, 2, 3, 4]
     artifacts = {a.path for a in client.list_artifacts(trained.info.run_id)}
     assert {"loss.csv", "loss.png", "train.json", "model"} <= artifacts
+    assert trained.data.params["mode"] == "rgft" and trained.data.params["rule_query"] == "rule"
+    report = next(r for r in runs if r.data.tags["rulerag.stage"] == "retrieval_report")
+    assert report.data.metrics["bm25-rg_recall_at_1"] == 0.8
 
 
 def test_a_corpus_cut_at_a_line_boundary_fails_the_index_stage(
-    project: Path, capsys: pytest.CaptureFixture[str]
+    project: StageProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """150 of 200 documents parse fine; the index stage refuses them (it indexed them before)."""
-    import pipeline_steps.index as index
-    from pipeline_steps.common import run_stage
-
-    corpus = project / "data" / "tiny" / "benchmark" / "corpus.jsonl"
+    corpus = project.layout("tiny").corpus
     lines = corpus.read_bytes().splitlines(keepends=True)
     corpus.write_bytes(b"".join(lines[:150]))
-    params = ["--params", str(project / "params.yaml")]
-    assert run_stage(index.main, ["--dataset", "tiny", "--index", "bm25", *params]) == 2
+    assert project.run(index, "--dataset", "tiny", "--index", "bm25", params=PARAMS) == 2
     err = capsys.readouterr().err
     assert "corpus.jsonl" in err and "200 lines" in err and "rerun" in err
-    assert not (project / "data" / "tiny" / "retrieval" / "index" / "bm25").exists()
+    assert not project.layout("tiny").index("bm25").exists()
+
+
+def test_bad_arguments_and_missing_inputs_fail_clearly(
+    tiny_project: StageProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A configuration name, an encoder or a mode that is not one, and a stage run before the
+    one it needs: exit 2 with a message naming what to fix, no traceback."""
+
+    def failure(stage, *args: str) -> str:
+        assert tiny_project.run(stage, "--dataset", "tiny", *args, params=PARAMS) == 2
+        return capsys.readouterr().err
+
+    assert "expected <index>-<mode>" in failure(retrieve, "--config", "minilm")
+    assert "BM25 has no encoder to fine-tune" in failure(retrieve, "--config", "bm25-rgft")
+    message = failure(retrieve, "--config", "minilm-rg")
+    assert "retrieve@tiny" in message and "index/minilm" in message
+    assert "index@nope: no encoder named 'nope'" in failure(index, "--index", "nope")
+    message = failure(train, "--encoder", "minilm", "--mode", "rgft")
+    assert "no minilm index" in message and "run the index stage" in message
+    message = failure(retrieval_report)
+    assert "retrieval_report@tiny" in message and "bm25-standard/metrics.json missing" in message
+    with pytest.raises(SystemExit) as exited:  # argparse's own exit
+        tiny_project.run(train, "--dataset", "tiny", "--encoder", "minilm", "--mode", "xx")
+    assert exited.value.code == 2 and "invalid choice: 'xx'" in capsys.readouterr().err

@@ -1,28 +1,38 @@
-"""RGFT / SSFT training: the loss, item building, held-out split, learning, resuming."""
+"""RGFT / SSFT training: the loss, item building, held-out split, learning, resuming, one
+encoder's settings, and the shared training sequence (`fit_query_encoder`)."""
 
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
+from rulerag.errors import InputError
+from rulerag.layout import DataLayout
 from rulerag.retrieval import encoders
 from rulerag.retrieval.data import RuleItem, read_corpus
-from rulerag.retrieval.dense import encode_corpus
-from rulerag.retrieval.encoders import DualEncoder
+from rulerag.retrieval.dense import DenseIndex, encode_corpus
+from rulerag.retrieval.encoders import DualEncoder, EncoderSpec
 from rulerag.retrieval.synthetic import tiny_benchmark
 from rulerag.retrieval.training import (
     TrainConfig,
     TrainItem,
+    TrainRetrieverSettings,
     contrastive_loss,
     evaluate,
+    fit_query_encoder,
     make_items,
     split_heldout,
     train_query_encoder,
+    train_retriever_settings,
+    training_items,
 )
+from rulerag.settings import SettingsError, load_settings
 from tests.helpers import require_minilm
 
 
@@ -121,11 +131,11 @@ def setup(tmp_path_factory):
         TrainItem(p, p, f"what does {p} Make a visit ?", tuple(r), frozenset(r))
         for p, r in sorted(by_person.items())
     ]
-    return model, docs, items
+    return model, docs, items, root, corpus
 
 
 def test_training_lowers_the_loss_and_ranks_oracles_higher(setup, tmp_path: Path) -> None:
-    model, docs, items = setup
+    model, docs, items, *_ = setup
     model = copy.deepcopy(model)
     config = TrainConfig(
         lr=1e-4, batch_size=8, temperature=0.05, epochs=3, eval_every=5, patience=10,
@@ -151,7 +161,7 @@ class Stop(Exception):
 
 
 def test_resumed_training_equals_an_unbroken_run(setup, tmp_path: Path) -> None:
-    model, docs, items = setup
+    model, docs, items, *_ = setup
     config = TrainConfig(
         lr=1e-4, batch_size=8, temperature=0.05, epochs=2, max_steps=6, checkpoint_every=2, seed=5,
     )  # fmt: skip
@@ -183,3 +193,90 @@ def test_resumed_training_equals_an_unbroken_run(setup, tmp_path: Path) -> None:
         other, docs, items[:-1], [], config, tmp_path / "b", show_progress=False
     )
     assert fresh.resumed_from is None
+
+
+SECTION = {
+    "lr": 1e-5,
+    "batch_size": 32,
+    "overrides": {"mpnet": {"batch_size": 8, "lr": "2e-5", "max_length": 64}},
+}
+
+
+def test_for_encoder_merges_the_encoders_overrides_as_the_raw_section_did() -> None:
+    settings = train_retriever_settings(SECTION)
+    mpnet = settings.for_encoder("mpnet")
+    # what the stages merged from the raw section before: the override over the section
+    merged = {**SECTION, **SECTION["overrides"]["mpnet"], "overrides": {}}
+    assert mpnet == load_settings(TrainRetrieverSettings, merged, "train_retriever")
+    assert (mpnet.batch_size, mpnet.lr, mpnet.max_length, mpnet.overrides) == (8, 2e-5, 64, {})
+    assert mpnet.epochs == settings.epochs and mpnet.for_encoder("mpnet") is mpnet
+    assert settings.for_encoder("minilm") is settings  # no override: the settings themselves
+    assert train_retriever_settings(SECTION, "mpnet") == mpnet
+    assert train_retriever_settings(SECTION, "minilm") == settings
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"batch_sise": 8}, r"train_retriever\.overrides\.mpnet: unknown key 'batch_sise'"),
+        ({"overrides": {}}, r"train_retriever\.overrides\.mpnet: unknown key 'overrides'"),
+        ({"batch_size": 0}, r"train_retriever\.overrides\.mpnet\.batch_size: .*\(got 0\)"),
+        ({"positives": "all"}, r"train_retriever\.overrides\.mpnet: .*positives must be one of"),
+    ],
+)
+def test_a_bad_override_fails_naming_the_encoder(override: dict, message: str) -> None:
+    settings = train_retriever_settings({"overrides": {"mpnet": override}})
+    with pytest.raises(SettingsError, match=message):
+        settings.for_encoder("mpnet")
+    assert settings.for_encoder("minilm") is settings  # another encoder is not affected
+
+
+def test_fit_query_encoder_without_items_fails_naming_where() -> None:
+    index = DenseIndex(["D1", "D2"], np.eye(2, dtype=np.float32), meta={"normalize": True})
+    with pytest.raises(InputError, match="generalisation: bank R2: no F_R item has oracle"):
+        fit_query_encoder(
+            [], index, EncoderSpec(), TrainRetrieverSettings(), where="generalisation: bank R2"
+        )
+
+
+def test_fit_query_encoder_is_the_training_sequence(setup, tmp_path: Path) -> None:
+    """Split, load the base encoder, train on the frozen index embeddings: the same weights
+    and history as that sequence by hand (what train_retriever and generalisation ran), with
+    the overrides a short run per bank takes and no checkpoint folder."""
+    _model, docs, _items, root, corpus = setup
+    index = DenseIndex(corpus.ids, docs, meta={"normalize": True, "cache_key": "tiny"})
+    items, _ = training_items(DataLayout(root), index.doc_ids, True)
+    spec = EncoderSpec(model="minilm", max_length=32, batch_size=16)
+    settings = TrainRetrieverSettings(
+        lr=1e-4, batch_size=4, temperature=0.05, eval_every=2, heldout_fraction=0.2, seed=4,
+        early_stopping="loss",
+    )  # fmt: skip
+    fitted = fit_query_encoder(
+        items, index, spec, settings, device="cpu", show_progress=False, max_steps=3, min_steps=0
+    )
+    # the encoder's max_length and the index's normalisation, then the overrides
+    assert fitted.config == replace(settings.train_config(32, True), max_steps=3, min_steps=0)
+    assert len(items) == 10 and fitted.result.steps == 3
+    assert fitted.result.counts == {"train_items": 8, "heldout_items": 2}
+    train, heldout = split_heldout(items, 0.2, settings.heldout_max, 4)
+    by_hand = encoders.load_encoder("minilm", "cpu", 32)
+    expected = train_query_encoder(
+        by_hand, docs, train, heldout, fitted.config, show_progress=False
+    )
+    pd.testing.assert_frame_equal(fitted.result.losses(), expected.losses())
+    pd.testing.assert_frame_equal(fitted.result.evaluations(), expected.evaluations())
+    assert fitted.result.best_step == 3  # trained weights are kept, not the base ones
+    for (name, a), (_, b) in zip(
+        by_hand.state_dict().items(), fitted.model.state_dict().items(), strict=True
+    ):
+        torch.testing.assert_close(a, b, msg=name)
+    assert not list(tmp_path.iterdir())  # no checkpoint folder: nothing written
+    # the trained query side searches the index it was trained against
+    searcher = fitted.searcher(index)
+    assert (searcher.query_model, searcher.normalize, searcher.batch_size) == (
+        fitted.model,
+        True,
+        16,
+    )
+    rows, _ = searcher.search([items[0].text], 3)
+    assert rows.shape == (1, 3) and (rows >= 0).all()

@@ -1,0 +1,110 @@
+"""The library calls of the `index` and `retrieve` stages on the tiny benchmark with BM25 (no
+model needed): what they build, return and write. The figures are those the stages wrote
+before they became shells around these calls (top_k 5, ks 1/2/5, 6 sampled F_G queries)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rulerag.errors import InputError
+from rulerag.io import read_provenance
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import RetrieveSettings, parse_config
+from rulerag.retrieval.dense import DenseIndex
+from rulerag.retrieval.indexing import index_corpus
+from rulerag.retrieval.runs import retrieve_runs
+from rulerag.retrieval.settings import index_settings
+from rulerag.retrieval.synthetic import tiny_benchmark
+from rulerag.settings import SettingsError
+
+INDEX = index_settings({"threads": 1, "sparse": {"parity_check": False}})
+RETRIEVE = RetrieveSettings(top_k=5, ks=(1, 2, 5), f_g_queries=6)
+
+
+@pytest.fixture(scope="module")
+def layout(tmp_path_factory: pytest.TempPathFactory) -> DataLayout:
+    """The tiny benchmark with its BM25 index, built by the index stage's call."""
+    layout = DataLayout(tmp_path_factory.mktemp("data") / "tiny")
+    tiny_benchmark(layout.root)
+    stats = index_corpus("bm25", layout, INDEX)
+    assert (stats["kind"], stats["docs"], stats["dataset"], stats["index"]) == (
+        "sparse", 200, "tiny", "bm25",
+    )  # fmt: skip
+    assert stats["seconds"] >= stats["bm25s_build_seconds"] and "parity_top10" not in stats
+    assert (layout.index("bm25") / "bm25s").is_dir()
+    assert not (layout.index("bm25") / "pyserini").exists()  # no parity check, no Lucene
+    return layout
+
+
+def test_index_corpus_refuses_an_unknown_encoder_and_a_missing_corpus(tmp_path: Path) -> None:
+    layout = DataLayout(tmp_path / "tiny")
+    with pytest.raises(SettingsError, match=r"index@nope: no encoder named 'nope'"):
+        index_corpus("nope", layout, INDEX)
+    with pytest.raises(InputError, match=r"index@tiny: no corpus at .*; run build_benchmark"):
+        index_corpus("bm25", layout, INDEX)
+    assert not layout.retrieval.exists()
+
+
+def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> None:
+    runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX)
+    assert list(runs.runs) == ["test", "f_g"] and runs.skipped == []
+    assert runs.files == ["run.parquet", "run_fg.parquet"]
+    metrics = runs.metrics
+    assert {k: metrics[k] for k in ("dataset", "config", "index", "mode", "top_k")} == {
+        "dataset": "tiny", "config": "bm25-rg", "index": "bm25", "mode": "rg", "top_k": 5,
+    }  # fmt: skip
+    assert (metrics["recall_at_1"], metrics["recall_at_2"], metrics["recall_at_5"]) == (
+        0.8, 0.8, 1.0,
+    )  # fmt: skip
+    assert (metrics["queries"], metrics["searches"], metrics["fallbacks"]) == (20, 20, 4)
+    assert metrics["unknown_rules"] == 2
+    f_g = metrics["f_g"]
+    assert (f_g["queries"], f_g["recall_at_1"], f_g["recall_at_5"], f_g["fallbacks"]) == (
+        6, 0.6667, 1.0, 2,
+    )  # fmt: skip
+    assert sorted(runs.runs["f_g"].frame["qid"].unique()) == [
+        "fg-00020", "fg-00021", "fg-00023", "fg-00026", "fg-00027", "fg-00029",
+    ]  # the seeded sample of retrieve.f_g_queries  # fmt: skip
+
+    runs.write(tmp_path, {"stage": "retrieve", "dataset": "tiny"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "metrics.json", "recall.csv", "run.parquet", "run_fg.parquet",
+    ]  # fmt: skip
+    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    written = pd.read_parquet(tmp_path / "run.parquet")
+    pd.testing.assert_frame_equal(written, runs.runs["test"].frame.reset_index(drop=True))
+    assert read_provenance(tmp_path / "run_fg.parquet") == {
+        "stage": "retrieve", "dataset": "tiny", "split": "f_g",
+    }  # fmt: skip
+    curve = pd.read_csv(tmp_path / "recall.csv")
+    assert list(curve.columns) == ["k", "recall", "loose_recall", "config"]
+    assert curve["recall"].tolist() == [0.8, 0.8, 1.0]
+    assert runs.artifacts == ["metrics.json", "recall.csv"]
+
+
+def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path: Path) -> None:
+    standard = retrieve_runs(parse_config("bm25-standard"), layout, RETRIEVE, INDEX)
+    assert (standard.metrics["recall_at_1"], standard.metrics["recall_at_5"]) == (0.0, 1.0)
+    assert standard.metrics["fallbacks"] == 0  # the query alone: no rules to fall back from
+    # a query set the benchmark lacks is skipped, and so is its run file
+    only = DataLayout(tmp_path / "tiny")
+    tiny_benchmark(only.root)
+    only.queries("f_g").unlink()
+    only.index("bm25").parent.mkdir(parents=True)
+    only.index("bm25").symlink_to(layout.index("bm25"))
+    runs = retrieve_runs(parse_config("bm25-standard"), only, RETRIEVE, INDEX)
+    assert runs.skipped == ["f_g.jsonl"] and runs.files == ["run.parquet"]
+    assert "f_g" not in runs.metrics
+    # a fine-tuned configuration before train_retriever wrote its query encoder
+    dense = DataLayout(tmp_path / "dense" / "tiny")
+    tiny_benchmark(dense.root)
+    DenseIndex(["D1", "D2"], np.eye(2, dtype=np.float32), meta={"normalize": True}).save(
+        dense.index("minilm")
+    )
+    with pytest.raises(InputError, match=r"retrieve@tiny: .*no trained query encoder at"):
+        retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX)
