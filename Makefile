@@ -145,9 +145,10 @@ airflow: setup
 	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) \
 	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
 
+# The project's MLflow store on 127.0.0.1:5000; its artifacts are served from mlartifacts/
+# wherever the project is now (proxied locations, rulerag/tracking/config.py).
 mlflow-ui: setup
-	$(BIN)/python -m rulerag.tracking reroot --tracking-uri sqlite:///$(abspath mlflow.db)
-	$(BIN)/mlflow ui --backend-store-uri sqlite:///$(abspath mlflow.db) --host 127.0.0.1
+	$(BIN)/python -m rulerag.tracking ui --project-dir $(CURDIR)
 
 clean-venv:
 	rm -rf $(VENV)

@@ -7,7 +7,7 @@ SSFT: without) and trains LoRA on the answers (`rulerag.generation.training`). W
 adapter to data/<dataset>/generation/adapters/<variant>/, its statistics to
 generation/train_<variant>.json (DVC metrics) and the loss curves to train_<variant>_loss.csv
 (DVC plots), and logs the adapter to MLflow as a pyfunc model (base + adapter) registered as
-`rulerag-<dataset>-generator-<variant>` (`rulerag.model_registry`).
+`rulerag-<dataset>-generator-<variant>` (`rulerag.tracking.registry`).
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                 if isinstance(v, int | float) and not isinstance(v, bool)
             }
         )
-        from rulerag.model_registry import registered_name, save_generator_model
+        from rulerag.tracking.registry import registered_name, save_generator_model
 
         run.log_model(
             lambda folder: save_generator_model(adapter, folder),

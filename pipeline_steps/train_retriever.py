@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict
 
 from pipeline_steps.common import numeric_metrics, run_stage, stage_inputs
-from rulerag.model_registry import registered_name, save_encoder_model
+from rulerag.tracking.registry import registered_name, save_encoder_model
 from rulerag.retrieval.configs import TRAINED_MODES
 from rulerag.retrieval.fine_tuning import train_retriever
 

@@ -1,7 +1,7 @@
 """The registered generator: a base causal LM and a LoRA adapter as one MLflow pyfunc model.
 
-`rulerag.model_registry.save_generator_model` saves it (declared from code by
-`rulerag/adapter_generator_model.py`); `mlflow.pyfunc.load_model("models:/rulerag-<dataset>-
+`rulerag.tracking.registry.save_generator_model` saves it (declared from code by
+`rulerag/tracking/generator_model.py`); `mlflow.pyfunc.load_model("models:/rulerag-<dataset>-
 generator-<variant>/<version>")` loads it back.
 """
 

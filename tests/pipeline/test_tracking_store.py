@@ -1,21 +1,30 @@
 """rulerag.tracking against real MLflow stores: everything a stage logs reads back with
 `MlflowClient`, runs of one pipeline execution are found by their shared tag, the default store
-is the project's SQLite file, and the replay CLI empties the spool."""
+is the project's SQLite file, the replay CLI empties the spool, and after the project moves the
+server that `make mlflow-ui` starts still serves every artifact and registered model."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from rulerag import tracking
-from rulerag.tracking import PIPELINE_RUN_ENV, stage_run
+from rulerag.tracking import PIPELINE_RUN_ENV, artifact_repository, stage_run
+from rulerag.tracking.registry import registered_name
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("clean_tracking_env")]
 
@@ -56,9 +65,7 @@ def test_round_trip_params_metrics_tags_artifacts(tmp_path: Path) -> None:
     client = MlflowClient(tracking_uri=uri)
     experiment = client.get_experiment_by_name("rulerag/icews14")
     assert experiment is not None
-    assert (
-        experiment.artifact_location == (project / "mlartifacts" / "rulerag" / "icews14").as_uri()
-    )
+    assert experiment.artifact_location == "mlflow-artifacts:/rulerag/icews14"
     logged = client.get_run(run.run_id)
     assert logged.info.run_name == "evaluate@icews14"
     assert logged.info.status == "FINISHED"
@@ -80,10 +87,12 @@ def test_round_trip_params_metrics_tags_artifacts(tmp_path: Path) -> None:
     assert tags["retriever"] == "bm25"
     assert "mlflow.source.git.commit" not in tags, "the project folder is no git repository"
 
-    top = sorted(a.path for a in client.list_artifacts(run.run_id))
+    stored = artifact_repository(logged.info.artifact_uri, uri, project)
+    top = sorted(a.path for a in stored.list_artifacts())
     assert top == ["config.yaml", "plots", "reports", "sample", "table.json"]
-    assert [a.path for a in client.list_artifacts(run.run_id, "plots")] == ["plots/recall_at_k.csv"]
-    local = Path(client.download_artifacts(run.run_id, "", str(tmp_path / "down")))
+    assert [a.path for a in stored.list_artifacts("plots")] == ["plots/recall_at_k.csv"]
+    (tmp_path / "down").mkdir()
+    local = Path(stored.download_artifacts("", str(tmp_path / "down")))
     assert json.loads((local / "table.json").read_text()) == {"em": 0.41}
     assert (local / "plots" / "recall_at_k.csv").read_text().startswith("k,recall")
     assert (local / "reports" / "md" / "index.md").read_text() == "# results\n"
@@ -141,7 +150,7 @@ def test_default_store_is_project_sqlite_and_git_commit_is_tagged(
     assert not (tmp_path / "mlruns").exists()
     logged = MlflowClient(tracking_uri=tracking.default_tracking_uri(project)).get_run(run.run_id)
     assert logged.data.tags["mlflow.source.git.commit"] == head
-    artifact_dir = Path(logged.info.artifact_uri.removeprefix("file://"))
+    artifact_dir = tracking.local_artifact_path(logged.info.artifact_uri, project)
     assert artifact_dir.is_relative_to(project / "mlartifacts")
     assert (artifact_dir / "out.txt").read_text() == "output"
 
@@ -177,4 +186,103 @@ def test_replay_cli_sends_spooled_runs(tmp_path: Path) -> None:
         experiment = client.get_experiment_by_name(f"rulerag/{dataset}")
         (logged,) = client.search_runs([experiment.experiment_id])
         assert logged.data.metrics == {"recall_at_10": 0.3}
-        assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["d.json"]
+        stored = artifact_repository(logged.info.artifact_uri, uri, tmp_path)
+        assert [a.path for a in stored.list_artifacts()] == ["d.json"]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def _mlflow_ui(project: Path) -> Iterator[str]:
+    """`python -m rulerag.tracking ui` (what `make mlflow-ui` runs) on a free port; its URL.
+    The server runs in a process group of its own, ended with it."""
+    port = _free_port()
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "rulerag.tracking", "ui", "--project-dir", str(project)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--workers", "1"],
+        cwd=PROJECT_ROOT,  # not the project: the server must not depend on its working dir
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail(f"mlflow server did not start:\n{server.communicate()[0]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        if server.poll() is None:
+            os.killpg(server.pid, signal.SIGTERM)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+        if server.stdout:
+            server.stdout.close()
+
+
+def _save_marker_model(path: Path) -> None:
+    """A stand-in MLflow model folder (the registry only needs the folder)."""
+    path.mkdir(parents=True)
+    (path / "MLmodel").write_text("flavors: {}\nmarker: moved\n", encoding="utf-8")
+
+
+def test_a_moved_project_serves_its_artifacts_and_models(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs with artifacts and a registered model are logged to the project's own store (no
+    server, as under `dvc repro`); the project folder then moves. The server that `make
+    mlflow-ui` starts in the new place lists and serves the run's artifacts (MLflow's client
+    and the UI's own endpoint) and the model version by its `models:/` URI; nothing is read
+    from, or written to, the old place."""
+    import mlflow.artifacts
+    from mlflow import MlflowClient
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    (old / "data").mkdir(parents=True)
+    (old / "data" / "table.json").write_text('{"em": 0.41}', encoding="utf-8")
+    name = registered_name("moved", "generator", "rgft")
+    with stage_run("train_generator", "moved", project_dir=old) as run:
+        run.log_metrics({"em": 0.41})
+        run.log_artifact(old / "data" / "table.json", artifact_path="eval")
+        run.log_model(_save_marker_model, "model", registered_name=name)
+    assert not run.spooled and (old / "mlflow.db").is_file()
+    shutil.move(old, new)
+
+    with _mlflow_ui(new) as url:
+        client = MlflowClient(tracking_uri=url)
+        assert client.get_run(run.run_id).data.metrics == {"em": 0.41}
+        listed = [a.path for a in client.list_artifacts(run.run_id)]
+        assert sorted(listed) == ["eval", "model"]
+        down = tmp_path / "down"
+        down.mkdir()
+        local = client.download_artifacts(run.run_id, "eval/table.json", str(down))
+        assert json.loads(Path(local).read_text(encoding="utf-8")) == {"em": 0.41}
+        # what the browser asks for when a run's artifact is opened in the UI
+        query = f"path=eval/table.json&run_uuid={run.run_id}"
+        with urllib.request.urlopen(f"{url}/get-artifact?{query}", timeout=30) as answer:
+            assert json.loads(answer.read()) == {"em": 0.41}
+        # how a user loads a registered model: `models:/` URIs through the server
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
+        model = mlflow.artifacts.download_artifacts(
+            f"models:/{name}/1", dst_path=str(tmp_path / "model")
+        )
+        assert "marker: moved" in (Path(model) / "MLmodel").read_text(encoding="utf-8")
+    assert not old.exists()

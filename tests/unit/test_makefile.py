@@ -42,3 +42,18 @@ def test_make_airflow_starts_as_many_workers_as_the_dag_uses() -> None:
     )
     assert "AIRFLOW__CORE__PARALLELISM=1" in done.stdout
     assert "AIRFLOW__API__HOST=127.0.0.1" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_mlflow_ui_serves_the_project_store_from_where_it_is() -> None:
+    """`make mlflow-ui` is `python -m rulerag.tracking ui` on this folder (the server that
+    tests/pipeline/test_tracking_store.py checks after a move), and rewrites nothing first."""
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(PROJECT), "mlflow-ui"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.endswith(f"/python -m rulerag.tracking ui --project-dir {PROJECT}"), last
+    assert "reroot" not in done.stdout

@@ -1,4 +1,6 @@
-"""Trained models reach MLflow's Model Registry and load back with MLflow's own loaders."""
+"""Trained models reach MLflow's Model Registry and load back with MLflow's own loaders (from
+the version's folder here; through a tracking server by `models:/` URI in
+tests/pipeline/test_tracking_store.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.model_registry import registered_name, save_encoder_model, save_generator_model
-from rulerag.tracking import default_tracking_uri, replay_spool, reroot_store, stage_run
+from rulerag.tracking import (
+    artifact_repository,
+    default_tracking_uri,
+    local_artifact_path,
+    replay_spool,
+    stage_run,
+)
+from rulerag.tracking.registry import registered_name, save_encoder_model, save_generator_model
 from tests.helpers import require_minilm, tiny_llama, word_tokenizer
 
 pytestmark = pytest.mark.usefixtures("clean_tracking_env", "one_torch_thread")
@@ -50,9 +58,7 @@ def adapter(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return base, folder
 
 
-def test_generator_adapter_is_registered_and_loads_as_pyfunc(
-    adapter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: Path) -> None:
     import mlflow.pyfunc
     from mlflow import MlflowClient
 
@@ -60,7 +66,6 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(
 
     base, folder = adapter
     uri = default_tracking_uri(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # where `models:/` URIs are looked up
     name = registered_name("toy", "generator", "rgft")
     for loss in (0.5, 0.25):  # two trainings: two versions of one registered model
         with stage_run("train_generator", "toy", project_dir=tmp_path, tracking_uri=uri) as run:
@@ -79,19 +84,18 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(
     assert versions[1].run_id == run.run_id
     assert client.get_registered_model(name).description == "RGFT generator"
 
+    model = str(local_artifact_path(versions[1].source, tmp_path))  # version 2's folder
     prompts = ["who meets e1 ? Answer:", "who meets e3 ? Answer:"]
-    loaded = mlflow.pyfunc.load_model(f"models:/{name}/2")
+    loaded = mlflow.pyfunc.load_model(model)
     expected = LocalGenerator.from_pretrained(str(base), adapter=folder, chat_template=False)
     assert loaded.predict(prompts) == expected.generate(prompts)
     plain = LocalGenerator.from_pretrained(str(base), chat_template=False)
     assert expected.generate(prompts) != plain.generate(prompts)  # the adapter is applied
-    short = mlflow.pyfunc.load_model(f"models:/{name}/2", model_config={"max_new_tokens": 1})
+    short = mlflow.pyfunc.load_model(model, model_config={"max_new_tokens": 1})
     assert [len(text.split()) for text in short.predict(prompts)] == [1, 1]  # load-time config
 
 
-def test_encoder_is_registered_and_loads_as_sentence_transformer(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_encoder_is_registered_and_loads_as_sentence_transformer(tmp_path: Path) -> None:
     import mlflow.sentence_transformers
     import numpy as np
     from mlflow import MlflowClient
@@ -101,14 +105,15 @@ def test_encoder_is_registered_and_loads_as_sentence_transformer(
     require_minilm()
     model = encoders.load_encoder("minilm", device="cpu", max_length=32)
     uri = default_tracking_uri(tmp_path)
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     name = registered_name("toy", "retriever", "minilm-rgft")
     with stage_run("train_retriever", "toy", project_dir=tmp_path, tracking_uri=uri) as run:
         run.log_metrics({"heldout_recall_at_10": 0.5})
         run.log_model(lambda path: save_encoder_model(model, path), "model", registered_name=name)
     (version,) = MlflowClient(tracking_uri=uri).search_model_versions(f"name='{name}'")
     assert version.tags["metric.heldout_recall_at_10"] == "0.5"
-    loaded = mlflow.sentence_transformers.load_model(f"models:/{name}/1")
+    loaded = mlflow.sentence_transformers.load_model(
+        str(local_artifact_path(version.source, tmp_path))
+    )
     texts = ["what does Iran Consult ?", "Kerry meets Zarif"]
     assert np.allclose(loaded.encode(texts), model.encode(texts), atol=1e-5)
 
@@ -135,9 +140,12 @@ def test_spooled_model_is_registered_on_replay_and_survives_a_move(adapter, tmp_
     new = tmp_path / "new"
     shutil.move(old, new)
     new_uri = default_tracking_uri(new)
-    assert reroot_store(new_uri, new) >= 4  # experiment, run, the version's two locations
     client = MlflowClient(tracking_uri=new_uri)
     (version,) = client.search_model_versions(f"name='{name}'")
-    assert version.source.startswith((new / "mlartifacts").as_uri())
-    local = client.download_artifacts(version.run_id, "model/MLmodel", str(tmp_path))
+    assert version.source.startswith("mlflow-artifacts:/rulerag/toy/")
+    assert version.source.endswith("/artifacts/model") and str(old) not in version.source
+    local = artifact_repository(version.source, new_uri, new).download_artifacts(
+        "MLmodel", str(tmp_path)
+    )
     assert "python_function" in Path(local).read_text(encoding="utf-8")
+    assert not old.exists()

@@ -1,5 +1,6 @@
 """rulerag.tracking without a tracking server: names, params, the pipeline-run tag, the spool
-when the store is down, replay into a throw-away SQLite store, FAILED runs."""
+when the store is down, replay into a throw-away SQLite store, FAILED runs, artifact locations
+that survive a move of the project."""
 
 from __future__ import annotations
 
@@ -19,13 +20,16 @@ import pytest
 from rulerag import tracking
 from rulerag.tracking import (
     PIPELINE_RUN_ENV,
+    artifact_repository,
     default_tracking_uri,
     flatten_params,
+    identity,
     pipeline_run_id,
     replay_spool,
     runs_dvc,
     sanitize_name,
     stage_run,
+    store,
 )
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
@@ -134,7 +138,7 @@ def test_pipeline_run_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_pipeline_run_standalone_without_env_or_dvc(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tracking, "_dvc_ancestor_run_id", lambda: None)
+    monkeypatch.setattr(identity, "_dvc_ancestor_run_id", lambda: None)
     first, second = pipeline_run_id(), pipeline_run_id()
     assert first.startswith("standalone-") and len(first) == len("standalone-") + 32
     assert first != second
@@ -218,7 +222,7 @@ def test_unreachable_server_spools_fast(
 
     assert outputs_written and run.spooled and run.run_id is None
     assert elapsed < 5, f"an unreachable store cost the stage {elapsed:.1f} s"
-    ours = [r for r in caplog.records if r.name == "rulerag.tracking"]
+    ours = [r for r in caplog.records if r.name.startswith("rulerag.tracking")]
     assert [r.levelname for r in ours] == ["WARNING"], "warn exactly once"
     assert "replay" in ours[0].getMessage()
     for key in tracking.FAIL_FAST_ENV:
@@ -249,7 +253,7 @@ def test_unreachable_server_spools_fast(
 
 def test_fail_fast_env_respects_user_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
-    with tracking._fail_fast_http():
+    with store.fail_fast_http():
         assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
         assert os.environ["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] == "0"
     assert os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] == "30"
@@ -292,7 +296,9 @@ def test_replay_spool_into_sqlite(tmp_path: Path, dead_uri: str, sqlite_uri: str
     assert logged.data.params == {"ingest.duplicates": "keep"}
     assert logged.data.metrics == {"recall_at_10": 0.25}
     assert logged.data.tags["rulerag.replayed_from"] == run.spool_path.name
-    assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["a.json"]
+    assert logged.info.artifact_uri.startswith("mlflow-artifacts:/rulerag/replayds/")
+    stored = artifact_repository(logged.info.artifact_uri, sqlite_uri, tmp_path)
+    assert [a.path for a in stored.list_artifacts()] == ["a.json"]
 
 
 def test_replay_keeps_spool_while_store_is_down(tmp_path: Path, dead_uri: str) -> None:
@@ -309,12 +315,13 @@ def test_failure_midway_spools_whole_run_and_drops_the_partial_one(
     deleted, the spool keeps all of it, and a replay logs it exactly once."""
     from mlflow import MlflowClient
     from mlflow.exceptions import MlflowException
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
 
     def broken_upload(*args: object, **kwargs: object) -> None:
         raise MlflowException("artifact store is full")
 
     with monkeypatch.context() as patch:
-        patch.setattr(MlflowClient, "log_artifacts", broken_upload)
+        patch.setattr(LocalArtifactRepository, "log_artifacts", broken_upload)
         with stage_run("ingest", "midway", project_dir=tmp_path, tracking_uri=sqlite_uri) as run:
             run.log_metrics({"em": 0.5})
             run.log_dict({"a": 1}, "a.json")
@@ -327,7 +334,8 @@ def test_failure_midway_spools_whole_run_and_drops_the_partial_one(
     assert replay_spool(tmp_path, tracking_uri=sqlite_uri) == 1
     (logged,) = client.search_runs([experiment_id])
     assert logged.data.metrics == {"em": 0.5}
-    assert [a.path for a in client.list_artifacts(logged.info.run_id)] == ["a.json"]
+    stored = artifact_repository(logged.info.artifact_uri, sqlite_uri, tmp_path)
+    assert [a.path for a in stored.list_artifacts()] == ["a.json"]
 
 
 def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) -> None:
@@ -386,11 +394,10 @@ def test_runs_are_named_after_their_stage_instance_in_a_model_experiment(
 
 
 def test_a_moved_project_finds_its_artifacts(tmp_path: Path) -> None:
-    """The local store keeps absolute artifact locations; after the project moves (a new
-    clone path, a container mount) they are re-rooted, and new runs log into the new place."""
+    """The store names no folder of the project (proxied `mlflow-artifacts:` locations), so
+    after the project moves (a new clone path, a container mount) its artifacts are found from
+    the new place, new runs log there, and nothing rewrites MLflow's tables to get there."""
     from mlflow import MlflowClient
-
-    from rulerag.tracking import default_tracking_uri, reroot_store
 
     old, new = tmp_path / "old", tmp_path / "new"
     old.mkdir()
@@ -399,19 +406,54 @@ def test_a_moved_project_finds_its_artifacts(tmp_path: Path) -> None:
     uri = default_tracking_uri(old)
     with stage_run("ingest", "moveds", project_dir=old, tracking_uri=uri) as run:
         run.log_artifact(note)
+    assert not run.spooled
     shutil.move(old, new)
+
     new_uri = default_tracking_uri(new)
-    assert reroot_store(new_uri, new) == 2  # the experiment and the run
-    assert reroot_store(new_uri, new) == 0  # idempotent
     client = MlflowClient(tracking_uri=new_uri)
-    (logged,) = client.search_runs([client.get_experiment_by_name("rulerag/moveds").experiment_id])
-    assert logged.info.artifact_uri.startswith((new / "mlartifacts").as_uri())
-    local = client.download_artifacts(logged.info.run_id, "note.txt", str(tmp_path))
+    experiment = client.get_experiment_by_name("rulerag/moveds")
+    (logged,) = client.search_runs([experiment.experiment_id])
+    stored = artifact_repository(logged.info.artifact_uri, new_uri, new)
+    local = stored.download_artifacts("note.txt", str(tmp_path))
     assert Path(local).read_text(encoding="utf-8") == "hello"
-    with stage_run("ingest", "moveds", project_dir=new, tracking_uri=new_uri) as run:
-        run.log_artifact(new / "note.txt")
+    assert experiment.artifact_location == "mlflow-artifacts:/rulerag/moveds"
+    assert str(old) not in logged.info.artifact_uri
+    assert tracking.local_artifact_path(logged.info.artifact_uri, new).is_relative_to(
+        new / "mlartifacts"
+    )
+
+    with stage_run("ingest", "moveds", project_dir=new, tracking_uri=new_uri) as again:
+        again.log_artifact(new / "note.txt", artifact_path="second")
+    assert not again.spooled
+    second = client.get_run(again.run_id).info.artifact_uri
+    assert (tracking.local_artifact_path(second, new) / "second" / "note.txt").is_file()
     assert not old.exists()  # nothing was written to the old place
-    assert reroot_store("http://127.0.0.1:1", new) == 0  # a server's store is not ours
+
+
+def test_an_experiment_pinned_outside_the_project_is_named_in_a_warning(
+    tmp_path: Path, sqlite_uri: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An experiment with a fixed folder elsewhere (a store made before locations were
+    proxied, then moved) still takes the run, and a warning says its artifacts stay behind;
+    experiments this package creates never warn."""
+    from mlflow import MlflowClient
+
+    elsewhere = (tmp_path / "elsewhere").as_uri()
+    MlflowClient(tracking_uri=sqlite_uri).create_experiment("rulerag/pinned", elsewhere)
+    caplog.set_level(logging.WARNING, logger="rulerag.tracking")
+    with stage_run("ingest", "pinned", project_dir=tmp_path, tracking_uri=sqlite_uri) as run:
+        run.log_dict({"a": 1}, "a.json")
+    assert not run.spooled
+    (warning,) = [r.getMessage() for r in caplog.records if r.name.startswith("rulerag.")]
+    assert "'rulerag/pinned'" in warning and elsewhere in warning
+    assert (tmp_path / "elsewhere" / run.run_id / "artifacts" / "a.json").is_file()
+
+    caplog.clear()
+    with stage_run("ingest", "unpinned", project_dir=tmp_path, tracking_uri=sqlite_uri):
+        pass
+    with stage_run("ingest", "unpinned", project_dir=tmp_path, tracking_uri=sqlite_uri):
+        pass
+    assert not [r for r in caplog.records if r.name.startswith("rulerag.")]
 
 
 def test_a_workspace_tracks_into_the_main_project(

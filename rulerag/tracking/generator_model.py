@@ -1,6 +1,6 @@
 """MLflow models-from-code entry point of the registered generator adapters.
 
-`rulerag.model_registry.save_generator_model` names this file as the pyfunc's code, so MLflow
+`rulerag.tracking.registry.save_generator_model` names this file as the pyfunc's code, so MLflow
 runs it (rather than unpickling an object) when the model is loaded: it declares the model
 (`AdapterGenerator`: base model + LoRA adapter). Not imported by the pipeline itself.
 """

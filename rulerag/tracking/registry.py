@@ -11,15 +11,23 @@ MLflow's own loaders instead of learning this project's folder layout:
 * generator adapters (`train_generator`) are a pyfunc that loads the base model and the LoRA
   adapter (`rulerag.generation.adapter_model.AdapterGenerator`):
   `mlflow.pyfunc.load_model(uri).predict([prompt, ...])` returns the raw generations (the
-  model is declared from code, `rulerag/adapter_generator_model.py`, not pickled). MLflow's
+  model is declared from code, `rulerag/tracking/generator_model.py`, not pickled). MLflow's
   transformers flavour would record the base model by hub name only, which fails for the
   offline models this project ships; the pyfunc takes the base named in the adapter's
   train_stats.json, or `model_config={"base_model": <id or folder>}` to point
   it at another copy. Its code (`rulerag/`) travels with the model (`code_paths`), so loading
   needs MLflow, torch, transformers and peft, not this project's checkout.
 
+`models:/` URIs resolve through a tracking server: the project's store keeps proxied artifact
+locations (`rulerag.tracking.config`), so with `make mlflow-ui` running and
+`MLFLOW_TRACKING_URI=http://127.0.0.1:5000` the loaders above work wherever the project now
+lives. Without a server, `local_artifact_path(version.source, project)` (rulerag.tracking) is
+the model's folder, which the same loaders take.
+
 The save functions write an MLflow model folder; `StageRun.log_model` (rulerag.tracking) puts
-it in the run's artifacts and registers it when the run is sent.
+it in the run's artifacts, and the store registers it when the run is sent
+(`rulerag.tracking.store.register_model_version`). Only the two training stages import this
+module (`rulerag.tracking` does not), so a change here reruns only them under DVC.
 """
 
 from __future__ import annotations
@@ -38,7 +46,10 @@ __all__ = [
 #: every registered model of this project starts with it
 REGISTRY_PREFIX = "rulerag"
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
-_PACKAGE_DIR = Path(__file__).resolve().parent
+#: the `rulerag` package: it travels with a generator model as its code
+_PACKAGE_DIR = Path(__file__).resolve().parents[1]
+#: the models-from-code file that declares a generator model
+_GENERATOR_MODEL_CODE = Path(__file__).resolve().with_name("generator_model.py")
 
 
 def registered_name(dataset: str, kind: str, variant: str) -> str:
@@ -88,7 +99,7 @@ def save_generator_model(adapter: Path, path: Path) -> None:
 
     mlflow.pyfunc.save_model(
         str(path),
-        python_model=str(_PACKAGE_DIR / "adapter_generator_model.py"),
+        python_model=str(_GENERATOR_MODEL_CODE),
         artifacts={"adapter": str(adapter)},
         # declared here so that `load_model(..., model_config=...)` may override them (MLflow
         # ignores load-time keys a model was not saved with)

@@ -1,0 +1,309 @@
+"""The run context a stage logs into: `stage_run` and the `StageRun` it yields.
+
+Everything is buffered in memory (artifacts as hard-link snapshots) and sent in one burst when
+the stage's `with` block exits, so logging never slows or breaks the stage; if the store fails,
+the run goes to the spool instead (`rulerag.tracking.spool`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from rulerag.redact import redact_secrets, redact_url
+from rulerag.tracking.config import resolve_tracking_uri, spool_dir, tracking_project
+from rulerag.tracking.identity import run_tags
+from rulerag.tracking.names import (
+    MAX_TAG_VALUE_LENGTH,
+    TAG_ERROR,
+    TAG_STAGE_INSTANCE,
+    experiment_name,
+    flatten_params,
+    sanitize_name,
+    truncate,
+)
+from rulerag.tracking.record import RunRecord, now_ms
+from rulerag.tracking.spool import count_spooled, new_staging_dir, spool_run
+from rulerag.tracking.store import discard_partial, send_run
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StageRun", "stage_run"]
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    """Snapshot one file: a hard link (free, and immune to the source being replaced or deleted
+    later), else a copy (other filesystem, or links not allowed)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    if dst.exists() or dst.is_symlink():
+        dst.unlink()
+    try:
+        os.link(src, dst)
+    except OSError:
+        shutil.copy2(src, dst)
+
+
+class StageRun:
+    """One stage run's log, buffered until the `stage_run` block exits.
+
+    Nothing here talks to MLflow, so logging never slows or breaks the stage. Artifacts are
+    snapshotted when logged (hard links into a staging folder under the spool), so a temporary
+    file may be deleted or atomically replaced right after `log_artifact`, and the spool holds
+    them without copying (a file rewritten in place, though, shares the new content).
+    Later `log_params` calls win over earlier ones for the same key (MLflow params are
+    write-once, so they are merged here rather than sent twice).
+    """
+
+    def __init__(self, stage: str, dataset: str, *, project_dir: Path, tracking_uri: str) -> None:
+        self._project_dir = Path(project_dir).resolve()
+        self._tracking_uri = tracking_uri
+        self._record = RunRecord(
+            experiment=experiment_name(dataset),
+            run_name=f"{stage}@{dataset}",
+            stage=stage,
+            dataset=dataset,
+            start_time=now_ms(),
+        )
+        self._record.tags.update(run_tags(stage, dataset, self._project_dir))
+        self._staging: Path | None = None
+        self._closed = False
+        self._spooled = False
+        self._spool_path: Path | None = None
+        self._run_id: str | None = None
+
+    # -- what stages call ---------------------------------------------------------------------
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        """Record params; nested mappings are flattened to dotted keys (see `flatten_params`)."""
+        self._check_open()
+        self._record.params.update(flatten_params(params))
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Record metrics at `step` (0 when None); names are sanitised (`recall@10` ->
+        `recall_at_10`). A value that is not a number raises here, where the bug is."""
+        self._check_open()
+        timestamp = now_ms()
+        for key, value in metrics.items():
+            try:
+                number = float(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"metric {key!r} is not a number: {value!r}") from err
+            self._record.metrics.append(
+                {
+                    "key": sanitize_name(key),
+                    "value": number,
+                    "step": int(step or 0),
+                    "timestamp": timestamp,
+                }
+            )
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        """Record a file or a directory (kept under its own name, as MLflow does), optionally
+        under the artifact folder `artifact_path`. The path must exist now: it is snapshotted."""
+        self._check_open()
+        src = Path(path)
+        if not src.exists():
+            raise FileNotFoundError(f"artifact not found: {src}")
+        dest = self._artifact_dest(artifact_path) / src.resolve().name
+        if src.is_dir():
+            for root, _dirs, files in os.walk(src, followlinks=True):
+                for name in files:
+                    file = Path(root) / name
+                    _link_or_copy(file, dest / file.relative_to(src))
+        else:
+            _link_or_copy(src, dest)
+
+    def log_model(
+        self,
+        save: Callable[[Path], None],
+        artifact_path: str,
+        *,
+        registered_name: str,
+        description: str = "",
+    ) -> None:
+        """Record an MLflow model (`save(folder)` writes it, e.g. with a flavour's
+        `save_model`, see `rulerag.tracking.registry`) at `artifact_path` and register it as a
+        new version of `registered_name` when the run is sent, tagged with the run's last
+        metric values. The model is written now, so it is snapshotted like any artifact."""
+        self._check_open()
+        dest = self._artifact_dest(artifact_path)
+        if dest.exists():
+            raise ValueError(f"artifact path {artifact_path!r} is already used in this run")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        save(dest)
+        self._record.models.append(
+            {
+                "artifact_path": dest.relative_to(self._artifact_dest(None)).as_posix(),
+                "name": registered_name,
+                "description": description,
+            }
+        )
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        """Record `obj` as a JSON (or, for `.yaml`/`.yml`, YAML) artifact file, like
+        `mlflow.log_dict`. Serialised now, so later changes to `obj` are not logged."""
+        self._check_open()
+        dest = self._artifact_dest(artifact_file)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        if dest.suffix.lower() in {".yaml", ".yml"}:
+            import yaml
+
+            text = yaml.safe_dump(obj, sort_keys=False, allow_unicode=True)
+        else:
+            text = json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n"
+        if dest.exists() or dest.is_symlink():
+            dest.unlink()  # may be a hard link to someone's file: never write through it
+        dest.write_text(text, encoding="utf-8")
+
+    def set_tags(self, tags: Mapping[str, str]) -> None:
+        """Record tags (names sanitised, values stringified and cut to MLflow's limit)."""
+        self._check_open()
+        for key, value in tags.items():
+            value = redact_url(str(value))
+            self._record.tags[sanitize_name(key)] = truncate(value, MAX_TAG_VALUE_LENGTH)
+            if key == TAG_STAGE_INSTANCE:  # `generate@icews14-rulerag_ft`, not nine alike
+                self._record.run_name = truncate(value, MAX_TAG_VALUE_LENGTH)
+
+    @property
+    def spooled(self) -> bool:
+        """True when the store could not take the run and it went to the spool folder."""
+        return self._spooled
+
+    # -- what the caller may inspect afterwards -----------------------------------------------
+
+    @property
+    def run_id(self) -> str | None:
+        """The MLflow run id once logged; None before the block exits or when spooled."""
+        return self._run_id
+
+    @property
+    def spool_path(self) -> Path | None:
+        """The spool folder holding this run, when it was spooled."""
+        return self._spool_path
+
+    @property
+    def tracking_uri(self) -> str:
+        return self._tracking_uri
+
+    @property
+    def tags(self) -> dict[str, str]:
+        """A copy of the tags the run will carry (pipeline run, stage, dataset, commit...)."""
+        return dict(self._record.tags)
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError(f"stage run {self._record.run_name} is already closed")
+
+    def _artifact_dest(self, relative: str | None) -> Path:
+        """`relative` inside the staging artifacts folder; refuses paths that escape it."""
+        if self._staging is None:
+            self._staging = new_staging_dir(self._project_dir)
+            (self._staging / "artifacts").mkdir()
+        base = self._staging / "artifacts"
+        parts = [
+            part for part in (relative or "").replace("\\", "/").split("/") if part not in ("", ".")
+        ]
+        if ".." in parts:
+            raise ValueError(f"artifact path must stay inside the run: {relative!r}")
+        return base.joinpath(*parts)
+
+    def _finish(self, status: str, error: BaseException | None) -> None:
+        """Send the run, or spool it; never raises (the stage's own outcome must win)."""
+        self._closed = True
+        try:
+            self._send_or_spool(status, error)
+        except Exception as exc:  # a bug here must not turn a finished stage into a failed one
+            # no traceback: its messages may hold the store's URL with credentials
+            logger.error(
+                "MLflow logging of %s failed unexpectedly: %s",
+                self._record.run_name,
+                redact_secrets(f"{type(exc).__name__}: {exc}"),
+            )
+
+    def _send_or_spool(self, status: str, error: BaseException | None) -> None:
+        record = self._record
+        record.status = status
+        record.end_time = now_ms()
+        if error is not None:
+            record.tags[TAG_ERROR] = truncate(
+                redact_secrets(f"{type(error).__name__}: {error}"), MAX_TAG_VALUE_LENGTH
+            )
+        artifacts = self._staging / "artifacts" if self._staging else None
+        created: list[str] = []
+        try:
+            self._run_id = send_run(
+                record, artifacts, self._tracking_uri, self._project_dir, created
+            )
+        except Exception as exc:
+            partial = discard_partial(created, self._tracking_uri)
+            target = spool_run(
+                record, self._staging, self._project_dir, self._tracking_uri, exc, partial
+            )
+            if target is not None:
+                self._staging = None
+                self._spooled = True
+                self._spool_path = target
+            return
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+        waiting = count_spooled(self._project_dir)
+        if waiting:
+            logger.info(
+                "%d spooled MLflow run(s) wait in %s; send them with "
+                "`python -m rulerag.tracking replay`",
+                waiting,
+                spool_dir(self._project_dir),
+            )
+
+
+def _exit_status(error: BaseException | None) -> str:
+    if error is None:
+        return "FINISHED"
+    if isinstance(error, SystemExit) and error.code in (0, None):
+        return "FINISHED"
+    if isinstance(error, KeyboardInterrupt):
+        return "KILLED"
+    return "FAILED"
+
+
+@contextlib.contextmanager
+def stage_run(
+    stage: str,
+    dataset: str,
+    *,
+    project_dir: Path,
+    params: Mapping[str, Any] | None = None,
+    tracking_uri: str | None = None,
+) -> Iterator[StageRun]:
+    """Record one stage run in the dataset's experiment; send it when the block exits.
+
+    The run is named `<stage>@<dataset>` and tagged with the pipeline run, stage, dataset, stage
+    instance and git commit. `params` (nested, e.g. `{"ingest": params["ingest"]}`) are logged
+    with dotted keys. The store is `tracking_uri`, else `MLFLOW_TRACKING_URI`, else the
+    project's SQLite file. If the block raises, the run is recorded as FAILED (KILLED on
+    Ctrl-C) and the exception propagates. If the store fails, the run is spooled (see
+    `StageRun.spooled`) and the block's outcome is unchanged.
+    """
+    project_dir = tracking_project(project_dir)
+    run = StageRun(
+        stage,
+        dataset,
+        project_dir=project_dir,
+        tracking_uri=resolve_tracking_uri(project_dir, tracking_uri),
+    )
+    if params:
+        run.log_params(params)
+    try:
+        yield run
+    except BaseException as error:
+        run._finish(_exit_status(error), error)
+        raise
+    run._finish("FINISHED", None)

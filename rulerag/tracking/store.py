@@ -1,0 +1,244 @@
+"""The store calls: one stage run sent to MLflow in one burst, through an explicit client.
+
+Why an explicit `MlflowClient` rather than the fluent `mlflow.start_run()`: the fluent API keeps
+an active run and a tracking URI in module globals, which leak between stages run in one
+process (tests, Airflow workers). Why one burst at the end: a stage's work never waits on, or
+fails with, the store (see `rulerag.tracking.run`). mlflow is imported inside the functions
+only (about a second), when a run is sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rulerag.redact import redact_secrets
+from rulerag.tracking.config import (
+    PROXIED_ARTIFACTS_SCHEME,
+    artifact_destination,
+    experiment_artifact_location,
+    is_database_store,
+    local_artifact_path,
+)
+from rulerag.tracking.names import (
+    EXPERIMENT_KIND,
+    METRICS_PER_BATCH,
+    PARAMS_TAGS_PER_BATCH,
+    TAG_EXPERIMENT_KIND,
+    TAG_REGISTRY_ERROR,
+    TAG_STAGE_INSTANCE,
+    truncate,
+)
+from rulerag.tracking.record import RunRecord
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FAIL_FAST_ENV",
+    "artifact_repository",
+    "discard_partial",
+    "ensure_experiment",
+    "fail_fast_http",
+    "first_line",
+    "register_model_version",
+    "send_run",
+]
+
+#: Fail fast against an unreachable server: MLflow's defaults (7 retries with backoff, 120 s
+#: timeout) make one dead server cost a stage about four minutes. Used only where unset.
+FAIL_FAST_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "5"}
+
+
+@contextlib.contextmanager
+def fail_fast_http() -> Iterator[None]:
+    """Set FAIL_FAST_ENV for the duration of the tracking calls, where the user has not."""
+    added = [key for key in FAIL_FAST_ENV if key not in os.environ]
+    for key in added:
+        os.environ[key] = FAIL_FAST_ENV[key]
+    try:
+        yield
+    finally:
+        for key in added:
+            os.environ.pop(key, None)
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's text, secrets masked, for a one-line log message."""
+    text = redact_secrets(exc).strip()
+    return truncate(text.splitlines()[0] if text else "", 300)
+
+
+def artifact_repository(artifact_uri: str, tracking_uri: str, project_dir: Path) -> Any:
+    """MLflow's artifact repository for `artifact_uri` (a run's or a model version's), as a
+    client of `tracking_uri` reaches it.
+
+    Through a server this is MLflow's own choice (it proxies `mlflow-artifacts:` locations). A
+    database store has no server to ask, and MLflow refuses proxied locations without one: there
+    the location is the folder `local_artifact_path` names below the project's `mlartifacts/`
+    (where `mlflow server --artifacts-destination` reads it), handled by MLflow's
+    `LocalArtifactRepository`, the class such a server uses for a local destination.
+    `.list_artifacts()`, `.download_artifacts(path)` and `.log_artifacts(folder)` work the same
+    on either.
+    """
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    proxied = urlsplit(artifact_uri).scheme == PROXIED_ARTIFACTS_SCHEME
+    if proxied and is_database_store(tracking_uri):
+        return LocalArtifactRepository(local_artifact_path(artifact_uri, project_dir).as_uri())
+    return get_artifact_repository(artifact_uri, tracking_uri=tracking_uri)
+
+
+def _warn_if_outside(experiment: Any, tracking_uri: str, project_dir: Path) -> None:
+    """Say so when a database store's experiment keeps its artifacts at a fixed folder outside
+    this project: made before locations were proxied (then moved), or by hand. MLflow has no
+    call to change an experiment's location, and this package does not edit its tables."""
+    location = experiment.artifact_location or ""
+    if not is_database_store(tracking_uri) or urlsplit(location).scheme not in ("", "file"):
+        return
+    if local_artifact_path(location, project_dir).is_relative_to(artifact_destination(project_dir)):
+        return
+    logger.warning(
+        "MLflow experiment %r keeps its artifacts at %s, outside this project's %s: they do "
+        "not follow the project when it moves. A fresh store (mlflow.db and mlartifacts/ moved "
+        "aside) gives experiments locations that do.",
+        experiment.name,
+        location,
+        artifact_destination(project_dir),
+    )
+
+
+def ensure_experiment(client: Any, name: str, tracking_uri: str, project_dir: Path) -> str:
+    """The experiment's id, creating it (or restoring it from the bin) when needed."""
+    from mlflow.exceptions import MlflowException
+
+    experiment = client.get_experiment_by_name(name)
+    if experiment is None:
+        location = experiment_artifact_location(tracking_uri, name)
+        try:
+            return client.create_experiment(
+                name, artifact_location=location, tags={TAG_EXPERIMENT_KIND: EXPERIMENT_KIND}
+            )
+        except MlflowException:
+            # Another stage created it between our two calls (parallel Airflow tasks).
+            experiment = client.get_experiment_by_name(name)
+            if experiment is None:
+                raise
+    if experiment.lifecycle_stage == "deleted":
+        # A deleted experiment still owns its name; without this every later run would fail.
+        logger.info("restoring deleted MLflow experiment %r to log into it", name)
+        client.restore_experiment(experiment.experiment_id)
+    if experiment.tags.get(TAG_EXPERIMENT_KIND) is None:  # created by an older version
+        client.set_experiment_tag(experiment.experiment_id, TAG_EXPERIMENT_KIND, EXPERIMENT_KIND)
+    _warn_if_outside(experiment, tracking_uri, project_dir)
+    return experiment.experiment_id
+
+
+def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def send_run(
+    record: RunRecord,
+    artifacts: Path | None,
+    tracking_uri: str,
+    project_dir: Path,
+    created: list[str],
+) -> str:
+    """Log one run to MLflow in one burst; return its run id.
+
+    The run id is appended to `created` as soon as the run exists, so that a caller can clean
+    up a half-logged run if a later call fails.
+    """
+    with fail_fast_http():
+        from mlflow import MlflowClient
+        from mlflow.entities import Metric, Param
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        experiment_id = ensure_experiment(client, record.experiment, tracking_uri, project_dir)
+        run = client.create_run(
+            experiment_id,
+            start_time=record.start_time,
+            tags=dict(record.tags),
+            run_name=record.run_name,
+        )
+        run_id = run.info.run_id
+        created.append(run_id)
+        params = [Param(key, value) for key, value in record.params.items()]
+        for chunk in _chunks(params, PARAMS_TAGS_PER_BATCH):
+            client.log_batch(run_id, params=chunk, synchronous=True)
+        metrics = [
+            Metric(m["key"], float(m["value"]), int(m["timestamp"]), int(m["step"]))
+            for m in record.metrics
+        ]
+        for chunk in _chunks(metrics, METRICS_PER_BATCH):
+            client.log_batch(run_id, metrics=chunk, synchronous=True)
+        if artifacts is not None and artifacts.is_dir() and any(artifacts.iterdir()):
+            _upload(client, run, artifacts, tracking_uri, project_dir)
+        last = record.last_metrics() if record.models else {}
+        for model in record.models:
+            register_model_version(client, run, model, last)
+        client.set_terminated(run_id, status=record.status, end_time=record.end_time)
+        return run_id
+
+
+def _upload(client: Any, run: Any, folder: Path, tracking_uri: str, project_dir: Path) -> None:
+    """The run's artifact files into its artifact location: through MLflow's client, except
+    a proxied location of a database store, which MLflow would refuse without a server."""
+    uri = run.info.artifact_uri
+    if urlsplit(uri).scheme == PROXIED_ARTIFACTS_SCHEME and is_database_store(tracking_uri):
+        artifact_repository(uri, tracking_uri, project_dir).log_artifacts(str(folder))
+    else:
+        client.log_artifacts(run.info.run_id, str(folder))
+
+
+def register_model_version(
+    client: Any, run: Any, model: Mapping[str, str], metrics: Mapping[str, float]
+) -> None:
+    """A new version of the registered model `model["name"]` from this run's artifact folder,
+    tagged with the run's metrics (the registry shows tags, and the version links its run).
+    A store without a registry keeps the run and says so in a tag instead of failing it."""
+    from mlflow.exceptions import MlflowException
+
+    name = model["name"]
+    try:
+        try:
+            client.create_registered_model(name, description=model.get("description") or None)
+        except MlflowException as err:
+            if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
+                raise
+        tags = {f"metric.{key}": f"{value:.6g}" for key, value in list(metrics.items())[:90]}
+        tags[TAG_STAGE_INSTANCE] = run.data.tags.get(TAG_STAGE_INSTANCE, "")
+        version = client.create_model_version(
+            name,
+            source=f"{run.info.artifact_uri.rstrip('/')}/{model['artifact_path']}",
+            run_id=run.info.run_id,
+            tags=tags,
+            description=model.get("description") or None,
+        )
+    except MlflowException as err:
+        logger.warning("model %s not registered: %s", name, first_line(err))
+        client.set_tag(run.info.run_id, TAG_REGISTRY_ERROR, truncate(str(err), 500))
+        return
+    logger.info("registered %s version %s", name, version.version)
+
+
+def discard_partial(run_ids: Sequence[str], tracking_uri: str) -> list[str]:
+    """Best-effort delete of runs a failed flush left half-logged (the spool holds the whole
+    run, so keeping them would show it twice after replay). Returns the ones not deleted."""
+    left = []
+    for run_id in run_ids:
+        try:
+            with fail_fast_http():
+                from mlflow import MlflowClient
+
+                MlflowClient(tracking_uri=tracking_uri).delete_run(run_id)
+        except Exception:
+            left.append(run_id)
+    return left

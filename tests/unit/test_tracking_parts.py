@@ -1,0 +1,144 @@
+"""The parts of rulerag.tracking on their own: where artifacts of a store live (config), the
+tags a run starts with (identity), the run record's result (record), the repository a client
+reads artifacts through (store), the replay command (cli), and the cheap import."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rulerag.tracking import config, identity, record, store
+from rulerag.tracking.cli import main as cli_main
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.usefixtures("clean_tracking_env")
+
+
+# -- config: stores and artifact locations -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("uri", "expected"),
+    [
+        ("sqlite:////p/mlflow.db", "mlflow-artifacts:/rulerag/icews14"),
+        ("postgresql+psycopg2://u:pw@db/mlflow", "mlflow-artifacts:/rulerag/icews14"),
+        ("http://127.0.0.1:5000", None),
+        ("https://mlflow.example", None),
+        ("databricks", None),
+    ],
+)
+def test_database_stores_get_proxied_locations_servers_choose(uri: str, expected: str) -> None:
+    assert config.experiment_artifact_location(uri, "rulerag/icews14") == expected
+
+
+def test_experiment_locations_are_safe_folder_names() -> None:
+    location = config.experiment_artifact_location("sqlite:////p/x.db", "rulerag/my kg:..")
+    assert location == "mlflow-artifacts:/rulerag/my_kg_"
+
+
+def test_local_artifact_path_resolves_like_the_server(tmp_path: Path) -> None:
+    """`mlflow-artifacts:/<path>` is `<destination>/<path>`, the destination being the
+    project's mlartifacts/ (what `mlflow server --artifacts-destination` is given)."""
+    uri = "mlflow-artifacts:/rulerag/icews14/0123abcd/artifacts/model"
+    expected = tmp_path.resolve() / "mlartifacts/rulerag/icews14/0123abcd/artifacts/model"
+    assert config.local_artifact_path(uri, tmp_path) == expected
+    assert config.artifact_destination(tmp_path) == tmp_path.resolve() / "mlartifacts"
+    # a server's own form, `mlflow-artifacts://host:port/path`, names the same path
+    assert config.local_artifact_path("mlflow-artifacts://h:5000/a/b", tmp_path) == (
+        tmp_path.resolve() / "mlartifacts" / "a" / "b"
+    )
+    # stores made before locations were proxied: the folder they name
+    assert config.local_artifact_path("file:///old/mlartifacts/x", tmp_path) == Path(
+        "/old/mlartifacts/x"
+    )
+    assert config.local_artifact_path("/old/x", tmp_path) == Path("/old/x")
+    with pytest.raises(ValueError, match="leaves"):
+        config.local_artifact_path("mlflow-artifacts:/a/../../etc", tmp_path)
+    with pytest.raises(ValueError, match="not on this machine"):
+        config.local_artifact_path("s3://bucket/a", tmp_path)
+
+
+def test_server_command_serves_the_project_store_and_its_artifacts(tmp_path: Path) -> None:
+    command = config.server_command(tmp_path, port=5123, workers=1)
+    assert command[:4] == [sys.executable, "-m", "mlflow", "server"]
+
+    def option(name: str) -> str:
+        return command[command.index(name) + 1]
+
+    assert option("--backend-store-uri") == config.default_tracking_uri(tmp_path)
+    assert option("--artifacts-destination") == str(tmp_path.resolve() / "mlartifacts")
+    assert "--serve-artifacts" in command
+    assert (option("--host"), option("--port"), option("--workers")) == ("127.0.0.1", "5123", "1")
+    assert "--workers" not in config.server_command(tmp_path)  # MLflow's default
+
+
+# -- identity: the tags a run starts with -----------------------------------------------------
+
+
+def test_run_tags_name_the_execution_stage_and_instance(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(identity.PIPELINE_RUN_ENV, "p" * 9000)
+    monkeypatch.setattr(identity, "current_user", lambda: "ada")
+    tags = identity.run_tags("retrieve", "icews14", tmp_path)  # no git repository here
+    assert tags == {
+        "rulerag.pipeline_run": "p" * 7997 + "...",  # cut to MLflow's tag length
+        "rulerag.stage": "retrieve",
+        "rulerag.dataset": "icews14",
+        "rulerag.stage_instance": "retrieve@icews14",
+        "mlflow.user": "ada",
+    }
+    assert identity.git_commit(tmp_path) is None
+
+
+# -- record: the run's result -----------------------------------------------------------------
+
+
+def test_last_metrics_are_each_metrics_last_step() -> None:
+    run = record.RunRecord("e", "r", "s", "d", start_time=0)
+    run.metrics = [
+        {"key": "loss", "value": 0.5, "step": 2, "timestamp": 10},
+        {"key": "loss", "value": 0.9, "step": 1, "timestamp": 20},  # logged later, earlier step
+        {"key": "em", "value": 0.1, "step": 0, "timestamp": 5},
+        {"key": "em", "value": 0.3, "step": 0, "timestamp": 6},  # same step: the later one
+    ]
+    assert run.last_metrics() == {"em": 0.3, "loss": 0.5}
+    again = record.RunRecord.from_json({**run.__dict__, "spooled_at": "x", "format": 1})
+    assert again == run
+
+
+# -- store: the repository a client reads artifacts through -----------------------------------
+
+
+def test_artifact_repository_of_a_proxied_location(tmp_path: Path) -> None:
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+    from mlflow.store.artifact.mlflow_artifacts_repo import MlflowArtifactsRepository
+
+    uri = "mlflow-artifacts:/rulerag/toy/abc/artifacts"
+    local = store.artifact_repository(uri, config.default_tracking_uri(tmp_path), tmp_path)
+    assert isinstance(local, LocalArtifactRepository)
+    assert Path(local.artifact_dir) == config.local_artifact_path(uri, tmp_path)
+    served = store.artifact_repository(uri, "http://127.0.0.1:5000", tmp_path)
+    assert isinstance(served, MlflowArtifactsRepository)  # the server resolves it
+
+
+# -- cli ---------------------------------------------------------------------------------------
+
+
+def test_replay_with_an_empty_spool(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli_main(["replay", "--project-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "replayed 0 run(s)" in out and f"0 left in {tmp_path.resolve() / '.mlflow-spool'}" in out
+
+
+def test_importing_tracking_does_not_import_mlflow() -> None:
+    code = "import sys, rulerag.tracking; print('mlflow' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
