@@ -22,9 +22,9 @@ import sys
 from dataclasses import asdict
 
 from pipeline_steps.common import numeric_metrics, run_stage, stage_inputs
-from rulerag.tracking.registry import registered_name, save_encoder_model
 from rulerag.retrieval.configs import TRAINED_MODES
 from rulerag.retrieval.fine_tuning import train_retriever
+from rulerag.tracking.registry import registered_name, save_encoder_model
 
 OPTIONS = {"encoder": "a dense encoder of index.dense", "mode": "what to train on: q ∘ r or q"}
 

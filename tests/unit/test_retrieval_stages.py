@@ -14,6 +14,7 @@ import pipeline_steps.retrieval_report as retrieval_report
 import pipeline_steps.retrieve as retrieve
 import pipeline_steps.train_retriever as train
 from rulerag.retrieval.synthetic import tiny_benchmark
+from rulerag.tracking import artifact_repository
 from tests.helpers import StageProject, require_minilm
 
 pytestmark = pytest.mark.slow
@@ -124,7 +125,9 @@ def test_index_train_retrieve_report(project: StageProject) -> None:
     trained = next(r for r in runs if r.data.tags["rulerag.stage"] == "train_retriever")
     history = client.get_metric_history(trained.info.run_id, "train_loss")
     assert [m.step for m in history] == [1, 2, 3, 4]
-    artifacts = {a.path for a in client.list_artifacts(trained.info.run_id)}
+    store = f"sqlite:///{project.root / 'mlflow.db'}"  # no server: the project's mlartifacts/
+    repository = artifact_repository(trained.info.artifact_uri, store, project.root)
+    artifacts = {a.path for a in repository.list_artifacts()}
     assert {"loss.csv", "loss.png", "train.json", "model"} <= artifacts
     assert trained.data.params["mode"] == "rgft" and trained.data.params["rule_query"] == "rule"
     report = next(r for r in runs if r.data.tags["rulerag.stage"] == "retrieval_report")
