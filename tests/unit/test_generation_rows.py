@@ -82,3 +82,18 @@ def test_training_plans_name_the_variant_retrieval_and_params(params: Params) ->
     assert r2ag.tracked["generation.model"] == generation.model
     with pytest.raises(ValueError, match="unknown variant"):
         r2ag_plan("nope", generation, params.r2ag)
+
+
+def test_a_robustness_row_without_its_queries_names_the_file(
+    params: Params, tmp_path: Path
+) -> None:
+    import dataclasses
+
+    from rulerag.layout import DataLayout
+
+    generation = dataclasses.replace(params.generation, robustness_rows=("rulerag_icl",))
+    row = robust_plan("rulerag_icl", generation, params.index, params.retrieve)
+    assert row.stage == "robustness" and row.robust is not None
+    assert row.tracked["config"]["retrieval"] == "rg"
+    with pytest.raises(InputError, match=r"benchmark/robust\.jsonl not found: run build_benchmark"):
+        row.answer(DataLayout.of(tmp_path, "toy"))
