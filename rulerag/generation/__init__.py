@@ -7,10 +7,13 @@
 * `local`    - transformers causal LMs, batched greedy decoding.
 * `api`      - an OpenAI-compatible chat API with the paper's 3-shot prompt.
 * `training` - LoRA / QLoRA with the HF Trainer, loss on answer tokens only.
+* `adapters` - the adapter training sequence (`fit_adapter`) and stage `train_generator`'s work.
 * `samples`  - benchmark records + retrieval runs -> generator inputs.
 * `config`   - params profiles (cpu / paper) and the Table 2 grid.
-* `r2ag`     - R²AG: retrieval features, the R²-Former and retrieval-aware prompting (issue 14,
-               library only so far; no stage or grid row yet).
+* `grid`     - one row of the grid: prompts in, scored answers out (`run_row`).
+* `rows`     - which generator answers a row (stages `generate`, `generate_r2ag`, `robustness`).
+* `r2ag`     - R²AG: retrieval features, the R²-Former and retrieval-aware prompting; `r2ag.fit`
+               is stage `train_r2ag`'s work and the grid's side of a trained variant.
 
 Importing this package does not import torch or transformers; the modules that need them
 import them when called.

@@ -375,6 +375,7 @@ def chain_factory(
         from rulerag.retrieval.runs import open_searcher
 
         base = Path(base)
+        layout = DataLayout(base)
         model = make_generator(base, replace(grid, method=None), settings, None)
         if grid.generator == "api":
             model.examples = []  # the chain's prompts carry their own demonstrations
@@ -382,9 +383,9 @@ def chain_factory(
         else:
             llm = local_llm(model)
         config = parse_config(f"{settings.retriever}-standard")
-        searcher = open_searcher(config, DataLayout(base), index, model_cache)
-        corpus = load_corpus(base / "benchmark" / "corpus.jsonl")  # read once: every step
-        items = read_jsonl(base / "benchmark" / "f_r.jsonl")  # searches it
+        searcher = open_searcher(config, layout, index, model_cache)
+        corpus = load_corpus(layout.corpus)  # read once: every step searches it
+        items = read_jsonl(layout.queries("f_r"))
         demos = demos_from_items(items, corpus, settings.chains.shots, settings.seed)
         if not demos:
             raise ValueError(f"{base}: no F_R item with an oracle document for the demonstrations")

@@ -2,8 +2,9 @@
 
 * `base`: the model as it is (`generation.model`), batched greedy decoding (`local.py`);
 * a trained variant (`rgft`, `ssft`): the same model with the LoRA adapter `train_generator`
-  wrote to `generation/adapters/<variant>/`, checked against what it was trained with (base
-  model, chat template, prompt style), so it is never prompted differently from its training;
+  wrote to `generation/adapters/<variant>/` (`DataLayout.adapter`), checked against what it
+  was trained with (base model, chat template, prompt style), so it is never prompted
+  differently from its training;
 * `api`: an OpenAI-compatible chat endpoint with the paper's fixed F_G examples as a k-shot
   prompt (`api.py`);
 * `symbolic` is not built here: it needs no model (`grid.run_row` answers it, `symbolic.py`).
@@ -23,25 +24,15 @@ from typing import Any
 from rulerag.generation.config import GenerationSettings, GridConfig
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import fg_examples
-from rulerag.layout import RUN_FG_FILENAME
+from rulerag.layout import DataLayout
 
 __all__ = [
-    "ADAPTERS_DIR",
-    "adapter_dir",
     "api_examples",
     "check_chat_template",
     "check_trained_with",
     "make_generator",
     "passive_openmp",
 ]
-
-#: where `train_generator` puts the adapters, under data/<dataset>/generation/
-ADAPTERS_DIR = "adapters"
-
-
-def adapter_dir(base: Path, variant: str) -> Path:
-    """data/<dataset>/generation/adapters/<variant>/ (`base` = data/<dataset>)."""
-    return Path(base) / "generation" / ADAPTERS_DIR / variant
 
 
 def passive_openmp() -> None:
@@ -64,7 +55,7 @@ def api_examples(
     retriever's F_G run (none when that run is missing), with their first answer."""
     if settings.api.shots <= 0:
         return []
-    has_run = retrieval and (base / "retrieval" / retrieval / RUN_FG_FILENAME).is_file()
+    has_run = retrieval and DataLayout(Path(base)).run(retrieval, "f_g").is_file()
     return fg_examples(
         base,
         settings.api.shots,
@@ -110,7 +101,7 @@ def make_generator(
     if not grid.trained:
         adapter = None
     else:
-        adapter = adapter or adapter_dir(base, grid.generator)
+        adapter = adapter or DataLayout(Path(base)).adapter(grid.generator)
         if not (adapter / "adapter_config.json").is_file():
             raise FileNotFoundError(f"{adapter}: run train_generator for {grid.generator}")
         trained = json.loads((adapter / "train_stats.json").read_text(encoding="utf-8"))

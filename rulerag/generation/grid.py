@@ -9,26 +9,53 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pandas as pd
 
 from rulerag.evaluation.metrics import aggregate, score_prediction
 from rulerag.generation.config import GenerationSettings, GridConfig, retrieval_name
 from rulerag.generation.generators import make_generator
 from rulerag.generation.samples import load_samples, prompt_format, sample_queries
-from rulerag.io import read_jsonl
-from rulerag.layout import RUN_FILENAME
+from rulerag.io import read_jsonl, write_json, write_jsonl, write_parquet
+from rulerag.layout import RUN_FILENAME, DataLayout
 
 __all__ = ["RowResult", "run_row"]
 
 
 @dataclass
 class RowResult:
-    """Per-query records (for predictions.jsonl) and the row's metrics (metrics.json)."""
+    """Per-query records (for predictions.jsonl) and the row's metrics (metrics.json); a row
+    that searched its own queries (robustness) also holds that run (run.parquet)."""
 
     records: list[dict[str, Any]]
     metrics: dict[str, Any]
+    #: the row's own retrieval run and its provenance (None: the row read a stage's run)
+    run: pd.DataFrame | None = None
+    run_provenance: dict[str, Any] = field(default_factory=dict)
+
+    def write(self, folder: Path) -> None:
+        """predictions.jsonl, metrics.json (and run.parquet) into `folder` (a staging folder:
+        `io.staged_outputs`)."""
+        if self.run is not None:
+            write_parquet(folder / RUN_FILENAME, self.run, self.run_provenance)
+        write_jsonl(folder / "predictions.jsonl", self.records)
+        write_json(folder / "metrics.json", self.metrics)
+
+    def summary(self, recall_k: int) -> str:
+        """The row's figures in one line: queries, EM, T-F1, R@k, generator and its time."""
+
+        def pct(value: Any) -> str:
+            return "–" if value is None else f"{100 * value:.1f}"
+
+        m = self.metrics
+        return (
+            f"{m['queries']} queries, EM {pct(m['em'])}, T-F1 {pct(m['token_f1'])}, "
+            f"R@{recall_k} {pct(m.get(f'recall_at_{recall_k}'))} "
+            f"({m['generator']}, {m['generate_seconds']:.0f}s)"
+        )
 
 
 def run_row(
@@ -39,7 +66,7 @@ def run_row(
     generator_factory: Callable[..., Any] | None = None,
     *,
     query_set: str = "test",
-    run_file: str | Path = RUN_FILENAME,
+    run_file: str | Path | pd.DataFrame = RUN_FILENAME,
     queries: Sequence[Mapping[str, Any]] | None = None,
 ) -> RowResult:
     """Answer and score the row's test queries (data/<dataset>/ is `base`).
@@ -49,11 +76,12 @@ def run_row(
     and one with `generate_samples(samples, prompts)` reads the samples too (R²AG does both).
     `query_set` (benchmark/<query_set>.jsonl) and `run_file` (its retrieval run, a name in the
     row's retrieval folder or a path) answer another query set, e.g. the robustness queries;
-    `queries` (records of that set) answers exactly these instead of the seeded sample.
+    `queries` (records of that set) answers exactly these instead of the seeded sample;
+    `run_file` may also be the run itself (a frame).
     """
     retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
     if queries is None:
-        test = read_jsonl(base / "benchmark" / f"{query_set}.jsonl")
+        test = read_jsonl(DataLayout(Path(base)).queries(query_set))
         queries = sample_queries(test, settings.test_queries, settings.seed)
     samples = load_samples(base, queries, retrieval, run_file, grid.rules, settings)
     if grid.evidence:
@@ -152,13 +180,13 @@ def _ranked(
     """`decoding: rank`: candidates from the prompt's documents and the rules' answers, scored
     by the local generator (`ranking.py`)."""
     from rulerag.generation.ranking import answer_by_ranking, candidate_sets, doc_entity_names
-    from rulerag.generation.symbolic import ANSWERS_FILE, read_answers
+    from rulerag.generation.symbolic import read_answers
 
     if not hasattr(generator, "tokenizer"):
         raise ValueError("decoding: rank needs a local generator (it scores with the model)")
     rules = (
         {q: [c["name"] for c in cands] for q, cands in read_answers(base).items()}
-        if (base / ANSWERS_FILE).is_file()
+        if DataLayout(Path(base)).rule_answers.is_file()
         else {}
     )
     subjects = {str(q["qid"]): str(q.get("head_name", "")) for q in queries}

@@ -14,6 +14,7 @@ Hits@k beside EM.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -247,8 +248,11 @@ def doc_entity_names(base: Any) -> dict[str, tuple[str, str]]:
     """Doc id -> (head name, tail name) of its KG link, from data/<dataset>/ (`base`)."""
     import pandas as pd
 
-    corpus = pd.read_parquet(base / "benchmark" / "corpus.parquet", columns=["id", "head", "tail"])
-    entities = pd.read_parquet(base / "kg" / "entities.parquet", columns=["id", "name"])
+    from rulerag.layout import DataLayout
+
+    layout = DataLayout(Path(base))
+    corpus = pd.read_parquet(layout.corpus_table, columns=["id", "head", "tail"])
+    entities = pd.read_parquet(layout.entities, columns=["id", "name"])
     names = dict(zip(entities["id"].astype(int), entities["name"].astype(str), strict=True))
     return {
         str(d): (names[int(h)], names[int(t)])

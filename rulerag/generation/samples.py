@@ -25,7 +25,7 @@ from rulerag.benchmark.sampling import sample_queries
 from rulerag.generation.config import RULE_FILTERS, GenerationSettings
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.io import iter_jsonl, read_jsonl
-from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME
+from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
 from rulerag.retrieval.data import read_rule_texts
 
 __all__ = [
@@ -182,31 +182,29 @@ def load_samples(
     base: Path,
     queries: Sequence[Mapping[str, Any]],
     retrieval: str | None,
-    run_file: str | Path,
+    run_file: str | Path | pd.DataFrame,
     rules: str,
     settings: GenerationSettings,
 ) -> list[Sample]:
     """The generator inputs of `queries` under data/<dataset>/ (`base`): their documents from
-    the retrieval run `retrieval/<retrieval>/<run_file>` (a Path: that file; none when
-    `retrieval` is None), united
+    the retrieval run `retrieval/<retrieval>/<run_file>` (a Path: that file; a frame: that run,
+    as the robustness rows search their own queries; none when `retrieval` is None), united
     over the lists of the rules the prompt shows (`selected_rules`, filter `rules`), their rules
     from the bank, the document texts from the corpus."""
-    rule_texts = read_rule_texts(base / "rules" / "bank.parquet")
+    layout = DataLayout(Path(base))
+    rule_texts = read_rule_texts(layout.rule_bank)
     documents = None
     doc_rules = None
     needed: set[str] = set()
     if retrieval:
-        path = run_file if isinstance(run_file, Path) else base / "retrieval" / retrieval / run_file
-        if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
-        run = pd.read_parquet(path)
+        run = _read_run(layout, retrieval, run_file)
         run = run[run["qid"].astype(str).isin({str(q["qid"]) for q in queries})]
         shown = {str(q["qid"]): selected_rules(q, rule_texts, settings.max_rules) for q in queries}
         lists = united_lists(run, rules, shown)
         documents = {q: [doc for doc, _ in pairs] for q, pairs in lists.items()}
         doc_rules = {q: dict(pairs) for q, pairs in lists.items()}
         needed = {d for ids in documents.values() for d in ids[: settings.keep_retrieved]}
-    corpus = load_corpus(base / "benchmark" / "corpus.jsonl", needed) if needed else {}
+    corpus = load_corpus(layout.corpus, needed) if needed else {}
     return build_samples(
         queries,
         rule_texts=rule_texts,
@@ -219,6 +217,20 @@ def load_samples(
     )
 
 
+def _read_run(
+    layout: DataLayout, retrieval: str, run_file: str | Path | pd.DataFrame
+) -> pd.DataFrame:
+    """The run frame `load_samples` unites: the frame itself, or the file (a name in the
+    retrieval configuration's folder, or a path), read as a parquet file reads back (a fresh
+    index: the frame's rows are selected by label further on)."""
+    if isinstance(run_file, pd.DataFrame):
+        return run_file.reset_index(drop=True)
+    path = run_file if isinstance(run_file, Path) else layout.output(retrieval) / run_file
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
+    return pd.read_parquet(path)
+
+
 def fg_samples(
     base: Path,
     n: int,
@@ -228,9 +240,10 @@ def fg_samples(
     shuffle: bool = False,
 ) -> list[Sample]:
     """A seeded sample of n answered F_G queries as generator inputs (see `fg_examples`)."""
-    pool = [r for r in read_jsonl(base / "benchmark" / "f_g.jsonl") if r.get("answers")]
+    layout = DataLayout(Path(base))
+    pool = [r for r in read_jsonl(layout.queries("f_g")) if r.get("answers")]
     if retrieval:
-        pool = retrieved_only(pool, base / "retrieval" / retrieval / RUN_FG_FILENAME)
+        pool = retrieved_only(pool, layout.run(retrieval, "f_g"))
     chosen = sample_queries(pool, n, settings.seed)
     if shuffle:
         order = np.random.default_rng(settings.seed + 1).permutation(len(chosen))

@@ -17,16 +17,15 @@ from typing import Any
 
 from rulerag.generation.prompts import Sample
 from rulerag.io import iter_jsonl
+from rulerag.layout import DataLayout
 
-__all__ = ["ANSWERS_FILE", "SymbolicGenerator", "add_evidence", "read_answers"]
-
-#: where `apply_rules` writes the rules' answers, under data/<dataset>/
-ANSWERS_FILE = Path("rule_application") / "answers.jsonl"
+__all__ = ["SymbolicGenerator", "add_evidence", "read_answers"]
 
 
 def read_answers(base: Path) -> dict[str, list[dict[str, Any]]]:
-    """qid -> its explained candidates, best first (data/<dataset>/ is `base`)."""
-    path = Path(base) / ANSWERS_FILE
+    """qid -> its explained candidates, best first (data/<dataset>/ is `base`; `apply_rules`
+    writes them)."""
+    path = DataLayout(Path(base)).rule_answers
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run the apply_rules stage")
     return {str(r["qid"]): list(r["candidates"]) for r in iter_jsonl(path)}

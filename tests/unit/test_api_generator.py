@@ -195,37 +195,32 @@ def test_key_from_a_real_airflow_connection_variable(monkeypatch):
     )
 
 
-class _FakeRun:
-    """Stands in for rulerag.tracking's StageRun: records what the stage logs."""
+def _finished_runs(uri: str, stage: str) -> list:
+    from mlflow import MlflowClient
 
-    def __init__(self) -> None:
-        self.metrics: dict = {}
-        self.tags: dict = {}
-        self.artifacts: list = []
-
-    def log_metrics(self, metrics, step=None):
-        self.metrics.update(metrics)
-
-    def set_tags(self, tags):
-        self.tags.update(tags)
-
-    def log_artifact(self, path, artifact_path=None):
-        self.artifacts.append(path)
+    client = MlflowClient(tracking_uri=uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, filter_string=f"tags.`rulerag.stage` = '{stage}'")
 
 
-def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
+@pytest.mark.slow  # an MLflow SQLite store is created
+def test_generate_stage_with_the_api_generator(
+    tmp_path, monkeypatch, caplog, stage_project, clean_tracking_env
+):
     """The `generate` glue end to end on synthetic files: samples from a retrieval run, the
-    rule prompt, 3 fixed F_G examples, metrics and predictions written, the key nowhere."""
-    import contextlib
-
+    rule prompt, 3 fixed F_G examples, metrics and predictions written, the key nowhere (nor
+    in the MLflow run)."""
     import pipeline_steps.generate as stage
     from rulerag.io import write_jsonl
     from tests.helpers import run_frame, write_bank
 
     caplog.set_level(logging.DEBUG)
-    base = tmp_path / "data" / "toy"
-    (base / "benchmark").mkdir(parents=True)
-    run_dir = base / "retrieval" / "bm25-rg"
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # as before passive_openmp set it
+    layout = stage_project.layout("toy")
+    layout.benchmark.mkdir(parents=True)
+    run_dir = layout.output("bm25-rg")
     run_dir.mkdir(parents=True)
 
     queries = [
@@ -242,57 +237,42 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
         {"qid": f"g{i}", "query": f"what does Y{i} visit ?", "answers": [f"A{i}"], "rule_ids": []}
         for i in range(5)
     ]
-    write_jsonl(base / "benchmark" / "test.jsonl", queries)
-    write_jsonl(base / "benchmark" / "f_g.jsonl", f_g)
+    write_jsonl(layout.queries("test"), queries)
+    write_jsonl(layout.queries("f_g"), f_g)
     write_jsonl(
-        base / "benchmark" / "corpus.jsonl",
-        [{"id": f"D{i}", "contents": f"X{i} visits Kabul ."} for i in range(4)],
+        layout.corpus, [{"id": f"D{i}", "contents": f"X{i} visits Kabul ."} for i in range(4)]
     )
-    write_bank(base / "rules" / "bank.parquet", {"R1": "[E1, visits, E2] leads to [E1, meets, E2]"})
+    write_bank(layout.rule_bank, {"R1": "[E1, visits, E2] leads to [E1, meets, E2]"})
     run = run_frame(
         [("t0", "R1", 1, "D0", 2.0), ("t0", "", 1, "D1", 1.0), ("t1", "R1", 1, "D1", 1.0),
          ("t2", "R1", 1, "D2", 1.0)]
     )  # fmt: skip
-    run.to_parquet(run_dir / "run.parquet")
+    run.to_parquet(layout.run("bm25-rg"))
     params = {
-        "generation": {
-            "model": "smollm2",
-            "retriever": "bm25",
-            "num_documents": 2,
-            "max_rules": 1,
-            "max_new_tokens": 8,
-            "batch_size": 2,
-            "recall_k": [10],
-            "test_queries": None,
-            "seed": 1,
-            "api": {"base_url": None, "model": "fake", "shots": 3, "backoff": 0.0},
-            "configs": ["gpt_icl"],
-            "grid": {"gpt_icl": {"retrieval": "rg", "generator": "api", "prompt": "rule"}},
-        }
+        "generation.model": "smollm2",
+        "generation.retriever": "bm25",
+        "generation.num_documents": 2,
+        "generation.max_rules": 1,
+        "generation.max_new_tokens": 8,
+        "generation.batch_size": 2,
+        "generation.recall_k": [10],
+        "generation.test_queries": None,
+        "generation.seed": 1,
+        "generation.configs": ["gpt_icl"],
+        "generation.grid.gpt_icl": {"retrieval": "rg", "generator": "api", "prompt": "rule"},
+        "build_benchmark.rule_selection.top_n": 3,
     }
-    params["build_benchmark"] = {"rule_selection": {"top_n": 3}}
-    fake_run = _FakeRun()
-
-    @contextlib.contextmanager
-    def fake_stage_run(stage_name, dataset, **kwargs):
-        assert stage_name == "generate" and dataset == "toy"
-        assert KEY not in json.dumps(kwargs.get("params"), default=str)
-        yield fake_run
-
     monkeypatch.setenv("RULERAG_API_KEY", KEY)
-    monkeypatch.setattr(stage, "passive_openmp", lambda: None)  # keep this process's OpenMP
-    monkeypatch.setattr(stage, "data_dir", lambda name: tmp_path / "data" / name)
-    monkeypatch.setattr(stage, "stage_run", fake_stage_run)
     with FakeOpenAI([]) as server:
-        params["generation"]["api"]["base_url"] = server.url
-        monkeypatch.setattr(stage, "load_params", lambda: params)
-
+        api = {"base_url": server.url, "model": "fake", "shots": 3, "backoff": 0.0}
+        params["generation.api"] = api
         # every completion says Kabul (and runs on into the next section, as small models do)
         server.script = [
             (200, {"choices": [{"message": {"content": "Answer: Kabul\nQuery: more"}}]})
         ] * 4
-        assert stage.main(["--dataset", "toy", "--config", "gpt_icl"]) == 0
-    out = base / "generation" / "gpt_icl"
+        code = stage_project.run(stage, "--dataset", "toy", "--config", "gpt_icl", params=params)
+        assert code == 0
+    out = layout.row("gpt_icl")
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["queries"] == 4 and metrics["em"] == 0.5 and metrics["token_f1"] == 0.5
     assert metrics["recall_at_10"] == 0.5  # t0, t2 have a Kabul document; t1's answer is Iran
@@ -312,7 +292,10 @@ def test_generate_stage_with_the_api_generator(tmp_path, monkeypatch, caplog):
     assert "Case 3:" in sent["content"] and "# Answer: A" in sent["content"]
     sent_all = [r["body"]["messages"][-1]["content"] for r in server.requests]
     assert any(text.endswith("Final Query:\n" + prompt) for text in sent_all)
-    assert fake_run.metrics["em"] == 0.5 and fake_run.tags["rulerag.config"] == "gpt_icl"
+    (tracked,) = _finished_runs(uri, "generate")
+    assert tracked.info.status == "FINISHED"
+    assert tracked.data.metrics["em"] == 0.5 and tracked.data.tags["rulerag.config"] == "gpt_icl"
+    assert KEY not in json.dumps(tracked.data.params)
     for path in out.iterdir():
         assert KEY not in path.read_text()
     assert KEY not in caplog.text

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from rulerag.generation.config import generation_settings
@@ -62,3 +63,22 @@ def test_every_selected_rule_by_default(base: Path) -> None:
     # the union ranks by score: the third rule's documents first
     assert [d.split("-")[1] for d in sample.extra["doc_ids"][:4]] == ["R3"] * 4
     assert {d.split("-")[1] for d in sample.extra["doc_ids"]} == set(RULES)
+
+
+def test_a_run_in_memory_gives_the_samples_its_file_gives(base: Path, tmp_path: Path) -> None:
+    """The robustness rows answer from the run they searched, held in memory, and write it as
+    run.parquet: the samples are the ones that file would give (row order and index of the
+    frame aside: a parquet file reads back with a fresh index)."""
+    from rulerag.io import write_parquet
+
+    settings = generation_settings({"max_rules": 2, "num_documents": 3, "recall_k": [5]})
+    run = pd.read_parquet(base / "retrieval" / "minilm-rg" / RUN_FILENAME)
+    run = run.iloc[::-1].set_axis(range(100, 100 + 2 * len(run), 2))  # another order and index
+    path = tmp_path / "elsewhere" / "run.parquet"
+    path.parent.mkdir()
+    write_parquet(path, run, {"stage": "test"})
+    from_file = load_samples(base, QUERIES, "minilm-rg", path, "all", settings)
+    in_memory = load_samples(base, QUERIES, "minilm-rg", run, "all", settings)
+    assert in_memory == from_file
+    assert [s.extra for s in in_memory] == [s.extra for s in from_file]
+    assert [d.split("-")[1] for d in in_memory[0].extra["doc_ids"]][:4] == ["R2"] * 4

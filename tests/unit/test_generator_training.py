@@ -132,6 +132,67 @@ def test_lora_loss_falls_and_adapter_reloads(tiny, tmp_path: Path):
     assert tokenizer.decode([next_id]).strip() in ENTITIES
 
 
+def test_fit_adapter_trains_on_the_samples_rendered_as_the_grid_renders_them(tiny, tmp_path):
+    """`fit_adapter` (train_generator's sequence, and generalisation's): the `rule` prompt of
+    each sample in the `paper` style, its first answer as the style's target (`e3.`), the
+    first `n_dev` samples as the dev slice. It trains exactly as `train_lora` on those pairs
+    does: the same loss curves, the same adapter weights."""
+    from rulerag.generation.adapters import fit_adapter
+    from rulerag.generation.config import generation_settings
+    from rulerag.generation.models import load_causal_lm, load_tokenizer
+    from rulerag.generation.prompts import PromptFormat, Sample
+
+    base_dir, *_ = tiny
+    samples = []
+    for i in range(20):
+        subject = ENTITIES[i % len(ENTITIES)]
+        samples.append(
+            Sample(
+                qid=f"q{i}",
+                query=f"whom does {subject} meet ?",
+                answers=(ANSWER[subject], "e0"),
+                documents=(f"{subject} visits {ANSWER[subject]} .",),
+                rules=("[Entity1, visits, Entity2] leads to [Entity1, meets, Entity2]",),
+                temporal=False,
+            )
+        )
+    generation = generation_settings(
+        {
+            "model": str(base_dir),
+            "chat_template": False,
+            "seed": 3,
+            "train": {"epochs": 1, "learning_rate": 1e-2, "batch_size": 4, "warmup": 0,
+                      "eval_steps": 2, "logging_steps": 1},
+        }
+    )  # fmt: skip
+    result = fit_adapter(
+        samples, n_dev=4, prompt="rule", generation=generation, output_dir=tmp_path / "fit"
+    )
+    paper = PromptFormat("paper", temporal=False)
+    pairs = [(paper.render_sample("rule", s), paper.target(s.answers[0])) for s in samples]
+    assert pairs[0][1] == f"{ANSWER['e0']}." and "# Rules:" in pairs[0][0]
+    direct = train_lora(
+        load_causal_lm(str(base_dir)),
+        load_tokenizer(str(base_dir), padding_side="right"),
+        pairs[4:],
+        pairs[:4],
+        generation.trainer_settings(),
+        tmp_path / "direct",
+        base_model=str(base_dir),
+    )
+    stats = result.stats
+    assert (stats["train_samples"], stats["dev_samples"], stats["steps"]) == (16, 4, 4)
+    assert stats["loss_curve"] == direct.stats["loss_curve"]
+    assert stats["dev_curve"] == direct.stats["dev_curve"] and stats["dev_curve"]
+    saved = json.loads((tmp_path / "fit" / "train_stats.json").read_text())
+    assert saved["base_model"] == str(base_dir) and saved["prompt_style"] == "paper"
+    fitted = {k: v for k, v in result.model.state_dict().items() if "lora_" in k}
+    again = {k: v for k, v in direct.model.state_dict().items() if "lora_" in k}
+    assert fitted.keys() == again.keys() and fitted
+    for key, value in fitted.items():
+        torch.testing.assert_close(again[key], value)
+
+
 #: trains in a child process: DeepSpeed sets up torch.distributed and the rendezvous variables
 DEEPSPEED_CHILD = """
 import json, sys

@@ -1,35 +1,53 @@
 """R²AG end to end for the pipeline: train a variant on F_G samples, or open it for a grid row.
 
+`R2AGPlan` is stage `train_r2ag`'s work: `r2ag_plan` resolves an `r2ag.variants` entry (its
+retrieval run, what MLflow records) before anything loads; `R2AGPlan.fit` draws the variant's
+F_G samples (seeded, as `train_generator` does), opens the feature encoder of its retrieval run
+and trains it; `TrainedR2AG.write` saves the model folder, the statistics and the loss curves.
+
 `fit_variant` loads `generation.model` (frozen; LoRA on it for a `lora` variant), adds the
 placeholder token, builds the training examples from the variant's F_G samples (marked prompt,
 answer target, features from the variant's retriever, answer-bearing document labels), trains
 the R²-Former on LM + QDM loss and returns what `save_r2ag` writes. `open_generator` is the
 grid's side: the trained folder behind the row's retrieval run.
+
+Importing this module does not import torch (`passive_openmp` runs first in the stages).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rulerag.generation.config import GenerationSettings
+from rulerag.generation.config import GenerationSettings, retrieval_name
 from rulerag.generation.prompts import PromptFormat, Sample
-from rulerag.generation.r2ag.data import marked_prompt, training_examples
 from rulerag.generation.r2ag.encoding import FeatureEncoder, open_feature_encoder
 from rulerag.generation.r2ag.settings import R2AGSettings, R2AGVariant
+from rulerag.generation.samples import fg_samples
+from rulerag.io import atomic_open, staged_outputs, write_json
+from rulerag.layout import DataLayout
+from rulerag.retrieval.configs import RetrieveSettings
+from rulerag.retrieval.data import read_rule_texts
 from rulerag.retrieval.settings import IndexSettings
 
-__all__ = ["FitResult", "fit_variant", "generator_factory", "open_generator", "variant_dir"]
+__all__ = [
+    "FitResult",
+    "R2AGPlan",
+    "TrainedR2AG",
+    "fit_variant",
+    "generator_factory",
+    "open_generator",
+    "r2ag_plan",
+]
 
-#: where `train_r2ag` puts the trained variants, under data/<dataset>/generation/
-MODELS_DIR = "r2ag_models"
-
-
-def variant_dir(base: Path, variant: str) -> Path:
-    """data/<dataset>/generation/r2ag_models/<variant>/ (`base` = data/<dataset>)."""
-    return Path(base) / "generation" / MODELS_DIR / variant
+#: the stage name in the statistics' and loss curves' file names (`DataLayout.train_stats`)
+STAGE = "train_r2ag"
+#: the loss parts each curve point has (total, LM, QDM)
+LOSSES = ("loss", "lm", "qdm")
+#: the curves in `fit_variant`'s statistics (kept in the model folder, not in the metrics file)
+CURVES = ("loss_curve", "dev_curve")
 
 
 @dataclass
@@ -37,6 +55,119 @@ class FitResult:
     model: Any  # R2AGModel
     meta: dict[str, Any]
     stats: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class R2AGPlan:
+    """One `r2ag.variants` entry as `train_r2ag` trains it."""
+
+    variant: str
+    spec: R2AGVariant
+    retrieval: str  # the retrieval configuration whose F_G run gives the documents
+    generation: GenerationSettings
+    settings: R2AGSettings
+
+    @property
+    def tracked(self) -> dict[str, Any]:
+        """The MLflow params of the run."""
+        return {
+            "r2ag": {**asdict(self.settings), "profiles": None},
+            "variant": {"name": self.variant, **asdict(self.spec), "retrieval": self.retrieval},
+            "generation.model": self.generation.model,
+        }
+
+    def fit(
+        self,
+        layout: DataLayout,
+        index: IndexSettings,
+        retrieve: RetrieveSettings,
+        *,
+        model_cache: Path | None = None,
+    ) -> TrainedR2AG:
+        """Train the variant on `r2ag.train.samples` + `dev_samples` F_G samples (the dev
+        slice first), features from its retrieval run's encoder (`r2ag.encoder` or
+        `generation.retriever`'s index for a sparse run)."""
+        settings, generation = self.settings, self.generation
+        n_train, n_dev = settings.train.samples, settings.train.dev_samples
+        samples = fg_samples(
+            layout.root, n_train + n_dev, self.retrieval, self.spec.rules, generation, shuffle=True
+        )
+        features = open_feature_encoder(
+            layout.root,
+            self.retrieval,
+            index,
+            read_rule_texts(layout.rule_bank),
+            encoder=settings.encoder or generation.retriever,
+            rule_query=retrieve.rule_query,
+            mask=settings.feature_mask(),
+            model_cache=model_cache,
+        )
+        result = fit_variant(
+            samples, n_dev, self.spec, features, generation, settings, retrieval=self.retrieval
+        )
+        return TrainedR2AG(self.variant, result)
+
+
+def r2ag_plan(variant: str, generation: GenerationSettings, settings: R2AGSettings) -> R2AGPlan:
+    """The plan of `variant` (ValueError naming the variants when it is none of them)."""
+    spec = settings.variant(variant)
+    return R2AGPlan(
+        variant, spec, retrieval_name(spec.retrieval, generation.retriever), generation, settings
+    )
+
+
+@dataclass(frozen=True)
+class TrainedR2AG:
+    """A trained variant and what `train_r2ag` writes of it."""
+
+    variant: str
+    result: FitResult
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """train_r2ag_<variant>.json: the variant, its metadata, the training figures (no
+        curves: those go to the loss CSV)."""
+        figures = {k: v for k, v in self.result.stats.items() if k not in CURVES}
+        return {"variant": self.variant, **self.result.meta, **figures}
+
+    def curve_points(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(split, point) of the train then the dev curve, each point with step and `LOSSES`."""
+        for split, curve in (("train", "loss_curve"), ("dev", "dev_curve")):
+            for point in self.result.stats[curve]:
+                yield split, point
+
+    def curve_metrics(self) -> Iterator[tuple[int, dict[str, float]]]:
+        """(step, {"<split>_<loss>": value}) per curve point, for MLflow."""
+        for split, p in self.curve_points():
+            yield p["step"], {f"{split}_{k}": p[k] for k in LOSSES}
+
+    def write(self, layout: DataLayout) -> None:
+        """The model folder (`DataLayout.r2ag_model`, replaced whole; its statistics keep the
+        curves), train_r2ag_<variant>.json (DVC metrics) and its loss CSV (DVC plots)."""
+        from rulerag.generation.r2ag.training import save_r2ag
+
+        result = self.result
+        with staged_outputs(layout.r2ag_model(self.variant), STAGE) as staging:
+            save_r2ag(result.model, staging, result.meta, result.stats)
+        write_json(layout.train_stats(self.variant, STAGE), self.stats)
+        with atomic_open(layout.loss_curve(self.variant, STAGE)) as handle:
+            handle.write("step,loss,lm,qdm,split\n")
+            for split, p in self.curve_points():
+                values = ",".join(f"{p[k]:.5f}" for k in LOSSES)
+                handle.write(f"{p['step']},{values},{split}\n")
+
+    def summary(self) -> str:
+        """Samples, steps, time, the loss and the dev LM loss / QDM accuracy, in one line."""
+        stats = self.stats
+        before, best = stats.get("dev_before") or {}, stats.get("dev_best") or {}
+        nan = float("nan")
+        return (
+            f"{stats['train_samples']} samples, {stats['steps']} steps in "
+            f"{stats['train_seconds']:.0f}s; loss {stats['first_loss']:.3f} -> "
+            f"{stats['last_loss']:.3f}; dev LM {before.get('lm', nan):.3f} -> "
+            f"{best.get('lm', nan):.3f}, QDM accuracy {before.get('qdm_accuracy', nan):.2f} -> "
+            f"{best.get('qdm_accuracy', nan):.2f}"
+        )
 
 
 def fit_variant(
@@ -54,6 +185,7 @@ def fit_variant(
 
     from rulerag.generation.models import load_causal_lm, load_tokenizer
     from rulerag.generation.prompts import use_chat_template
+    from rulerag.generation.r2ag.data import marked_prompt, training_examples
     from rulerag.generation.r2ag.former import FormerConfig, R2Former
     from rulerag.generation.r2ag.model import R2AGModel
     from rulerag.generation.r2ag.prompting import add_placeholder
@@ -182,23 +314,23 @@ def generator_factory(
     encoder: str,
     model_cache: Path | None = None,
 ) -> Callable[..., Any]:
-    """`run_row`'s generator factory for the R²AG row `variant` (its trained folder under the
-    dataset's generation/r2ag_models/, features from `encoder`'s index for a sparse run)."""
-    from rulerag.generation.config import GridConfig, retrieval_name
-    from rulerag.retrieval.data import read_rule_texts
+    """`run_row`'s generator factory for the R²AG row `variant` (its trained folder,
+    `DataLayout.r2ag_model`; features from `encoder`'s index for a sparse run)."""
+    from rulerag.generation.config import GridConfig
 
     def factory(
         base: Path, grid: GridConfig, settings: GenerationSettings, retrieval: str | None
     ) -> Any:
         if retrieval is None:
             raise ValueError(f"r2ag.variants.{variant}: R²AG needs a retrieval run")
+        layout = DataLayout(Path(base))
         return open_generator(
-            variant_dir(base, variant),
+            layout.r2ag_model(variant),
             base,
             retrieval_name(retrieval, settings.retriever),
             settings,
             index_settings,
-            read_rule_texts(base / "rules" / "bank.parquet"),
+            read_rule_texts(layout.rule_bank),
             encoder=encoder,
             rule_query=rule_query,
             model_cache=model_cache,
