@@ -20,8 +20,8 @@ from rulerag.retrieval.dense import (
 from rulerag.retrieval.encoders import DualEncoder, EncoderSpec, resolve_model
 from rulerag.retrieval.metrics import recall_at_k
 from rulerag.retrieval.rule_guided import retrieve
-from rulerag.retrieval.synthetic import tiny_benchmark
 from tests.helpers import require_minilm
+from tests.support.synthetic_retrieval import tiny_benchmark
 
 
 @pytest.fixture(scope="module")

@@ -19,8 +19,8 @@ from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.indexing import index_corpus
 from rulerag.retrieval.runs import retrieve_runs
 from rulerag.retrieval.settings import index_settings
-from rulerag.retrieval.synthetic import tiny_benchmark
 from rulerag.settings import SettingsError
+from tests.support.synthetic_retrieval import tiny_benchmark
 
 INDEX = index_settings({"threads": 1, "sparse": {"parity_check": False}})
 RETRIEVE = RetrieveSettings(top_k=5, ks=(1, 2, 5), f_g_queries=6)

@@ -17,7 +17,7 @@ from rulerag.retrieval.sparse import (
     load_sparse,
     parity,
 )
-from rulerag.retrieval.synthetic import tiny_benchmark
+from tests.support.synthetic_retrieval import tiny_benchmark
 
 DOCS = Corpus(
     ids=("D1", "D2", "D3", "D4", "D5"),

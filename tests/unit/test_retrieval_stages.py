@@ -13,9 +13,9 @@ import pipeline_steps.index as index
 import pipeline_steps.retrieval_report as retrieval_report
 import pipeline_steps.retrieve as retrieve
 import pipeline_steps.train_retriever as train
-from rulerag.retrieval.synthetic import tiny_benchmark
 from rulerag.tracking import artifact_repository
 from tests.helpers import StageProject, require_minilm
+from tests.support.synthetic_retrieval import tiny_benchmark
 
 pytestmark = pytest.mark.slow
 

@@ -18,7 +18,6 @@ from rulerag.retrieval import encoders
 from rulerag.retrieval.data import RuleItem, read_corpus
 from rulerag.retrieval.dense import DenseIndex, encode_corpus
 from rulerag.retrieval.encoders import DualEncoder, EncoderSpec
-from rulerag.retrieval.synthetic import tiny_benchmark
 from rulerag.retrieval.training import (
     TrainConfig,
     TrainItem,
@@ -34,6 +33,7 @@ from rulerag.retrieval.training import (
 )
 from rulerag.settings import SettingsError, load_settings
 from tests.helpers import require_minilm
+from tests.support.synthetic_retrieval import tiny_benchmark
 
 
 def test_contrastive_loss_matches_the_formula_and_masks() -> None:

@@ -225,7 +225,8 @@ def test_static_rules_score_by_confidence_without_time() -> None:
 def test_mined_rules_predict_the_planted_heads_first_with_their_explanation() -> None:
     """Mine a planted temporal KG, then apply what was mined to the planted head facts: each
     head's object is the top candidate, explained by the planted rule's own body facts."""
-    from rulerag.rules.planted_temporal import (
+    from rulerag.rules.temporal_miner import mine_temporal
+    from tests.support.planted_temporal import (
         R_A,
         R_B,
         R_BODY,
@@ -233,7 +234,6 @@ def test_mined_rules_predict_the_planted_heads_first_with_their_explanation() ->
         R_HEAD2,
         planted_temporal_kg,
     )
-    from rulerag.rules.temporal_miner import mine_temporal
 
     kg = planted_temporal_kg(seed=3, n_groundings=120)
     facts = kg.facts

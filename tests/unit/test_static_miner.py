@@ -11,10 +11,10 @@ import pandas as pd
 import pytest
 
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv, write_amie_tsv
-from rulerag.rules.planted_static import PlantSpec, make_planted_kg
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.static_miner import mine_static
 from tests.http_fixtures import mirror_dir
+from tests.support.planted_static import PlantSpec, make_planted_kg
 
 SAMPLE = mirror_dir() / "amie_output_sample.tsv"
 

@@ -15,7 +15,6 @@ import pytest
 
 from rulerag.kg.schema import make_facts
 from rulerag.rules import temporal_miner
-from rulerag.rules.planted_temporal import planted_temporal_kg
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.temporal_miner import (
     _sample_bodies,
@@ -31,6 +30,7 @@ from rulerag.rules.tlogic_io import (
     rule_to_tlogic,
     write_tlogic_json,
 )
+from tests.support.planted_temporal import planted_temporal_kg
 
 # ---------------------------------------------------------------------------------------------
 # helpers: random KGs and a plain reference of TLogic's semantics
