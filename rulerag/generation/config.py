@@ -20,10 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rulerag.generation.api import DEFAULT_KEY_ENV, ApiKeyVariable
-from rulerag.generation.prompts import PROMPT_KINDS, PROMPT_STYLES
+from rulerag.generation.prompts import PromptKind, PromptStyle
 from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSettings
 from rulerag.settings import (
     Count,
@@ -41,6 +41,11 @@ from rulerag.settings import (
 
 __all__ = [
     "CHAIN_METHODS",
+    "DECODINGS",
+    "RULE_FILTERS",
+    "ChainMethod",
+    "Decoding",
+    "RuleFilter",
     "GENERATOR_KINDS",
     "ApiSettings",
     "ChainSettings",
@@ -60,11 +65,14 @@ __all__ = [
 #: `train_generator` (rgft, ssft).
 GENERATOR_KINDS = ("base", "api", "symbolic")
 #: generate: greedy decoding; rank: the best of a candidate set (`ranking.py`)
-DECODINGS = ("generate", "rank")
+Decoding = Literal["generate", "rank"]
+DECODINGS: tuple[str, ...] = get_args(Decoding)
 #: multi-step rows (`chains.py`): verify-and-edit, chain-of-knowledge (RuleRAG-CoK with rules)
-CHAIN_METHODS = ("ve", "cok")
+ChainMethod = Literal["ve", "cok"]
+CHAIN_METHODS: tuple[str, ...] = get_args(ChainMethod)
 #: which rows of a retrieval run are united into a query's documents
-RULE_FILTERS = ("all", "query_only", "rules_only")
+RuleFilter = Literal["all", "query_only", "rules_only"]
+RULE_FILTERS: tuple[str, ...] = get_args(RuleFilter)
 
 
 @dataclass
@@ -74,12 +82,12 @@ class GridConfig:
     name: str = ""
     retrieval: str | None = None  # retrieval mode or config; None: no retrieval
     generator: str = "base"  # base | api | symbolic | a trained variant (rgft, ssft)
-    prompt: str = "rule"  # rule | plain | query
-    rules: str = "all"  # which rows of the run to unite: all | query_only | rules_only
+    prompt: PromptKind = "rule"
+    rules: RuleFilter = "all"  # which rows of the run to unite
     evidence: Count = 0  # rule-derived evidence documents before the retrieved ones
-    decoding: str | None = None  # generate | rank; None = generation.decoding
-    #: ve | cok: a multi-step chain (`chains.py`) searching the corpus itself; None: one prompt
-    method: str | None = None
+    decoding: Decoding | None = None  # None = generation.decoding
+    #: a multi-step chain (`chains.py`) searching the corpus itself; None: one prompt
+    method: ChainMethod | None = None
 
     @property
     def trained(self) -> bool:
@@ -107,8 +115,8 @@ class VariantSpec:
     """A generator variant trained by `train_generator`: its retriever and prompt."""
 
     retrieval: str = "rgft"
-    prompt: str = "rule"
-    rules: str = "all"
+    prompt: PromptKind = "rule"
+    rules: RuleFilter = "all"
 
 
 @dataclass
@@ -149,13 +157,13 @@ class GenerationSettings(ModelSettings):
 
     profile: str = "cpu"
     model: str = "smollm2"
-    prompt_style: str = "paper"
+    prompt_style: PromptStyle = "paper"
     retriever: str = "minilm"
     num_documents: Count = 5
     max_rules: Positive | None = None
     max_new_tokens: Positive = 10
     #: generate (greedy) or rank (score the candidate set, `ranking.py`); a row may override
-    decoding: str = "generate"
+    decoding: Decoding = "generate"
     batch_size: Positive = 8
     recall_k: tuple[Positive, ...] = (10,)
     test_queries: Positive | None = 100
@@ -169,30 +177,19 @@ class GenerationSettings(ModelSettings):
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.prompt_style not in PROMPT_STYLES:
-            raise ValueError(f"prompt_style must be one of {PROMPT_STYLES}")
         if self.max_rules is not None and self.max_rules < 1:
             raise ValueError("max_rules must be at least 1 (or null: every selected rule)")
         if not self.recall_k:
             raise ValueError("recall_k must name at least one k")
         for name, entry in self.grid.items():
             entry.name = name
-            _check_prompt(f"grid.{name}", entry.prompt, entry.rules)
-            if (entry.decoding or self.decoding) not in DECODINGS:
-                raise ValueError(f"grid.{name}: decoding must be one of {DECODINGS}")
             if entry.method is not None and (
-                entry.method not in CHAIN_METHODS
-                or entry.generator not in ("base", "api")
-                or entry.retrieval is not None
+                entry.generator not in ("base", "api") or entry.retrieval is not None
             ):
                 raise ValueError(
-                    f"grid.{name}: method must be one of {CHAIN_METHODS}, with generator base or "
-                    "api and retrieval null (the chain searches the corpus itself)"
+                    f"grid.{name}: a {entry.method} chain takes generator base or api and "
+                    "retrieval null (the chain searches the corpus itself)"
                 )
-        if self.decoding not in DECODINGS:
-            raise ValueError(f"decoding must be one of {DECODINGS}, not {self.decoding!r}")
-        for name, variant in self.train.variants.items():
-            _check_prompt(f"train.variants.{name}", variant.prompt, variant.rules)
         for name in self.robustness_rows:
             entry = self.grid.get(name)
             if entry is None:
@@ -217,13 +214,6 @@ class GenerationSettings(ModelSettings):
     def keep_retrieved(self) -> int:
         """Documents kept per query: the prompt's and the largest Recall@k's."""
         return max(self.num_documents, *self.recall_k)
-
-
-def _check_prompt(where: str, prompt: str, rules: str) -> None:
-    if prompt not in PROMPT_KINDS:
-        raise ValueError(f"{where}: prompt must be one of {PROMPT_KINDS}, not {prompt!r}")
-    if rules not in RULE_FILTERS:
-        raise ValueError(f"{where}: rules must be one of {RULE_FILTERS}, not {rules!r}")
 
 
 def apply_profile(section: Mapping[str, Any]) -> dict[str, Any]:

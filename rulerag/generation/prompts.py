@@ -44,7 +44,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from rulerag.kg.text import document_text, query_text
 
@@ -52,6 +52,7 @@ __all__ = [
     "PLAIN_INSTRUCTION",
     "PROMPT_KINDS",
     "PROMPT_STYLES",
+    "PromptStyle",
     "RULE_INSTRUCTION",
     "PromptFormat",
     "PromptKind",
@@ -66,8 +67,9 @@ __all__ = [
 ]
 
 PromptKind = Literal["rule", "plain", "query"]
-PROMPT_KINDS: tuple[str, ...] = ("rule", "plain", "query")
-PROMPT_STYLES: tuple[str, ...] = ("paper", "legacy")
+PromptStyle = Literal["paper", "legacy"]
+PROMPT_KINDS: tuple[str, ...] = get_args(PromptKind)
+PROMPT_STYLES: tuple[str, ...] = get_args(PromptStyle)
 
 #: Table 8's instruction with the query and document forms left open (see `instruction`).
 PAPER_INSTRUCTION = (

@@ -95,7 +95,7 @@ class ModelSettings:
     inference (params' top-level `generation` keys), so both read one value."""
 
     dtype: str | None = None  # base weights' dtype when not quantised; None = the checkpoint's
-    quantization: str | None = None  # None or "nf4" (QLoRA; GPU, or slowly on CPU)
+    quantization: Literal["nf4"] | None = None  # nf4: QLoRA (GPU, or slowly on CPU)
     chat_template: bool | str | None = "auto"
     max_prompt_tokens: Positive | None = 768  # longer prompts are cut from the left
     seed: Seed = 12

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pandas as pd
 
@@ -18,10 +18,10 @@ from rulerag import __version__
 from rulerag.io import staged_outputs, write_json, write_parquet
 from rulerag.kg.download import DownloadError, RemoteFile, fetch
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
-from rulerag.kg.registry import DatasetSpec, IngestSettings, Source
+from rulerag.kg.registry import DatasetSpec, DuplicatePolicy, IngestSettings, Source
 from rulerag.kg.schema import SPLITS, KnowledgeGraph, format_time
 
-DUPLICATE_POLICIES = ("drop", "keep", "error")
+DUPLICATE_POLICIES: tuple[str, ...] = get_args(DuplicatePolicy)
 MIRROR_ENV = "RULERAG_DATA_DIR"
 Fetcher = Callable[[Sequence[RemoteFile], Path], object]
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from annotated_types import MaxLen, MinLen
 
@@ -298,12 +298,16 @@ def _check_date_format(fmt: str) -> None:
         )
 
 
+#: exact duplicate facts: drop (count them), keep, or fail (`ingest.repair`)
+DuplicatePolicy = Literal["drop", "keep", "error"]
+
+
 @dataclass(frozen=True)
 class IngestSettings:
     """params.yaml `ingest`."""
 
     #: exact duplicate facts: drop (count them in stats.json), keep, or error (see `repair`)
-    duplicates: str = "drop"
+    duplicates: DuplicatePolicy = "drop"
     #: which source format to read, by dataset name (default: the first found in the mirror)
     source: dict[str, str] = field(default_factory=dict)
     #: users' own KGs, by name

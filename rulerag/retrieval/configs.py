@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rulerag.errors import InputError
 from rulerag.retrieval.metrics import DEFAULT_KS
-from rulerag.retrieval.rule_guided import RULE_QUERY_FORMS
+from rulerag.retrieval.rule_guided import RuleQueryForm
 from rulerag.settings import Positive, Seed, load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
@@ -28,7 +28,8 @@ DEFAULT_ENCODERS: dict[str, dict] = {"minilm": {"model": "minilm"}, "mpnet": {"m
 TRAINED_MODES = ("ssft", "rgft")
 SPARSE_INDEXES = ("bm25",)
 #: the query sets `retrieve` searches
-RETRIEVE_SPLITS = ("test", "f_g")
+RetrieveSplit = Literal["test", "f_g"]
+RETRIEVE_SPLITS: tuple[str, ...] = get_args(RetrieveSplit)
 
 
 @dataclass(frozen=True)
@@ -66,22 +67,13 @@ class RetrieveSettings:
     finetune: tuple[str, ...] = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
     top_k: Positive = 50  # per (query, rule) search
     ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
-    splits: tuple[str, ...] = RETRIEVE_SPLITS
+    splits: tuple[RetrieveSplit, ...] = ("test", "f_g")
     #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
     f_g_queries: Positive | None = None
     seed: Seed = 12
     #: a rule's part of a rule-guided search text: rule = its whole text (the paper), body =
     #: its body relation names only (also what RGFT trains on)
-    rule_query: str = "rule"
-
-    def __post_init__(self) -> None:
-        if self.rule_query not in RULE_QUERY_FORMS:
-            raise ValueError(
-                f"rule_query must be one of {RULE_QUERY_FORMS}, not {self.rule_query!r}"
-            )
-        unknown = sorted(set(self.splits) - set(RETRIEVE_SPLITS))
-        if unknown:
-            raise ValueError(f"splits: {unknown} not among {', '.join(RETRIEVE_SPLITS)}")
+    rule_query: RuleQueryForm = "rule"
 
     @property
     def search_ks(self) -> list[int]:

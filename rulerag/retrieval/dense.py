@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
@@ -39,7 +39,7 @@ if TYPE_CHECKING:
 class FaissConfig:
     """params.yaml `index.faiss`."""
 
-    kind: str = "flat"  # flat (exact inner product) | ivf | hnsw
+    kind: Literal["flat", "ivf", "hnsw"] = "flat"  # flat: exact inner product
     nlist: Positive = 1024  # ivf: clusters (capped at n/39, FAISS's minimum points per centroid)
     nprobe: Positive = 32  # ivf: clusters visited per query
     hnsw_m: Positive = 32  # hnsw: graph degree

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol, get_args
 
 import numpy as np
 import pandas as pd
@@ -41,7 +41,8 @@ class Searcher(Protocol):
 
 
 #: how a rule enters a rule-guided search (params.yaml `retrieve.rule_query`)
-RULE_QUERY_FORMS = ("rule", "body")
+RuleQueryForm = Literal["rule", "body"]
+RULE_QUERY_FORMS: tuple[str, ...] = get_args(RuleQueryForm)
 _ATOM = re.compile(r"\[[^,\]]+, ([^\]]+?), [^,\]]+\]")
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from rulerag.retrieval.configs import DEFAULT_ENCODERS
 from rulerag.retrieval.dense import FaissConfig
@@ -20,7 +20,8 @@ from rulerag.settings import Count, Fraction, NonNegative, SettingsError, load_s
 
 __all__ = ["SPARSE_BACKENDS", "IndexSettings", "SparseSettings", "index_settings"]
 
-SPARSE_BACKENDS = ("bm25s", "pyserini")
+SparseBackend = Literal["bm25s", "pyserini"]
+SPARSE_BACKENDS: tuple[str, ...] = get_args(SparseBackend)
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,7 @@ class SparseSettings:
     """`index.sparse`: the BM25 back end, its knobs (Pyserini's defaults) and the parity check
     between bm25s and Lucene."""
 
-    backend: str = "bm25s"  # bm25s (fast default) | pyserini (Lucene, the paper's tool)
+    backend: SparseBackend = "bm25s"  # bm25s (fast default) | pyserini (Lucene, the paper's)
     k1: NonNegative = 0.9
     b: Fraction = 0.4
     stemmer: str | None = "porter"
@@ -36,17 +37,13 @@ class SparseSettings:
     parity_check: bool = True  # also build the Lucene index and compare top-10s
     parity_queries: Count = 200  # test queries (half alone, half as q ∘ r) for the check
 
-    def __post_init__(self) -> None:
-        if self.backend not in SPARSE_BACKENDS:
-            raise ValueError(f"backend must be one of {SPARSE_BACKENDS}, not {self.backend!r}")
-
 
 @dataclass(frozen=True)
 class IndexSettings:
     """params.yaml `index`."""
 
     threads: Count = 0  # torch threads; 0 = torch's default (all cores)
-    device: str = "auto"  # auto (cuda when there, else cpu) | cpu | cuda
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when there, else cpu
     sparse: SparseSettings = field(default_factory=SparseSettings)
     #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)
     dense: dict[str, EncoderSpec] = field(default_factory=dict)

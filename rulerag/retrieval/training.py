@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -64,8 +64,10 @@ if TYPE_CHECKING:
     from rulerag.retrieval.dense import DenseIndex, DenseRetriever
 
 
-EARLY_STOPPING = ("mrr", "recall", "loss")
-POSITIVES = ("oracle", "answer")
+EarlyStopping = Literal["mrr", "recall", "loss"]
+EARLY_STOPPING: tuple[str, ...] = get_args(EarlyStopping)
+Positives = Literal["oracle", "answer"]
+POSITIVES: tuple[str, ...] = get_args(Positives)
 
 
 @dataclass(frozen=True)
@@ -85,7 +87,7 @@ class TrainConfig:
     heldout_max: Count = 500  # items
     eval_every: Positive = 50  # steps
     eval_k: Positive = 10  # the k of the held-out Recall@k
-    early_stopping: str = "mrr"  # held-out figure to keep the best of: mrr | recall | loss
+    early_stopping: EarlyStopping = "mrr"  # the held-out figure to keep the best of
     patience: Positive = 3  # evaluations without improvement before stopping
     min_delta: NonNegative = 0.0  # the least change that counts as an improvement
     checkpoint_every: Positive = 50
@@ -110,7 +112,7 @@ class TrainRetrieverSettings(TrainConfig):
 
     max_length: Positive | None = None  # None: the encoder's (index.dense.<name>.max_length)
     normalize: bool | None = None  # None: as the corpus index was built
-    positives: str = "oracle"  # oracle = every oracle document; answer = answer-bearing only
+    positives: Positives = "oracle"  # oracle = every oracle document; answer = answer-bearing
     threads: Count = 0  # torch threads; 0 = torch's default (all cores)
     log_model: bool = True  # the trained encoder as an MLflow artifact
     #: any of the keys above for one encoder only, by encoder name

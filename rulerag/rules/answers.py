@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pandas as pd
 
@@ -23,7 +23,7 @@ from rulerag.io import atomic_open, read_jsonl, write_json, write_jsonl
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
-from rulerag.rules.application import ApplySettings, apply_rule_list
+from rulerag.rules.application import Aggregation, ApplySettings, apply_rule_list
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
@@ -69,7 +69,7 @@ class ApplyRulesSettings:
     min_body_support: NonNegative = 2.0  # temporal rules only (AMIE rules have no such floor)
     #: how a candidate's per-rule scores combine: noisy_or (TLogic; AnyBURL's noisyor) or max
     #: (AnyBURL's default maxplus: best rule first, ties broken by the next best)
-    aggregation: Literal["noisy_or", "max"] = "noisy_or"
+    aggregation: Aggregation = "noisy_or"
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500

@@ -43,6 +43,7 @@ import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -65,6 +66,11 @@ __all__ = [
 ]
 
 
+#: how a candidate's per-rule scores combine into its rank
+Aggregation = Literal["noisy_or", "max"]
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+
+
 @dataclass(frozen=True)
 class ApplySettings:
     """TLogic's application knobs (`apply.py` defaults with the paper's ICEWS14 command)."""
@@ -81,7 +87,7 @@ class ApplySettings:
     temporal: bool = True
     #: noisy_or (TLogic; AnyBURL's `noisyor`) or max (AnyBURL's `maxplus`: the best rule's
     #: score, ties broken by the next best rules)
-    aggregation: str = "noisy_or"
+    aggregation: Aggregation = "noisy_or"
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -92,9 +98,6 @@ class ApplySettings:
 #: larger expansion runs in blocks. YAGO's facts repeat every year of their validity, so one
 #: three-atom rule over 68 queries reaches 5.3e8 rows at its last hop.
 MAX_EXPANSION_ROWS = 1 << 22
-
-#: how a candidate's per-rule scores combine into its rank
-AGGREGATIONS = ("noisy_or", "max")
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args
 
 import pandas as pd
 
@@ -45,24 +45,20 @@ __all__ = [
     "plot_confidence",
 ]
 
-IMPORT_FORMATS = ("amie", "tlogic")
+#: AMIE 3's TSV output or TLogic's rules JSON
+ImportFormat = Literal["amie", "tlogic"]
+IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
 
 
 @dataclass(frozen=True)
 class RuleImport:
     """Rules mined by the original tools (params.yaml `mine_rules.import.<dataset>`)."""
 
-    format: str  # amie (AMIE 3's TSV output) | tlogic (TLogic's rules JSON)
+    format: ImportFormat
     path: str
     #: AMIE rules with constants (its -const mode) have no place in the Rule type: drop them
     #: (true) or fail (false)
     skip_unsupported: bool = False
-
-    def __post_init__(self) -> None:
-        if self.format not in IMPORT_FORMATS:
-            raise ValueError(
-                f"mine_rules.import: format must be 'amie' or 'tlogic', not {self.format!r}"
-            )
 
 
 @dataclass(frozen=True)

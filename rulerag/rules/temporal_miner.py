@@ -64,7 +64,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 import numpy as np
 import pandas as pd
@@ -682,13 +682,13 @@ class TemporalMinerSettings:
 
     lengths: tuple[Annotated[int, Ge(1), Le(3)], ...] = (1, 2, 3)
     walks_per_relation: Positive = 200  # per relation and length
-    transition: str = "exp"  # exp (prefer recent edges) or unif
+    transition: Literal["exp", "unif"] = "exp"  # prefer recent edges, or uniform
     num_samples: Positive = 500  # body groundings sampled per rule for its confidence
     exact: bool = False  # count every body grounding instead of sampling
     #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
     #: samples) or exact (every structure with a body fact before a head fact on the same
     #: entity pair, confidence over every grounding; longer rules still come from walks)
-    length1: str = "walks"
+    length1: Literal["walks", "exact"] = "walks"
     min_confidence: Fraction = 0.0
     min_rule_support: Count = 1  # 1 = TLogic's `conf > 0`
     min_body_support: Count = 1

@@ -385,3 +385,61 @@ def test_a_stage_reads_only_its_sections() -> None:
         params.generation  # noqa: B018
     with pytest.raises(SettingsError, match="prompt_style"):
         params_check.check_params(values)
+
+
+def string_fields(cls: type, where: str, seen: set[type]) -> list[str]:
+    """Dotted names of every plain `str` knob under `cls` (a Literal is not plain)."""
+    if cls in seen:
+        return []
+    seen.add(cls)
+    out = []
+    extras = typing.get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        plain = typing.get_type_hints(cls)[f.name]
+        nested = nested_class(plain) or entry_class(plain)
+        if nested is not None:
+            out += string_fields(nested, f"{where}.{f.name}", seen)
+        elif extras[f.name] in (str, str | None):  # DatasetName, a Literal: not plain
+            out.append(f"{where}.{f.name}")
+    return out
+
+
+#: knobs whose value is free text, not a choice: names of models, encoders, folders, profiles
+#: (checked against their section's `profiles`), retrieval configurations and grid generators
+#: (checked against what the grid and the variants define), strptime formats
+FREE_TEXT = {
+    "ingest.custom.path", "ingest.custom.time_format",
+    "build_benchmark.rule_selection.encoder", "build_benchmark.rule_selection.retriever",
+    "index.sparse.stemmer", "index.dense.model", "index.dense.query_model",
+    "index.dense.doc_model",
+    "generation.profile", "generation.model", "generation.retriever", "generation.dtype",
+    "generation.api.base_url", "generation.api.model",
+    "generation.api.airflow_conn_id", "generation.grid.name", "generation.grid.retrieval",
+    "generation.grid.generator", "generation.train.variants.retrieval",
+    "generation.train.deepspeed",
+    "r2ag.profile", "r2ag.encoder", "r2ag.variants.retrieval",
+    "rule_retrieval.profile", "rule_retrieval.llm.model", "rule_retrieval.llm.dtype",
+    "rule_retrieval.llm.quantization",
+    "mine_rules.import_.path",
+    "qa.dir", "qa.retriever",
+}  # fmt: skip
+
+
+def test_every_choice_knob_is_a_literal() -> None:
+    """A knob with a fixed set of values says so in its type (pydantic then names the choices
+    in the error); a new plain-string knob must be a Literal or be listed as free text."""
+    seen: set[type] = set()
+    found = {f for section, (cls, _) in SECTIONS.items() for f in string_fields(cls, section, seen)}
+    assert found - FREE_TEXT == set(), "make these Literals, or list them in FREE_TEXT"
+    assert FREE_TEXT - found == set(), "FREE_TEXT names knobs that are no longer plain strings"
+
+
+def test_choice_constants_follow_their_literals() -> None:
+    from rulerag.generation.r2ag.features import FEATURES
+    from rulerag.generation.r2ag.settings import Feature
+
+    assert typing.get_args(Feature) == FEATURES
+    with pytest.raises(SettingsError, match=r"index\.faiss\.kind: Input should be 'flat'"):
+        index_settings({"faiss": {"kind": "annoy"}})
+    with pytest.raises(SettingsError, match=r"generation\.grid\.x\.decoding: Input should be"):
+        generation_settings({"grid": {"x": {"retrieval": "rg", "decoding": "beam"}}})

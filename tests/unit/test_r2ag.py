@@ -333,7 +333,10 @@ def test_r2ag_settings_reject_what_cannot_run() -> None:
         ({"features": ["recency"]}, "recency"),
         ({"labels": "oracle"}, "oracle documents"),
         ({"rows": ["nope"]}, "nope"),
-        ({"variants": {"x": {"prompt": "query"}}, "rows": []}, "rule or plain"),
+        (
+            {"variants": {"x": {"prompt": "query"}}, "rows": []},
+            "prompt: Input should be 'rule' or 'plain'",
+        ),
         ({"train": {"schedule": "step"}}, "schedule"),
     ):
         with pytest.raises((SettingsError, ValueError), match=match):

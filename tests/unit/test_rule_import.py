@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 
 from rulerag.rules.amie_io import write_amie_tsv
-from rulerag.rules.mining import RuleImport, import_rules
+from rulerag.rules.mining import RuleImport, import_rules, mine_rules_settings
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import write_tlogic_json
+from rulerag.settings import SettingsError
 
 KEYS = ["concept:bornin", "concept:livesin", "concept:worksin"]
 
@@ -59,5 +60,5 @@ def test_tlogic_import(tmp_path: Path) -> None:
 
 
 def test_unknown_format_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match="format must be 'amie' or 'tlogic'"):
-        import_rules(RuleImport(format="anyburl", path=str(tmp_path)), {}, 3)
+    with pytest.raises(SettingsError, match=r"import\.x\.format: Input should be 'amie' or"):
+        mine_rules_settings({"import": {"x": {"format": "anyburl", "path": str(tmp_path)}}})

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
-from rulerag.generation.config import RULE_FILTERS
-from rulerag.generation.prompts import PROMPT_KINDS
+from rulerag.generation.config import RuleFilter
 from rulerag.generation.r2ag.features import FEATURES
-from rulerag.generation.r2ag.labels import LABEL_MODES
 from rulerag.generation.training import LoraSettings
 from rulerag.settings import (
     Count,
@@ -36,7 +34,10 @@ from rulerag.settings import (
 
 __all__ = ["R2AGSettings", "R2AGTrain", "R2AGVariant", "r2ag_settings"]
 
-SCHEDULES = ("constant", "linear", "cosine")
+Schedule = Literal["constant", "linear", "cosine"]
+SCHEDULES: tuple[str, ...] = get_args(Schedule)
+#: the features the R²-Former can see (`features.FEATURES`, in its order)
+Feature = Literal["relevance", "precedent", "neighbour"]
 
 
 @dataclass
@@ -45,8 +46,8 @@ class R2AGVariant:
     `<index>-<mode>` name), prompt kind and rule filter (as a grid row), LoRA or not."""
 
     retrieval: str = "standard"
-    prompt: str = "plain"
-    rules: str = "all"
+    prompt: Literal["rule", "plain"] = "plain"  # a prompt kind with documents
+    rules: RuleFilter = "all"
     lora: bool = False
 
 
@@ -77,17 +78,13 @@ class R2AGTrain:
     learning_rate: PositiveReal = 2e-4
     batch_size: Positive = 2
     gradient_accumulation: Positive = 2
-    schedule: str = "constant"
+    schedule: Schedule = "constant"
     warmup: NonNegative = 0.03  # a ratio of all steps when < 1, else steps
     max_grad_norm: NonNegative = 0.3  # 0 = no clipping
     weight_decay: NonNegative = 0.0
     max_answer_tokens: Positive = 32
     eval_steps: Positive = 50  # dev loss every N optimiser steps; the best state is kept
     logging_steps: Positive = 5
-
-    def __post_init__(self) -> None:
-        if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, not {self.schedule!r}")
 
 
 def _paper_lora() -> LoraSettings:
@@ -102,11 +99,11 @@ class R2AGSettings:
     rows: tuple[str, ...] = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
     variants: dict[str, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
-    features: tuple[str, ...] = FEATURES
+    features: tuple[Feature, ...] = FEATURES
     qdm_weight: NonNegative = 1.0  # 0 = without the QDM loss (Table 3)
     #: QDM document labels. Only `answer` (names a gold answer, as Recall@k): R²AG trains on
     #: F_G, whose queries have no oracle documents (F_R and F_G are disjoint query sets)
-    labels: str = "answer"
+    labels: Literal["answer", "oracle"] = "answer"
     #: dense index whose encoder and corpus embeddings give the features; None =
     #: generation.retriever (a BM25 run still needs one: R²AG reads dense representations)
     encoder: str | None = None
@@ -117,21 +114,11 @@ class R2AGSettings:
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.features) - set(FEATURES))
-        if unknown:
-            raise ValueError(f"features: {unknown} not among {', '.join(FEATURES)}")
-        if self.labels not in LABEL_MODES:
-            raise ValueError(f"labels must be one of {LABEL_MODES}, not {self.labels!r}")
         if self.labels != "answer":
             raise ValueError(
                 "labels: only 'answer' on F_G (its queries have no oracle documents; F_R's "
                 "oracle documents belong to other queries)"
             )
-        for name, variant in self.variants.items():
-            if variant.prompt not in PROMPT_KINDS or variant.prompt == "query":
-                raise ValueError(f"variants.{name}: prompt must be rule or plain")
-            if variant.rules not in RULE_FILTERS:
-                raise ValueError(f"variants.{name}: rules must be one of {RULE_FILTERS}")
         missing = [row for row in self.rows if row not in self.variants]
         if missing:
             raise ValueError(f"rows: {missing} are not in variants ({sorted(self.variants)})")
