@@ -1,6 +1,7 @@
 """Small builders shared by several test files: retrieval run frames, a rule bank file, the
-skip for tests that need the offline MiniLM package, the project's own file list, and a tiny
-word-level tokenizer and Llama for generator tests that must not download anything."""
+skip for tests that need the offline MiniLM package, the project's own file list, a tiny
+word-level tokenizer and Llama for generator tests that must not download anything, and the
+MLflow runs a stage left in a test's store."""
 
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def ingest_into(spec, out: Path, **kwargs):
     ingested = ingest(spec, ingest_settings(knobs), **kwargs)
     write_outputs(ingested, out)
     return ingested.kg, ingested.stats
+
+
+def stage_runs(tracking_uri: str, stage: str) -> list:
+    """The MLflow runs tagged `rulerag.stage` = `stage` in the store at `tracking_uri`, over
+    every experiment (a stage tracks into its dataset's experiment, which a test need not
+    name)."""
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    return client.search_runs(experiments, filter_string=f"tags.`rulerag.stage` = '{stage}'")
 
 
 #: the project folder (params.yaml, dvc.yaml)

@@ -241,7 +241,7 @@ def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, 
     from rulerag.rule_retrieval.methods import search_text
     from rulerag.rule_retrieval.prompts import SI_INSTRUCTION
     from rulerag.rule_retrieval.search import BM25RuleIndex
-    from tests.unit.test_api_generator import FakeOpenAI
+    from tests.support.fake_openai import FakeOpenAI
 
     induced = "Make statement leads to Consult"
 

@@ -23,7 +23,7 @@ from rulerag.rule_retrieval.selector import (
     RuleRetrievalSelection,
     benchmark_selector,
 )
-from tests.unit.test_benchmark_build import RELATIONS, synthetic_kg
+from tests.support.synthetic_kg import RELATIONS, synthetic_kg
 from tests.unit.test_rule_retrieval import ScriptedLLM
 
 PROJECT_PARAMS = Path(__file__).resolve().parents[2] / "params.yaml"

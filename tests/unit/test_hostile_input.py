@@ -15,7 +15,7 @@ from rulerag.kg.lines import MAX_LINE_CHARS
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.rules.mining import RuleImport, import_rules
 from rulerag.settings import SettingsError
-from tests.helpers import StageProject, ingest_into
+from tests.helpers import ingest_into
 from tests.unit.test_bad_input import expect_error, write_tlogic
 
 
@@ -95,17 +95,6 @@ def test_custom_kg_settings_fail_naming_the_key(tmp_path: Path) -> None:
         get_spec("../../x", ingest_settings({"custom": {"../../x": {"path": str(tmp_path)}}}))
     with pytest.raises(UnknownDatasetError, match="unknown dataset 'nope'"):
         get_spec("nope")
-
-
-def test_the_ingest_stage_reports_a_bad_custom_kg_without_a_traceback(
-    stage_project: StageProject, capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    import pipeline_steps.ingest as stage
-
-    custom = {"mykg": {"path": str(tmp_path), "delimiter": "::"}}
-    assert stage_project.run(stage, "--dataset", "mykg", params={"ingest.custom": custom}) == 2
-    err = capsys.readouterr().err
-    assert "ingest.custom.mykg.delimiter" in err and "Traceback" not in err
 
 
 @pytest.mark.parametrize(

@@ -1,16 +1,14 @@
 """Ordinary QA sets with RuleQA's rules (the anonymous version's Table 3): reading the four
-sets' field layouts, similarity rule matching with θ and N, the refused rows, and the stage on
-a small fixture with the offline MiniLM and SmolLM2."""
+sets' field layouts, similarity rule matching with θ and N, the refused rows. (The `qa_rag`
+stage on a small fixture: tests/stages/test_qa_rag_stage.py.)"""
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -20,7 +18,7 @@ from rulerag.generation.config import generation_settings
 from rulerag.qa.build import build_qa_benchmark, union_bank
 from rulerag.qa.reader import QAQuestion, read_qa_set, read_questions
 from rulerag.qa.settings import check_qa_rows
-from tests.helpers import StageProject, require_minilm
+from tests.support.qa_sets import RULES, write_set
 
 #: one question in each distribution's layout (NQ-open, PopQA, HotpotQA, ASQA, DPR / FiD)
 QUESTIONS = [
@@ -48,30 +46,6 @@ QUESTIONS = [
         "ctxs": [{"title": "Kerry", "text": "Kerry criticized Russia over Crimea."}],
     },
 ]
-
-RULES = pd.DataFrame(
-    {
-        "rule_id": ["r1", "r2", "r3"],
-        "text": [
-            "[Entity1, Consult, Entity2] leads to [Entity1, Consult, Entity2]",
-            "[Entity1, Accuse, Entity2] leads to [Entity1, Criticize or denounce, Entity2]",
-            "[Entity1, Make a visit, Entity2] leads to [Entity1, Meet, Entity2]",
-        ],
-        "score": [0.5, 0.4, 0.3],
-    }
-)
-
-
-def write_set(folder: Path, questions: Sequence[dict], corpus: Sequence[dict] | None) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "questions.jsonl").write_text(
-        "".join(json.dumps(q) + "\n" for q in questions), encoding="utf-8"
-    )
-    if corpus is not None:
-        (folder / "corpus.jsonl").write_text(
-            "".join(json.dumps(d) + "\n" for d in corpus), encoding="utf-8"
-        )
-    return folder
 
 
 def test_the_four_layouts_are_read(tmp_path: Path) -> None:
@@ -174,63 +148,6 @@ def test_rows_that_need_training_or_rule_candidates_are_refused() -> None:
     ]:
         with pytest.raises(InputError, match=reason):
             check_qa_rows([row], grid)
-
-
-@pytest.mark.slow
-def test_stage_answers_a_fixture_set_with_rules(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stage_project: StageProject
-) -> None:
-    """The stage end to end on the fixture: MiniLM matches the ICEWS-style rules to the
-    questions phrased like them, BM25 searches with and without them, SmolLM2-135M answers
-    both rows; files, metrics and the report are there."""
-    require_minilm()
-    import pipeline_steps.qa_rag as stage
-
-    corpus = [
-        {"id": "c1", "contents": "2014-01-02 Iran Consult Oman ."},
-        {"id": "c2", "contents": "2014-01-03 China Accuse Japan ."},
-        {"id": "c3", "contents": "2014-01-04 Kerry Criticize or denounce Russia ."},
-        {"id": "c4", "contents": "Paris is the capital of France ."},
-    ]
-    questions = [
-        {"id": "1", "question": "Iran Consult whom ?", "answer": "Oman"},
-        {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
-        {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
-    ]
-    write_set(tmp_path / "qa" / "toyqa", questions, corpus)
-    bank_dir = tmp_path / "data" / "icews14" / "rules"
-    bank_dir.mkdir(parents=True)
-    RULES.to_parquet(bank_dir / "bank.parquet")
-    overrides = {
-        "qa.datasets": ["toyqa"],
-        "qa.dir": str(tmp_path / "qa"),
-        "qa.retriever": "bm25",
-        "build_benchmark.rule_selection.threshold": 0.2,  # MiniLM: 0.28 / 0.38 here
-        "generation.max_new_tokens": 4,
-        "generation.test_queries": None,
-    }
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-
-    assert stage_project.run(stage, "--dataset", "toyqa", params=overrides) == 0
-    base = tmp_path / "data" / "toyqa"
-    test = [json.loads(line) for line in (base / "benchmark" / "test.jsonl").open()]
-    by_id = {r["qid"]: r["rule_ids"] for r in test}
-    assert by_id["1"][0] == "icews14:r1" and by_id["2"][0] == "icews14:r2"
-    assert by_id["3"] == []  # no rule is near a capital-city question
-    guided = pd.read_parquet(base / "retrieval" / "bm25-rg" / "run.parquet")
-    assert set(guided.loc[guided["qid"] == "1", "rule"]) >= {"icews14:r1"}
-    assert set(guided.loc[guided["qid"] == "3", "rule"]) == {""}  # searched alone
-    report = json.loads((base / "qa" / "metrics.json").read_text())
-    assert set(report["rows"]) == {"standard_rag", "rulerag_icl"}
-    assert report["rows"]["standard_rag"]["queries"] == 3
-    assert report["rows"]["standard_rag"]["recall_at_10"] == 1.0  # every answer is in the corpus
-    results = (base / "qa" / "results.md").read_text()
-    assert "RuleRAG-ICL above Standard RAG" in results and "| Contriever + LLAMA2_7B |" in results
-    prompts = [
-        json.loads(x)["prompt"]
-        for x in (base / "generation" / "rulerag_icl" / "predictions.jsonl").open()
-    ]
-    assert any("Consult" in p and "Rule One:" in p for p in prompts)
 
 
 def test_the_qa_folder_is_the_configured_one_else_the_mirrors(tmp_path: Path) -> None:

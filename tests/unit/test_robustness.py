@@ -1,5 +1,6 @@
 """Queries that need no rule (RuleRAG's App. E): each test query asked through its rule's body
-relation, answers and rules kept, only where a corpus document states the answer."""
+relation, answers and rules kept, only where a corpus document states the answer. (Stage
+`robustness` on them: tests/stages/test_robustness_stage.py.)"""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import pytest
 from rulerag.benchmark.robustness import ROBUST_PREFIX, degenerate_queries
 from rulerag.evaluation.claims import ROBUST_CLAIMS, claims_table
 from rulerag.evaluation.report import PAPER_TABLE7, results_table
-from rulerag.layout import ROBUST as ROBUST_SET
 
 ENTITIES = {0: "Godard", 1: "Paris", 2: "France", 3: "Lyon", 4: "Nice"}
 RELATIONS = {0: "has nationality", 1: "born in", 2: "lives in", 3: "capital of"}
@@ -88,7 +88,6 @@ def test_the_report_sets_robust_rows_beside_table_7_with_paired_tests() -> None:
 
 
 def test_robustness_rows_must_be_generating_grid_rows() -> None:
-    import pytest
     import yaml
 
     from rulerag.generation.config import generation_settings
@@ -101,72 +100,3 @@ def test_robustness_rows_must_be_generating_grid_rows() -> None:
     for bad, reason in (("symbolic", "reads apply_rules"), ("nope", "not in grid")):
         with pytest.raises(SettingsError, match=reason):
             generation_settings({**section, "robustness_rows": [bad]})
-
-
-@pytest.mark.slow  # an MLflow SQLite store is created
-def test_the_robustness_stage_searches_its_queries_and_answers_them_as_the_row(
-    tmp_path, monkeypatch, stage_project, clean_tracking_env
-) -> None:
-    """Stage `robustness` on a synthetic dataset: the row's BM25 configuration searched with the
-    robustness queries (q ∘ r), kept as run.parquet; the row (an API generator,
-    faked) answers them from that run; metrics say which query set it was."""
-    from mlflow import MlflowClient
-
-    import pipeline_steps.robustness as stage
-    from rulerag.io import read_provenance, write_jsonl
-    from rulerag.retrieval.data import read_corpus
-    from rulerag.retrieval.sparse import BM25sIndex
-    from rulerag.tracking import TAG_STAGE_INSTANCE
-    from tests.helpers import write_bank
-    from tests.unit.test_api_generator import FakeOpenAI
-
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("RULERAG_API_KEY", "sk-test")
-    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # as before passive_openmp set it
-    layout = stage_project.layout("toy")
-    people = {"Godard": "France", "Varda": "Belgium", "Rohmer": "Tulle"}
-    robust = [
-        {"qid": f"robust-{i}", "query": f"what does {who} born in ?", "answers": [where],
-         "rule_ids": ["R1"], "time": None}
-        for i, (who, where) in enumerate(people.items())
-    ]  # fmt: skip
-    write_jsonl(layout.queries(ROBUST_SET), robust)
-    write_jsonl(
-        layout.corpus,
-        [{"id": f"D{i}", "contents": f"{who} born in {where}."}
-         for i, (who, where) in enumerate(people.items())],
-    )  # fmt: skip
-    rule = "[Entity1, born in, Entity2] leads to [Entity1, has nationality, Entity2]"
-    write_bank(layout.rule_bank, {"R1": rule})
-    BM25sIndex.build(read_corpus(layout.corpus)).save(layout.index("bm25") / "bm25s")
-    params = {
-        "generation.retriever": "bm25",
-        "generation.test_queries": None,
-        "generation.grid.api_rag": {"retrieval": "rg", "generator": "api", "prompt": "rule"},
-        "generation.robustness_rows": ["api_rag"],
-        "retrieve.top_k": 2,
-        "index.sparse.threads": 1,
-    }
-    with FakeOpenAI([], reply=lambda last: "Answer: France") as server:
-        params["generation.api"] = {"base_url": server.url, "model": "fake", "shots": 0}
-        args = ("--dataset", "toy", "--config", "api_rag")
-        assert stage_project.run(stage, *args, params=params) == 0
-    out = layout.row("api_rag", ROBUST_SET)
-    run = pd.read_parquet(out / "run.parquet")
-    assert read_provenance(out / "run.parquet") == {"stage": "robustness", "config": "bm25-rg"}
-    assert set(run["qid"]) == {q["qid"] for q in robust} and set(run["rule"]) == {"R1"}
-    metrics = json.loads((out / "metrics.json").read_text())
-    assert (metrics["query_set"], metrics["retrieval"], metrics["queries"]) == (
-        ROBUST_SET, "bm25-rg", 3
-    )  # fmt: skip
-    assert metrics["em"] == pytest.approx(1 / 3) and metrics["recall_at_10"] == 1.0
-    rows = [json.loads(line) for line in (out / "predictions.jsonl").read_text().splitlines()]
-    assert [r["doc_ids"][0] for r in rows] == ["D0", "D1", "D2"]  # each query's own document
-    manifest = json.loads((out / "manifest.json").read_text())
-    assert {"run.parquet", "predictions.jsonl", "metrics.json"} <= set(manifest["files"])
-    client = MlflowClient(tracking_uri=uri)
-    (tracked,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
-    assert tracked.info.status == "FINISHED"
-    assert tracked.data.tags[TAG_STAGE_INSTANCE] == "robustness@toy-api_rag"
-    assert tracked.data.metrics["em"] == pytest.approx(1 / 3)

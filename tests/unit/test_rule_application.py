@@ -385,7 +385,7 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal
     )
     from rulerag.rules.bank import frame_rules
     from rulerag.rules.forecasting import forecast
-    from tests.unit.test_benchmark_build import write_synthetic_dataset
+    from tests.support.synthetic_kg import write_synthetic_dataset
 
     layout = DataLayout.of(tmp_path / "data", "toy")
     kg, bank = write_synthetic_dataset(layout, temporal)

@@ -26,7 +26,7 @@ from rulerag.rule_retrieval.prompts import (
 from rulerag.rule_retrieval.rulebench import load_set, reasoning_prompt, shots_from
 from rulerag.rule_retrieval.search import BM25RuleIndex
 from tests.http_fixtures import mirror_dir
-from tests.unit.test_api_generator import FakeOpenAI
+from tests.support.fake_openai import FakeOpenAI, fake_rule_llm
 
 LIBRARY = RuleLibrary(
     ids=("r1", "r2", "r3"),
@@ -342,13 +342,6 @@ def test_bm25_rule_search_survives_a_term_the_stemmer_empties() -> None:
     assert rows[0] == 0
 
 
-def fake_rule_llm(last: str) -> str:
-    """A chat API's answers to the two prompts: a ranking for R³, a rule for self-induction."""
-    if last.startswith(R3_TEMPLATE_HEAD):
-        return "[2] > [1]"
-    return "Make a visit leads to Host a visit"
-
-
 def test_the_stage_entry_evaluates_on_the_benchmark_through_the_api(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -361,7 +354,7 @@ def test_the_stage_entry_evaluates_on_the_benchmark_through_the_api(
     from rulerag.rule_retrieval.claims import rule_claims
     from rulerag.rule_retrieval.ruleqa import evaluate_rule_retrieval, reference_rows, ruleqa_task
     from rulerag.rule_retrieval.settings import rule_retrieval_settings
-    from tests.unit.test_benchmark_build import write_synthetic_dataset
+    from tests.support.synthetic_kg import write_synthetic_dataset
 
     monkeypatch.setenv("RULERAG_API_KEY", "sk-local-test")
     layout = DataLayout.of(tmp_path / "data", "toy")

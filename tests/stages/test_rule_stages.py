@@ -15,10 +15,9 @@ from rulerag.io import read_jsonl, read_provenance
 from rulerag.params import load_params
 from rulerag.rule_retrieval.selector import RuleRetrievalSelection
 from rulerag.tracking import TAG_STAGE_INSTANCE
-from tests.helpers import StageProject
-from tests.unit.test_api_generator import FakeOpenAI
-from tests.unit.test_benchmark_build import write_synthetic_dataset
-from tests.unit.test_rule_retrieval import fake_rule_llm
+from tests.helpers import StageProject, stage_runs
+from tests.support.fake_openai import FakeOpenAI, fake_rule_llm
+from tests.support.synthetic_kg import write_synthetic_dataset
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 
@@ -41,14 +40,6 @@ PARAMS = {
     "apply_rules.evaluate_facts": 40,
     "apply_rules.min_body_support": 0,
 }
-
-
-def _runs(uri: str, stage: str) -> list:
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(experiments, filter_string=f"tags.`rulerag.stage` = '{stage}'")
 
 
 def test_the_rule_stages_run_on_typed_params(
@@ -118,12 +109,12 @@ def test_the_rule_stages_run_on_typed_params(
     assert (layout.rule_application / "results.md").read_text(encoding="utf-8") in printed
 
     # MLflow: each stage's params as params.yaml writes them, apply_rules' instance tag
-    (bench_run,) = _runs(uri, "build_benchmark")
+    (bench_run,) = stage_runs(uri, "build_benchmark")
     assert bench_run.data.params["rule_retrieval.llm.kind"] == "api"
     assert bench_run.data.params["corpus_filter"] == "none"
     assert bench_run.data.metrics["selection_cost_llm_calls"] == asked_by_benchmark
-    (eval_run,) = _runs(uri, "rule_retrieval_eval")
+    (eval_run,) = stage_runs(uri, "rule_retrieval_eval")
     assert eval_run.data.metrics["bm25_natural_siar_si.recall_at_2"] == metrics["rows"][2]["R@2"]
-    (apply_run,) = _runs(uri, "apply_rules")
+    (apply_run,) = stage_runs(uri, "apply_rules")
     assert apply_run.data.tags[TAG_STAGE_INSTANCE] == "apply_rules@toy"
     assert apply_run.data.metrics["test_facts"] == 40

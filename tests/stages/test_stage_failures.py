@@ -1,5 +1,6 @@
 """How a stage fails: input the user can fix exits 2 with its message, no traceback, and the
-MLflow run says FAILED with that message (it used to say FINISHED)."""
+MLflow run says FAILED with that message (it used to say FINISHED). (`run_stage` itself with a
+stand-in `main`: tests/unit/test_run_stage.py.)"""
 
 from __future__ import annotations
 
@@ -8,22 +9,11 @@ from pathlib import Path
 import pytest
 
 from pipeline_steps.common import run_stage
-from rulerag.errors import InputError
 from rulerag.kg.registry import get_spec, ingest_settings
-from rulerag.tracking import TAG_ERROR, stage_run
-from tests.helpers import StageProject, ingest_into
+from rulerag.tracking import TAG_ERROR
+from tests.helpers import StageProject, ingest_into, stage_runs
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
-
-
-def _runs(uri: str, stage: str) -> list:
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    experiments = client.search_experiments()
-    return client.search_runs(
-        [e.experiment_id for e in experiments], filter_string=f"tags.`rulerag.stage` = '{stage}'"
-    )
 
 
 @pytest.fixture
@@ -31,29 +21,6 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: N
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     return uri
-
-
-def test_input_error_exits_2_without_traceback_and_fails_the_run(
-    tmp_path: Path, store: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    def main(argv: list[str] | None) -> int:
-        with stage_run("demo", "toy", project_dir=tmp_path):
-            raise InputError("toy.tsv:3: empty subject")
-
-    assert run_stage(main) == 2
-    err = capsys.readouterr().err
-    assert "toy.tsv:3: empty subject" in err and "Traceback" not in err
-    (run,) = _runs(store, "demo")
-    assert run.info.status == "FAILED"
-    assert "toy.tsv:3: empty subject" in run.data.tags[TAG_ERROR]
-
-
-def test_a_bug_keeps_its_traceback(tmp_path: Path) -> None:
-    def main(argv: list[str] | None) -> int:
-        raise KeyError("bug")
-
-    with pytest.raises(KeyError):
-        run_stage(main)
 
 
 def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
@@ -77,7 +44,7 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
         **{f"ingest.{k}": v for k, v in params["ingest"].items()},
     }
     assert stage_project.run(stage, "--dataset", "mykg", params=overrides) == 2
-    (run,) = _runs(store, "mine_rules")
+    (run,) = stage_runs(store, "mine_rules")
     assert run.info.status == "FAILED"
     assert "no facts in splits ['valid']" in run.data.tags[TAG_ERROR]
     assert not (tmp_path / "data" / "mykg" / "rules").exists()
