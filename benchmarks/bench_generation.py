@@ -125,10 +125,9 @@ def bench_generation(args: argparse.Namespace, items: list[dict]) -> list[dict]:
 
 def stage_settings() -> Any:
     """The train_generator stage's settings from params.yaml (its effective profile)."""
-    from pipeline_steps.common import load_params
-    from rulerag.generation.config import generation_settings
+    from rulerag.params import load_params
 
-    return generation_settings(load_params().get("generation")).trainer_settings()
+    return load_params(ROOT / "params.yaml").generation.trainer_settings()
 
 
 def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:

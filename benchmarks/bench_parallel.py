@@ -36,13 +36,13 @@ sys.path.insert(0, str(ROOT))
 
 from rulerag.orchestration.dag_settings import DagSettings  # noqa: E402
 from rulerag.orchestration.dvc_graph import build_graph, stage_edges  # noqa: E402
-from rulerag.orchestration.run_conf import load_params  # noqa: E402
 from rulerag.orchestration.schedule import critical_path, list_schedule, run_graph  # noqa: E402
 from rulerag.orchestration.workspaces import (  # noqa: E402
     collect,
     head_commit,
     run_in_workspace,
 )
+from rulerag.params import read_params_file  # noqa: E402
 from rulerag.tracking import TAG_STAGE_INSTANCE, experiment_name  # noqa: E402
 
 
@@ -70,7 +70,7 @@ def stage_times(store: str, datasets: list[str]) -> dict[str, float]:
 
 
 def expected(args: argparse.Namespace) -> None:
-    params = load_params(ROOT / "params.yaml")
+    params = read_params_file(ROOT / "params.yaml")
     instances = build_graph(ROOT / "dvc.yaml", params, args.datasets)
     times = stage_times(args.store, args.datasets)
     missing = [i.name for i in instances if i.name not in times]
@@ -132,7 +132,7 @@ def measure(args: argparse.Namespace) -> None:
     bin_dir = str(Path(sys.executable).parent)
     env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
            "DVC_NO_ANALYTICS": "1"}  # fmt: skip
-    params = load_params(ROOT / "params.yaml")
+    params = read_params_file(ROOT / "params.yaml")
     params["datasets"] = list(args.datasets)
     instances = [i for i in build_graph(ROOT / "dvc.yaml", params, args.datasets)
                  if i.stage in args.measure]  # fmt: skip

@@ -20,14 +20,13 @@ from typing import Any
 
 import pytest
 
-from rulerag.kg.registry import known_datasets
 from rulerag.orchestration.dvc_graph import (
     build_graph,
     full_task_id,
     stage_edges,
     task_placement,
 )
-from rulerag.orchestration.run_conf import load_params
+from rulerag.params import parse_params, read_params_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 
@@ -165,8 +164,8 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert dag["max_active_runs"] == 1 and dag["max_active_tasks"] == 1
     assert dag["timetable"] == "NullTimetable"  # schedule=None: runs are triggered
 
-    params = load_params(PROJECT_DIR / "params.yaml")
-    instances = build_graph(PROJECT_DIR / "dvc.yaml", params, known_datasets(params))
+    params = read_params_file(PROJECT_DIR / "params.yaml")
+    instances = build_graph(PROJECT_DIR / "dvc.yaml", params, parse_params(params).known_datasets())
     placed = {name: full_task_id(p) for name, p in task_placement(instances).items()}
     # apply_conf, then `select` (the branch that skips every unselected stage task at once,
     # so each is its direct child), the stages along dvc.yaml's edges, record_overrides last
@@ -183,14 +182,14 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert placed["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft"
     assert placed["ingest@icews14"] == "icews14.ingest"
     # Every known dataset has its ingest task, whatever params.yaml selects today.
-    for name in known_datasets(params):
+    for name in parse_params(params).known_datasets():
         assert f"{name}.ingest" in dag["tasks"]
     assert dag["tasks"]["icews14.ingest"]["retries"] == 1
     assert dag["tasks"]["apply_conf"]["retries"] == 0
     # The trigger form: multi-selects of the known datasets and stages, overrides as an object
     form = dag["params"]
-    assert form["datasets"]["items"]["enum"] == sorted(known_datasets(params))
-    stages = list(load_params(PROJECT_DIR / "dvc.yaml")["stages"])
+    assert form["datasets"]["items"]["enum"] == sorted(parse_params(params).known_datasets())
+    stages = list(read_params_file(PROJECT_DIR / "dvc.yaml")["stages"])
     assert form["stages"]["items"]["enum"] == stages
     assert form["params"]["type"] == "object" and form["params"]["description"]
     assert all(form[k]["title"] for k in ("datasets", "stages", "params"))

@@ -15,7 +15,8 @@ import pytest
 
 from rulerag.generation.api import ApiError, ApiGenerator
 from rulerag.generation.config import generation_settings
-from rulerag.orchestration.run_conf import load_params, validate_run_conf
+from rulerag.orchestration.run_conf import validate_run_conf
+from rulerag.params import read_params_file
 from rulerag.redact import redact_secrets, redact_url
 from rulerag.settings import SettingsError
 from rulerag.tracking import flatten_params, stage_run
@@ -132,7 +133,7 @@ def test_an_error_body_echoing_the_key_and_a_url_key_stay_hidden(server: _Server
     ],
 )
 def test_a_run_conf_cannot_redirect_secrets(key: str) -> None:
-    params = load_params(PROJECT / "params.yaml")
+    params = read_params_file(PROJECT / "params.yaml")
     value: Any = {"base_url": "http://evil.example"} if key == "generation.api" else "x"
     if key.endswith("key_env"):
         value = ["AWS_SECRET_ACCESS_KEY"]
