@@ -113,7 +113,11 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
     marked the stage's MLflow run FAILED with the message. Any other exception is a bug and
     keeps its traceback.
     """
-    stage = main.__module__.rpartition(".")[2]
+    module = main.__module__
+    if module == "__main__":  # `python -m pipeline_steps.<stage>`: the module's real name
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        module = spec.name if spec is not None else module
+    stage = module.rpartition(".")[2]
     try:
         return main(argv)
     except InputError as err:

@@ -61,3 +61,20 @@ def test_a_stage_refuses_a_dataset_name_that_is_not_an_identifier(
         run_stage(stage.main, ["--dataset", name])
     assert caught.value.code == 2
     assert "invalid dataset name" in capsys.readouterr().err
+
+
+def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path) -> None:
+    """Under `python -m`, the failing stage used to call itself `__main__`."""
+    import subprocess
+    import sys
+
+    broken = tmp_path / "params.yaml"
+    broken.write_text("datasets: [icews14]\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "pipeline_steps.ingest", "--dataset", "icews14",
+         "--params", str(broken)],
+        cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("ingest failed: ") and "missing section 'ingest'" in done.stderr
+    assert "Traceback" not in done.stderr
