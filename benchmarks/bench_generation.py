@@ -41,24 +41,22 @@ def build_queries(dataset: str, n: int, num_documents: int, seed: int) -> list[d
     """n samples of (query, documents, rules, answer) with the benchmark's text shapes."""
     import numpy as np
 
-    base = ROOT / "data" / dataset
+    from rulerag.layout import DataLayout
+
+    layout = DataLayout.of(ROOT / "data", dataset)
     rng = np.random.default_rng(seed)
-    if (base / "benchmark" / "test.jsonl").is_file():
+    if layout.queries("test").is_file():
         from rulerag.benchmark.sampling import sample_queries
         from rulerag.io import read_jsonl
         from rulerag.retrieval.data import read_rule_texts
 
-        queries = sample_queries(read_jsonl(base / "benchmark" / "test.jsonl"), n, seed)
+        queries = sample_queries(read_jsonl(layout.queries("test")), n, seed)
         docs = []
-        with open(base / "benchmark" / "corpus.jsonl", encoding="utf-8") as handle:
+        with open(layout.corpus, encoding="utf-8") as handle:
             for i, line in enumerate(handle):
                 if i % 50 == 0:
                     docs.append(json.loads(line)["contents"])
-        bank = (
-            read_rule_texts(base / "rules" / "bank.parquet")
-            if (base / "rules" / "bank.parquet").is_file()
-            else {}
-        )
+        bank = read_rule_texts(layout.rule_bank) if layout.rule_bank.is_file() else {}
         out = []
         for q in queries:
             rules = [bank[r] for r in q.get("rule_ids", []) if r in bank][:3]

@@ -24,12 +24,13 @@ from rulerag.io import (
     verify_output,
     write_jsonl,
 )
+from rulerag.layout import DataLayout
 
 PROJECT = Path(__file__).resolve().parents[1]
 
 
 def corpus_rows(n: int) -> list[dict[str, str]]:
-    real = PROJECT / "data" / "icews14" / "benchmark" / "corpus.jsonl"
+    real = DataLayout.of(PROJECT / "data", "icews14").corpus
     if real.is_file():
         return list(iter_jsonl(real))
     text = "Time 2014-06-23 Abdullah Abdullah Make a visit Afghanistan."

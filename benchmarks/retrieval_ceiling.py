@@ -28,16 +28,20 @@ from pathlib import Path
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from rulerag.layout import DataLayout  # noqa: E402
 
 
 def reachability(data: Path, splits: tuple[str, ...] = ("train",)) -> dict[str, float]:
-    facts = pd.read_parquet(data / "kg" / "facts.parquet")
-    bank = pd.read_parquet(data / "rules" / "bank.parquet").set_index("rule_id")
+    layout = DataLayout(data)
+    facts = pd.read_parquet(layout.facts)
+    bank = pd.read_parquet(layout.rule_bank).set_index("rule_id")
     links = facts[facts["split"].isin(splits)]
     forward = links.groupby(["head", "relation"])["tail"].apply(set).to_dict()
     backward = links.groupby(["tail", "relation"])["head"].apply(set).to_dict()
     counts = {"queries": 0, "same_relation": 0, "rule_body": 0, "either": 0}
-    with open(data / "benchmark" / "test.jsonl", encoding="utf-8") as handle:
+    with open(layout.queries("test"), encoding="utf-8") as handle:
         for line in handle:
             query = json.loads(line)
             answers, subject, relation = set(query["answer_ids"]), query["head"], query["relation"]
@@ -75,14 +79,14 @@ def main() -> int:
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in args.datasets.split(","):
-        data = ROOT / "data" / name
-        if not (data / "benchmark" / "test.jsonl").is_file():
-            print(f"{name}: no benchmark at {data}", file=sys.stderr)
+        layout = DataLayout.of(ROOT / "data", name)
+        if not layout.queries("test").is_file():
+            print(f"{name}: no benchmark at {layout.root}", file=sys.stderr)
             continue
-        share = reachability(data)
+        share = reachability(layout.root)
         measured = []
         for config in ("minilm-standard", "minilm-rg", "minilm-rgft"):
-            path = data / "retrieval" / config / "metrics.json"
+            path = layout.retrieval_metrics(config)
             value = json.loads(path.read_text())["recall_at_10"] if path.is_file() else None
             measured.append("–" if value is None else f"{100 * value:.1f}")
         print(

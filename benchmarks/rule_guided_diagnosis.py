@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from rulerag.evaluation.claims import paired_em  # noqa: E402
 from rulerag.io import iter_jsonl  # noqa: E402
+from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts  # noqa: E402
 from rulerag.retrieval.metrics import answer_hits  # noqa: E402
 from rulerag.retrieval.rule_guided import retrieve, rule_query_texts, unite  # noqa: E402
@@ -53,7 +54,6 @@ RRF_K = 60  # Cormack et al.'s constant
 
 def open_index(data: Path, name: str):
     """The `retrieve` stage's searcher for index `name` (default `index` settings)."""
-    from rulerag.layout import DataLayout
     from rulerag.retrieval.configs import parse_config
     from rulerag.retrieval.runs import open_searcher
     from rulerag.retrieval.settings import index_settings
@@ -83,12 +83,13 @@ def recalled(
 
 
 def diagnose(data: Path, index: str, limit: int | None) -> dict:
-    queries = read_queries(data / "benchmark" / "test.jsonl")
-    heads = {row["qid"]: row["head_name"] for row in iter_jsonl(data / "benchmark" / "test.jsonl")}
+    layout = DataLayout(data)
+    queries = read_queries(layout.queries("test"))
+    heads = {row["qid"]: row["head_name"] for row in iter_jsonl(layout.queries("test"))}
     queries = [q for q in queries if q.answers and q.rule_ids][:limit]
-    corpus = read_corpus(data / "benchmark" / "corpus.jsonl")
+    corpus = read_corpus(layout.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
-    bank = read_rule_texts(data / "rules" / "bank.parquet")
+    bank = read_rule_texts(layout.rule_bank)
     answers = {q.qid: q.answers for q in queries}
     subjects = {q.qid: (heads[q.qid],) for q in queries}
 
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     for dataset in args.datasets.split(","):
         data = args.data / dataset
-        if not (data / "retrieval" / "index").is_dir():
+        if not DataLayout(data).indexes.is_dir():
             print(f"{dataset}: no indexes under {data}; run `dvc repro retrieve` first")
             continue
         results[dataset] = {}

@@ -125,8 +125,13 @@ class DataLayout:
     def retrieval(self) -> Path:
         return self.root / "retrieval"
 
+    @property
+    def indexes(self) -> Path:
+        """The folder of every index (`index(name)`)."""
+        return self.retrieval / "index"
+
     def index(self, name: str) -> Path:
-        return self.retrieval / "index" / name
+        return self.indexes / name
 
     def index_stats(self, name: str) -> Path:
         return self.retrieval / "stats" / f"index-{name}.json"

@@ -170,4 +170,4 @@ def mirror_dir() -> Path:
     configured = os.environ.get("RULERAG_DATA_DIR")
     if configured:
         return Path(configured)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "kg"
+    return Path(__file__).resolve().parents[1].parent / "shared" / "kg"  # outside data/<dataset>/

@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from rulerag.layout import DataLayout
 from rulerag.orchestration.dvc_graph import (
     build_graph,
     full_task_id,
@@ -235,11 +236,10 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert tasks.pop("wiki.count") == "success"
     assert set(tasks.values()) == {"skipped"}, tasks
     # The stage saw the DAG run's id as its pipeline-run tag.
-    facts = project / "data" / "wiki" / "kg" / "facts.parquet"
+    wiki = DataLayout.of(project / "data", "wiki")
+    facts = wiki.facts
     assert facts.read_text().strip() == run_id
-    assert (project / "data" / "wiki" / "count.txt").read_text().strip() == str(
-        facts.stat().st_size
-    )
+    assert (wiki.root / "count.txt").read_text().strip() == str(facts.stat().st_size)
     # The overrides are a branch; the workspace's params.yaml, index and HEAD are as they were.
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
     head = run(["git", "rev-parse", "HEAD"], project, env).stdout.strip()
@@ -291,8 +291,8 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     # every other task was skipped by `select` (no process started for it)
     assert tasks and set(tasks.values()) == {"skipped"}, tasks
     assert any(t.startswith("nell995.") for t in tasks)  # index, retrieve, generate...
-    assert (project / "data" / "nell995" / "kg" / "facts.parquet").is_file()
-    assert not (project / "data" / "icews14").exists()
+    assert DataLayout.of(project / "data", "nell995").facts.is_file()
+    assert not DataLayout.of(project / "data", "icews14").root.exists()
 
     # params.yaml is back as it was; the run's branch brings it back, and DVC agrees with it
     assert "datasets:\n  - nell995" not in (project / "params.yaml").read_text(encoding="utf-8")
@@ -395,7 +395,7 @@ def test_workspaces_mode_runs_two_datasets_at_once(airflow_project: tuple[Path, 
     assert set(spans) == {"icews14", "wiki"}, spans
     assert max(s["start"] for s in spans.values()) < min(s["end"] for s in spans.values())
     for name in ("icews14", "wiki"):
-        assert (project / "data" / name / "kg" / "facts.parquet").read_text().strip() == name
+        assert DataLayout.of(project / "data", name).facts.read_text().strip() == name
     status = run([str(BIN / "dvc"), "status", "--json"], project, env)
     assert json.loads(status.stdout) == {}, status.stdout
     assert not list((project.parent / "workspaces").iterdir())

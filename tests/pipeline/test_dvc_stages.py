@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rulerag.layout import DataLayout
+
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 BIN = Path(sys.executable).parent
@@ -49,10 +51,12 @@ def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict)
 
     out = run(["dvc", "repro", "ingest@nell995"], project_copy, env)
     assert "ingest@nell995: 154,213 facts" in out.stdout
-    kg = project_copy / "data" / "nell995" / "kg"
+    layout = DataLayout.of(project_copy / "data", "nell995")
+    kg = layout.kg
     for name in ("facts.parquet", "entities.parquet", "relations.parquet", "stats.json"):
         assert (kg / name).is_file()
-    assert not (project_copy / "data" / "icews14").exists(), "only the named instance runs"
+    other = DataLayout.of(project_copy / "data", "icews14")
+    assert not other.root.exists(), "only the named instance runs"
 
     shown = json.loads(run(["dvc", "metrics", "show", "--json"], project_copy, env).stdout)
     metrics = next(iter(shown.values()))["data"]["data/nell995/kg/stats.json"]["data"]
@@ -78,7 +82,7 @@ def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict)
     # The next stage runs on what ingest wrote, and DVC sees ingest as up to date.
     out = run(["dvc", "repro", "mine_rules@nell995"], project_copy, env)
     assert "Stage 'ingest@nell995' didn't change" in out.stdout
-    rules_dir = project_copy / "data" / "nell995" / "rules"
+    rules_dir = layout.rules_dir
     stats = json.loads((rules_dir / "stats.json").read_text())
     assert stats["miner"] == "static" and stats["bank"] > 50
     assert (rules_dir / "rules.txt").read_text().count(" leads to ") == stats["rules"]
@@ -91,7 +95,7 @@ def test_dvc_repro_ingest_then_metrics_and_mlflow(project_copy: Path, env: dict)
     # The benchmark: built once, rebuilt by force with the same seed -> the same bytes.
     out = run(["dvc", "repro", "build_benchmark@nell995"], project_copy, env)
     assert "test queries" in out.stdout
-    bench = project_copy / "data" / "nell995" / "benchmark"
+    bench = layout.benchmark
     files = ["corpus.jsonl", "corpus.parquet", "test.jsonl", "f_r.jsonl", "f_g.jsonl"]
     first = {name: (bench / name).read_bytes() for name in files}
     run(["dvc", "repro", "-f", "--single-item", "build_benchmark@nell995"], project_copy, env)
@@ -118,7 +122,7 @@ def test_failed_ingest_keeps_nothing_and_reports_line(
     env = {**env, "RULERAG_DATA_DIR": str(tmp_path / "mirror")}
     output = run_failing(["dvc", "repro", "ingest@nell995"], project_copy, env)
     assert "train.txt:1: expected 3 columns" in output
-    assert not (project_copy / "data" / "nell995" / "kg" / "facts.parquet").exists()
+    assert not DataLayout.of(project_copy / "data", "nell995").facts.exists()
 
 
 def test_a_dataset_name_with_shell_syntax_runs_no_command(project_copy: Path, env: dict) -> None:

@@ -20,6 +20,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from rulerag.layout import DataLayout
+
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 BIN = Path(sys.executable).parent
@@ -102,7 +104,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     done = dvc("repro", timeout=1500)
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-6000:]
 
-    data = project_copy / "data" / "slice"
+    layout = DataLayout.of(project_copy / "data", "slice")
     stages = [
         line.split()[0] for line in dvc("stage", "list", "--name-only", check=True).stdout.split()
     ]
@@ -119,74 +121,73 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
         "minilm-ssft",
         "minilm-rgft",
     ):
-        metrics = json.loads((data / "retrieval" / config / "metrics.json").read_text())
+        metrics = json.loads(layout.retrieval_metrics(config).read_text())
         assert 0.0 <= metrics["recall_at_1"] <= metrics["recall_at_10"] <= 1.0, config
         assert metrics["queries"] == 24
-        run = pd.read_parquet(data / "retrieval" / config / "run.parquet")
+        run = pd.read_parquet(layout.run(config))
         assert set(run.columns) == {"qid", "rule", "rank", "doc_id", "score"}
-        fg = pd.read_parquet(data / "retrieval" / config / "run_fg.parquet")
+        fg = pd.read_parquet(layout.run(config, "f_g"))
         assert fg["qid"].nunique() <= 24
         if config.endswith("-rg") or config.endswith("-rgft"):
             assert metrics["loose_recall_at_10"] >= metrics["recall_at_10"]
-    assert (data / "retrieval" / "models" / "minilm-rgft" / "model.safetensors").is_file()
-    assert "minilm-rgft" in (data / "retrieval" / "report" / "results.md").read_text()
+    assert (layout.model("minilm-rgft") / "model.safetensors").is_file()
+    assert "minilm-rgft" in (layout.retrieval_report / "results.md").read_text()
 
     for variant in ("rgft", "ssft"):
-        assert (data / "generation" / "adapters" / variant / "adapter_config.json").is_file()
-    table = pd.read_csv(data / "report" / "results.csv")
+        assert (layout.adapter(variant) / "adapter_config.json").is_file()
+    table = pd.read_csv(layout.report / "results.csv")
     assert len(table) == 16 and table["EM"].between(0, 100).all()  # 14 grid rows + 2 R²AG
     assert list(table["config"][-2:]) == ["r2ag", "rulerag_r2ag"]
     for variant, rules in (("r2ag", False), ("rulerag_r2ag", True)):
-        trained = json.loads((data / "generation" / f"train_r2ag_{variant}.json").read_text())
+        trained = json.loads(layout.train_stats(variant, "train_r2ag").read_text())
         assert trained["train_samples"] == 8 and trained["feature_encoder"] == (
             "minilm-rg" if rules else "minilm-standard"
         )
-        assert (data / "generation" / "r2ag_models" / variant / "former.safetensors").is_file()
+        assert (layout.r2ag_model(variant) / "former.safetensors").is_file()
         twin = "rulerag_icl" if rules else "standard_rag"
-        ours = [json.loads(x) for x in (data / "generation" / variant / "predictions.jsonl")
+        ours = [json.loads(x) for x in (layout.row(variant) / "predictions.jsonl")
                 .read_text().splitlines()]  # fmt: skip
-        theirs = [json.loads(x) for x in (data / "generation" / twin / "predictions.jsonl")
+        theirs = [json.loads(x) for x in (layout.row(twin) / "predictions.jsonl")
                   .read_text().splitlines()]  # fmt: skip
         assert [r["qid"] for r in ours] == [r["qid"] for r in theirs]
         for a, b in zip(ours, theirs, strict=True):
             assert a["doc_ids"] == b["doc_ids"]  # the same documents, only R²AG differs
             assert a["prompt"].count("similarity: <R> ") == min(5, len(a["doc_ids"]))
             assert ("# Rules:" in a["prompt"]) == rules
-    for line in (data / "generation" / "rulerag_ft" / "predictions.jsonl").read_text().splitlines():
+    for line in (layout.row("rulerag_ft") / "predictions.jsonl").read_text().splitlines():
         record = json.loads(line)
         assert {"prompt", "prediction", "answers", "em", "token_f1"} <= set(record)
         assert record["prompt"].startswith("# Instruct: For the query in the form of")
-    assert (data / "report" / "results.png").stat().st_size > 0
-    claims = pd.read_csv(data / "report" / "claims.csv")
+    assert (layout.report / "results.png").stat().st_size > 0
+    claims = pd.read_csv(layout.report / "claims.csv")
     assert len(claims) == 17 and claims["p"].between(0, 1).all()  # every claim both rows ran
     assert {"r2ag", "rulerag_r2ag"} <= set(claims["better"])
-    assert "paired on the same queries" in (data / "report" / "results.md").read_text()
+    assert "paired on the same queries" in (layout.report / "results.md").read_text()
 
-    applied = json.loads((data / "rule_application" / "metrics.json").read_text())
+    applied = json.loads((layout.rule_application / "metrics.json").read_text())
     assert applied["temporal"] and 0 < applied["mrr"] <= 1 and applied["queries"] > 0
     assert applied["hits_at_1"] <= applied["hits_at_3"] <= applied["hits_at_10"]
-    answers = [json.loads(x) for x in (data / "rule_application" / "answers.jsonl")
-               .read_text().splitlines()]  # fmt: skip
+    answers = [json.loads(x) for x in layout.rule_answers.read_text().splitlines()]
     assert len(answers) == 24 and any(a["candidates"] for a in answers)
     for answer in answers:
         for candidate in answer["candidates"]:
             assert " leads to " in candidate["rule"] and candidate["evidence"]
-    assert "| TLogic" not in (data / "rule_application" / "results.md").read_text()  # no paper row
+    assert "| TLogic" not in (layout.rule_application / "results.md").read_text()  # no paper row
 
-    gains = pd.read_csv(data / "generalisation" / "gains.csv", index_col=0)
+    gains = pd.read_csv(layout.generalisation / "gains.csv", index_col=0)
     assert list(gains.index) == ["R1", "R2"] and list(gains.columns) == ["R1", "R2"]
-    cells = pd.read_csv(data / "generalisation" / "cells.csv")
+    cells = pd.read_csv(layout.generalisation / "cells.csv")
     assert len(cells) == 4 and cells["em"].between(0, 100).all()
     assert ((cells["gain"] - (cells["em"] - cells["standard_rag_em"])).abs() <= 0.11).all()
-    assert "Gain over Standard RAG" in (data / "generalisation" / "results.md").read_text()
-    assert not (data / "generalisation" / "work").exists()  # the per-bank models are removed
+    assert "Gain over Standard RAG" in (layout.generalisation / "results.md").read_text()
+    assert not (layout.generalisation / "work").exists()  # the per-bank models are removed
 
-    rule_retrieval = pd.read_csv(data / "rule_retrieval" / "results.csv")
+    rule_retrieval = pd.read_csv(layout.rule_retrieval / "results.csv")
     methods = set(zip(rule_retrieval["retriever"], rule_retrieval["method"], strict=True))
     assert {("-", "head"), ("bm25", "siar_r3"), ("minilm", "vanilla")} <= methods
     assert rule_retrieval["R@10"].between(0, 100).all()
-    assert "SIAR-R³ (w/ SI + input)" in (data / "rule_retrieval" / "results.md").read_text()
-    claims = pd.read_csv(data / "rule_retrieval" / "claims.csv")
+    assert "SIAR-R³ (w/ SI + input)" in (layout.rule_retrieval / "results.md").read_text()
+    claims = pd.read_csv(layout.rule_retrieval / "claims.csv")
     assert len(claims) == 12 and claims["p"].between(0, 1).all()  # 6 claims x 2 retrievers
 
     status = dvc("status", "--json", check=True)
@@ -248,7 +249,7 @@ def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, 
     def reply(prompt: str) -> str:
         return induced if prompt.startswith(SI_INSTRUCTION) else "[2] > [1] > [2] > [99]"
 
-    data = project_copy / "data" / "slice"
+    layout = DataLayout.of(project_copy / "data", "slice")
     params_file = project_copy / "params.yaml"
     with FakeOpenAI([], reply=reply) as server:
         params = yaml.safe_load(params_file.read_text())
@@ -264,15 +265,15 @@ def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, 
         assert again.returncode == 0, again.stdout[-4000:] + again.stderr[-4000:]
         assert len(server.requests) == sent  # every answer came from the cache
 
-    stats = json.loads((data / "benchmark" / "stats.json").read_text())
+    stats = json.loads((layout.benchmark / "stats.json").read_text())
     assert stats["selection"] == "siar_r3" and stats["selection_cost"]["llm_calls"] == 0
-    test = [json.loads(line) for line in (data / "benchmark" / "test.jsonl").open()]
-    f_g = [json.loads(line) for line in (data / "benchmark" / "f_g.jsonl").open()]
+    test = [json.loads(line) for line in layout.queries("test").open()]
+    f_g = [json.loads(line) for line in layout.queries("f_g").open()]
     asked = {q["query"] for q in test + f_g}
     si_prompts = {r["body"]["messages"][-1]["content"] for r in server.requests}
     assert sum(p.startswith(SI_INSTRUCTION) for p in si_prompts) >= len(asked)
-    bank = pd.read_parquet(data / "rules" / "bank.parquet")
-    relations = pd.read_parquet(data / "kg" / "relations.parquet")
+    bank = pd.read_parquet(layout.rule_bank)
+    relations = pd.read_parquet(layout.relations)
     names = dict(zip(relations["id"], relations["name"], strict=True))
     library = RuleLibrary.from_bank(bank, names)
     index = BM25RuleIndex(library.natural)
@@ -283,7 +284,7 @@ def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, 
 
     done = dvc("repro", "-s", "retrieve@slice-bm25-rg", timeout=600)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    run = pd.read_parquet(data / "retrieval" / "bm25-rg" / "run.parquet")
+    run = pd.read_parquet(layout.run("bm25-rg"))
     searched = run.groupby("qid")["rule"].agg(set).to_dict()
     for query in test:  # q ∘ r for each selected rule, the query alone when it has none
         assert searched[query["qid"]] == (set(query["rule_ids"]) or {NO_RULE}), query["qid"]

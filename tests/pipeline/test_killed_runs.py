@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from rulerag.layout import DataLayout
 from tests.pipeline.test_dvc_stages import run, run_failing
 
 pytestmark = [pytest.mark.slow, pytest.mark.data]
@@ -70,7 +71,7 @@ def built(project_copy: Path, kg_mirror: Path) -> tuple[Path, dict[str, str], di
     params["datasets"] = ["nell995"]
     (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
     run(["dvc", "repro", STAGE], project_copy, env)
-    good = digests(project_copy / "data" / "nell995" / "kg")
+    good = digests(DataLayout.of(project_copy / "data", "nell995").kg)
     assert {"facts.parquet", "stats.json", "manifest.json"} <= set(good)
     return project_copy, env, good
 
@@ -79,7 +80,7 @@ def test_kill_9_mid_write_keeps_the_last_good_outputs(
     built: tuple[Path, dict[str, str], dict[str, str]], tmp_path: Path
 ) -> None:
     project_copy, env, good = built
-    kg = project_copy / "data" / "nell995" / "kg"
+    kg = DataLayout.of(project_copy / "data", "nell995").kg
 
     hook = tmp_path / "hook"
     hook.mkdir()
@@ -127,4 +128,4 @@ def test_a_failing_stage_keeps_the_last_good_outputs(
     (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
     output = run_failing(["dvc", "repro", STAGE], project_copy, env)
     assert "unknown key 'duplicats'" in output and "Traceback" not in output
-    assert digests(project_copy / "data" / "nell995" / "kg") == good
+    assert digests(DataLayout.of(project_copy / "data", "nell995").kg) == good

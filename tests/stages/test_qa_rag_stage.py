@@ -34,13 +34,14 @@ def test_stage_answers_a_fixture_set_with_rules(
         {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
         {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
     ]
-    write_set(tmp_path / "qa" / "toyqa", questions, corpus)
-    bank_dir = tmp_path / "data" / "icews14" / "rules"
-    bank_dir.mkdir(parents=True)
-    RULES.to_parquet(bank_dir / "bank.parquet")
+    qa_sets = tmp_path / "qa"  # outside data/<dataset>/: the QA sets' own folder
+    write_set(qa_sets / "toyqa", questions, corpus)
+    bank = stage_project.layout("icews14").rule_bank
+    bank.parent.mkdir(parents=True)
+    RULES.to_parquet(bank)
     overrides = {
         "qa.datasets": ["toyqa"],
-        "qa.dir": str(tmp_path / "qa"),
+        "qa.dir": str(qa_sets),
         "qa.retriever": "bm25",
         "build_benchmark.rule_selection.threshold": 0.2,  # MiniLM: 0.28 / 0.38 here
         "generation.max_new_tokens": 4,
@@ -49,22 +50,21 @@ def test_stage_answers_a_fixture_set_with_rules(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
 
     assert stage_project.run(stage, "--dataset", "toyqa", params=overrides) == 0
-    base = tmp_path / "data" / "toyqa"
-    test = [json.loads(line) for line in (base / "benchmark" / "test.jsonl").open()]
+    layout = stage_project.layout("toyqa")
+    test = [json.loads(line) for line in layout.queries("test").open()]
     by_id = {r["qid"]: r["rule_ids"] for r in test}
     assert by_id["1"][0] == "icews14:r1" and by_id["2"][0] == "icews14:r2"
     assert by_id["3"] == []  # no rule is near a capital-city question
-    guided = pd.read_parquet(base / "retrieval" / "bm25-rg" / "run.parquet")
+    guided = pd.read_parquet(layout.run("bm25-rg"))
     assert set(guided.loc[guided["qid"] == "1", "rule"]) >= {"icews14:r1"}
     assert set(guided.loc[guided["qid"] == "3", "rule"]) == {""}  # searched alone
-    report = json.loads((base / "qa" / "metrics.json").read_text())
+    report = json.loads((layout.qa / "metrics.json").read_text())
     assert set(report["rows"]) == {"standard_rag", "rulerag_icl"}
     assert report["rows"]["standard_rag"]["queries"] == 3
     assert report["rows"]["standard_rag"]["recall_at_10"] == 1.0  # every answer is in the corpus
-    results = (base / "qa" / "results.md").read_text()
+    results = (layout.qa / "results.md").read_text()
     assert "RuleRAG-ICL above Standard RAG" in results and "| Contriever + LLAMA2_7B |" in results
     prompts = [
-        json.loads(x)["prompt"]
-        for x in (base / "generation" / "rulerag_icl" / "predictions.jsonl").open()
+        json.loads(x)["prompt"] for x in (layout.row("rulerag_icl") / "predictions.jsonl").open()
     ]
     assert any("Consult" in p and "Rule One:" in p for p in prompts)

@@ -51,7 +51,7 @@ PARAMS = {
 @pytest.fixture
 def tiny_project(stage_project: StageProject, monkeypatch: pytest.MonkeyPatch) -> StageProject:
     """The tiny benchmark as data/tiny of a throw-away project with its own MLflow store."""
-    tiny_benchmark(stage_project.root / "data" / "tiny")
+    tiny_benchmark(stage_project.layout("tiny").root)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{stage_project.root / 'mlflow.db'}")
     monkeypatch.setenv("RULERAG_PIPELINE_RUN", "test-retrieval-stages")
     return stage_project
@@ -67,46 +67,47 @@ def test_index_train_retrieve_report(project: StageProject) -> None:
     def run(stage, *args: str) -> int:
         return project.run(stage, "--dataset", "tiny", *args, params=PARAMS)
 
-    root = project.layout("tiny").retrieval
+    layout = project.layout("tiny")
     assert run(index, "--index", "bm25") == 0
-    assert (root / "index" / "bm25" / "bm25s").is_dir()
+    assert (layout.index("bm25") / "bm25s").is_dir()
     assert run(index, "--index", "minilm") == 0
-    stats = json.loads((root / "stats" / "index-minilm.json").read_text())
+    stats = json.loads(layout.index_stats("minilm").read_text())
     assert stats["docs"] == 200 and stats["dim"] == 384
-    assert list((root / "cache" / "minilm").glob("*/chunk-*.npy"))
+    assert list(layout.cache("minilm").glob("*/chunk-*.npy"))
 
     assert run(train, "--encoder", "minilm", "--mode", "rgft") == 0
-    assert (root / "models" / "minilm-rgft" / "model.safetensors").is_file()
-    summary = json.loads((root / "training" / "minilm-rgft" / "train.json").read_text())
+    assert (layout.model("minilm-rgft") / "model.safetensors").is_file()
+    summary = json.loads((layout.training("minilm-rgft") / "train.json").read_text())
     assert summary["steps"] == 4 and "base_heldout_mrr" in summary
-    loss = pd.read_csv(root / "training" / "minilm-rgft" / "loss.csv")
+    loss = pd.read_csv(layout.training("minilm-rgft") / "loss.csv")
     assert loss["step"].tolist() == [1, 2, 3, 4]
-    assert (root / "checkpoints" / "minilm-rgft" / "latest.json").is_file()
+    assert (layout.checkpoints("minilm-rgft") / "latest.json").is_file()
 
     for config in ("bm25-standard", "bm25-rg", "minilm-standard", "minilm-rg", "minilm-rgft"):
         assert run(retrieve, "--config", config) == 0
-        out = root / config
-        run_frame = pd.read_parquet(out / "run.parquet")
+        out = layout.output(config)
+        run_frame = pd.read_parquet(layout.run(config))
         assert list(run_frame.columns) == ["qid", "rule", "rank", "doc_id", "score"]
         assert run_frame["rank"].max() <= 5 and run_frame["qid"].nunique() == 20
-        fg_run = pd.read_parquet(out / "run_fg.parquet")
+        fg_run = pd.read_parquet(layout.run(config, "f_g"))
         assert len(fg_run) and fg_run["qid"].str.startswith("fg").all()
-        metrics = json.loads((out / "metrics.json").read_text())
+        metrics = json.loads(layout.retrieval_metrics(config).read_text())
         assert {"recall_at_1", "loose_recall_at_5", "f_g", "queries_per_second"} <= set(metrics)
         assert pd.read_csv(out / "recall.csv")["k"].tolist() == [1, 2, 5]
     bm25 = {
-        c: json.loads((root / c / "metrics.json").read_text()) for c in ("bm25-standard", "bm25-rg")
+        c: json.loads(layout.retrieval_metrics(c).read_text()) for c in ("bm25-standard", "bm25-rg")
     }
     assert bm25["bm25-rg"]["recall_at_1"] > bm25["bm25-standard"]["recall_at_1"]
     assert bm25["bm25-rg"]["fallbacks"] == 4 and bm25["bm25-rg"]["unknown_rules"] == 2
 
     assert run(retrieval_report) == 0
-    table = pd.read_csv(root / "report" / "recall_at_k.csv")
+    report = layout.retrieval_report
+    table = pd.read_csv(report / "recall_at_k.csv")
     assert table["config"].unique().tolist() == [
         "bm25-standard", "bm25-rg", "minilm-standard", "minilm-rg",
     ]  # fmt: skip
-    assert "| bm25-rg | 80.0 | 80.0 | 100.0 |" in (root / "report" / "results.md").read_text()
-    assert (root / "report" / "recall_at_k.png").read_bytes()[:4] == b"\x89PNG"
+    assert "| bm25-rg | 80.0 | 80.0 | 100.0 |" in (report / "results.md").read_text()
+    assert (report / "recall_at_k.png").read_bytes()[:4] == b"\x89PNG"
 
     from mlflow import MlflowClient
 

@@ -33,9 +33,10 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
     source.mkdir()
     (source / "train.tsv").write_text("a\tr\tb\nb\tr\tc\n")
     params = {"ingest": {"custom": {"mykg": {"path": str(source)}}}}
+    layout = stage_project.layout("mykg")
     ingest_into(
         get_spec("mykg", ingest_settings(params["ingest"])),
-        tmp_path / "data" / "mykg" / "kg",
+        layout.kg,
         data_dir=None,
         download_dir=tmp_path / "dl",
     )
@@ -47,7 +48,7 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
     (run,) = stage_runs(store, "mine_rules")
     assert run.info.status == "FAILED"
     assert "no facts in splits ['valid']" in run.data.tags[TAG_ERROR]
-    assert not (tmp_path / "data" / "mykg" / "rules").exists()
+    assert not layout.rules_dir.exists()
 
 
 @pytest.mark.parametrize("name", ["../../x", "x;touch pwned", "x y"])

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from rulerag.io import write_manifest
+from rulerag.layout import DataLayout
 
 FIRST = [
     "Alice",
@@ -197,15 +198,21 @@ def tiny_benchmark(root: Path, n_people: int = 40) -> dict[str, int]:
                     "answers": q["answers"],
                 }
             )
-    bench = root / "benchmark"
-    bench.mkdir(parents=True, exist_ok=True)
-    for name, rows in (("corpus", docs), ("test", test), ("f_g", f_g), ("f_r", f_r)):
-        with open(bench / f"{name}.jsonl", "w", encoding="utf-8") as handle:
+    layout = DataLayout(root)
+    layout.benchmark.mkdir(parents=True, exist_ok=True)
+    files = (
+        (layout.corpus, docs),
+        (layout.queries("test"), test),
+        (layout.queries("f_g"), f_g),
+        (layout.queries("f_r"), f_r),
+    )
+    for path, rows in files:
+        with open(path, "w", encoding="utf-8") as handle:
             for row in rows:
                 handle.write(json.dumps(row) + "\n")
-    write_manifest(bench)  # as staged_outputs does for build_benchmark
-    (root / "rules").mkdir(parents=True, exist_ok=True)
+    write_manifest(layout.benchmark)  # as staged_outputs does for build_benchmark
+    layout.rules_dir.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(
         {"rule_id": [RULE_ID, OTHER_RULE_ID], "text": [RULE_TEXT, OTHER_RULE_TEXT]}
-    ).to_parquet(root / "rules" / "bank.parquet", index=False)
+    ).to_parquet(layout.rule_bank, index=False)
     return {"corpus": len(docs), "test": len(test), "f_g": len(f_g), "f_r": len(f_r)}

@@ -11,7 +11,7 @@ import pytest
 from rulerag.generation.config import generation_settings
 from rulerag.generation.samples import load_samples
 from rulerag.io import write_jsonl
-from rulerag.layout import RUN_FILENAME
+from rulerag.layout import RUN_FILENAME, DataLayout
 from tests.helpers import run_frame, write_bank
 
 RULES = ["R1", "R2", "R3"]
@@ -21,11 +21,12 @@ RULES = ["R1", "R2", "R3"]
 def base(tmp_path: Path) -> Path:
     """Two queries with three rules each; every rule's search finds documents of its own (the
     first rule's score lowest, so a union over all rules would push its documents out)."""
-    (tmp_path / "benchmark").mkdir()
-    run_dir = tmp_path / "retrieval" / "minilm-rg"
+    layout = DataLayout(tmp_path)
+    layout.benchmark.mkdir()
+    run_dir = layout.output("minilm-rg")
     run_dir.mkdir(parents=True)
     texts = [f"[Entity1, r{i}, Entity2] leads to [Entity1, h, Entity2]" for i in range(3)]
-    write_bank(tmp_path / "rules" / "bank.parquet", dict(zip(RULES, texts, strict=True)))
+    write_bank(layout.rule_bank, dict(zip(RULES, texts, strict=True)))
     rows, corpus = [], []
     for q in ("q0", "q1"):
         for r, rule in enumerate(RULES):
@@ -33,9 +34,9 @@ def base(tmp_path: Path) -> Path:
                 doc = f"{q}-{rule}-{rank}"
                 rows.append((q, rule, rank, doc, 10.0 * r + 5 - rank))
                 corpus.append({"id": doc, "contents": f"document {doc}."})
-    run_frame(rows).to_parquet(run_dir / RUN_FILENAME)
-    write_jsonl(tmp_path / "benchmark" / "corpus.jsonl", corpus)
-    return tmp_path
+    run_frame(rows).to_parquet(layout.run("minilm-rg"))
+    write_jsonl(layout.corpus, corpus)
+    return layout.root
 
 
 QUERIES = [
@@ -72,7 +73,7 @@ def test_a_run_in_memory_gives_the_samples_its_file_gives(base: Path, tmp_path: 
     from rulerag.io import write_parquet
 
     settings = generation_settings({"max_rules": 2, "num_documents": 3, "recall_k": [5]})
-    run = pd.read_parquet(base / "retrieval" / "minilm-rg" / RUN_FILENAME)
+    run = pd.read_parquet(DataLayout(base).run("minilm-rg"))
     run = run.iloc[::-1].set_axis(range(100, 100 + 2 * len(run), 2))  # another order and index
     path = tmp_path / "elsewhere" / "run.parquet"
     path.parent.mkdir()

@@ -58,7 +58,7 @@ def test_an_import_back_up_a_floor_breaks_the_contract(tmp_path: Path) -> None:
     for name in ("rulerag", "pipeline_steps"):
         shutil.copytree(PROJECT / name, tmp_path / name, ignore=shutil.ignore_patterns("*.pyc"))
     shutil.copy2(PROJECT / "pyproject.toml", tmp_path / "pyproject.toml")
-    rule = tmp_path / "rulerag" / "rules" / "rule.py"
+    rule = tmp_path / "rulerag" / "rules" / "rule.py"  # outside data/<dataset>/: the package
     rule.write_text(rule.read_text() + "\nimport rulerag.retrieval.dense  # noqa\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0

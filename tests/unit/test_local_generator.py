@@ -23,8 +23,9 @@ def test_resolve_passes_hub_ids_and_folders_through(tmp_path: Path):
     )
     folder = tmp_path / "my-model"
     folder.mkdir()
-    assert resolve_model(str(folder), tmp_path / "cache") == str(folder)
-    assert not (tmp_path / "cache").exists()
+    cache = tmp_path / "cache"  # outside data/<dataset>/: the model cache
+    assert resolve_model(str(folder), cache) == str(folder)
+    assert not cache.exists()
 
 
 def test_missing_package_is_named():

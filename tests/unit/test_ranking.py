@@ -96,16 +96,16 @@ def test_a_ranked_row_answers_with_its_best_candidate(tmp_path) -> None:
     from rulerag.generation.grid import run_row
     from rulerag.generation.local import LocalGenerator
     from rulerag.generation.models import load_tokenizer
+    from rulerag.layout import DataLayout
     from tests.unit.test_symbolic import SETTINGS, toy
 
     base = toy(tmp_path)
+    layout = DataLayout(base)
     pd.DataFrame({"id": ["D0", "D1"], "head": [0, 1], "tail": [2, 3]}).to_parquet(
-        base / "benchmark" / "corpus.parquet"
+        layout.corpus_table
     )
-    (base / "kg").mkdir()
-    pd.DataFrame({"id": [0, 1, 2, 3], "name": ["A", "B", "C", "D"]}).to_parquet(
-        base / "kg" / "entities.parquet"
-    )
+    layout.kg.mkdir()
+    pd.DataFrame({"id": [0, 1, 2, 3], "name": ["A", "B", "C", "D"]}).to_parquet(layout.entities)
     tokenizer = load_tokenizer("smollm2")
     torch.manual_seed(0)
     model = LlamaForCausalLM(LlamaConfig(

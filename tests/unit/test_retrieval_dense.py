@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rulerag.layout import DataLayout
 from rulerag.retrieval import encoders
 from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.dense import (
@@ -54,7 +55,7 @@ def test_mpnet_parts_are_joined_and_extracted_once(tmp_path: Path, monkeypatch) 
         (folder / f"all-mpnet-base-v2.zip.00{i}").write_bytes(data[(i - 1) * size : i * size])
         packages[name] = folder.parent
     monkeypatch.setattr(encoders, "_package_dir", lambda name: packages.get(name))
-    cache = tmp_path / "cache"
+    cache = tmp_path / "cache"  # outside data/<dataset>/: the model cache
     path = encoders.mpnet_path(cache)
     assert path == cache / "all-mpnet-base-v2"
     assert (path / "modules.json").read_text() == "[]"
@@ -125,9 +126,10 @@ def test_encode_corpus_reuses_cached_chunks(tmp_path: Path) -> None:
 
 def test_minilm_dense_retrieval_on_tiny_benchmark(minilm, tmp_path: Path) -> None:
     tiny_benchmark(tmp_path)
-    corpus = read_corpus(tmp_path / "benchmark" / "corpus.jsonl")
-    queries = read_queries(tmp_path / "benchmark" / "test.jsonl")
-    rules = read_rule_texts(tmp_path / "rules" / "bank.parquet")
+    layout = DataLayout(tmp_path)
+    corpus = read_corpus(layout.corpus)
+    queries = read_queries(layout.queries("test"))
+    rules = read_rule_texts(layout.rule_bank)
     encoder = DualEncoder(minilm, minilm)
     index, stats = build_dense_index(encoder, corpus.ids, corpus.contents, show_progress=False)
     assert index.embeddings.shape == (len(corpus), 384) and stats.docs == len(corpus)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rulerag.layout import DataLayout
 from rulerag.retrieval.data import Corpus, read_corpus
 from rulerag.retrieval.sparse import (
     BM25Config,
@@ -83,7 +84,7 @@ def test_bm25s_k_larger_than_corpus_pads() -> None:
 
 def test_bm25s_threads_give_the_same_results(tmp_path: Path) -> None:
     tiny_benchmark(tmp_path)
-    corpus = read_corpus(tmp_path / "benchmark" / "corpus.jsonl")
+    corpus = read_corpus(DataLayout(tmp_path).corpus)
     texts = [f"what does {c.split()[2]} {c.split()[3]} Make a visit" for c in corpus.contents][:80]
     one = BM25sIndex.build(corpus, BM25Config(threads=1)).search(texts, 10)
     two = BM25sIndex.build(corpus, BM25Config(threads=2)).search(texts, 10)
@@ -97,7 +98,7 @@ def test_pyserini_matches_bm25s_top10(tmp_path: Path) -> None:
     from rulerag.retrieval.sparse import PyseriniIndex
 
     tiny_benchmark(tmp_path)
-    corpus = read_corpus(tmp_path / "benchmark" / "corpus.jsonl")
+    corpus = read_corpus(DataLayout(tmp_path).corpus)
     merged = Corpus(DOCS.ids + tuple(f"T{i}" for i in corpus.ids), DOCS.contents + corpus.contents)
     lucene = PyseriniIndex.build(merged, tmp_path / "pyserini")
     rows, _ = lucene.search(QUERIES, k=3)

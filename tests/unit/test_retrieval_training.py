@@ -120,7 +120,7 @@ def setup(tmp_path_factory):
     torch.set_num_threads(1)  # tests run on parallel workers: oversubscribed threads crawl
     root = tmp_path_factory.mktemp("tiny")
     tiny_benchmark(root)
-    corpus = read_corpus(root / "benchmark" / "corpus.jsonl")
+    corpus = read_corpus(DataLayout(root).corpus)
     model = encoders.load_encoder("minilm", device="cpu", max_length=32)
     docs = encode_corpus(DualEncoder(model, model), corpus.contents, show_progress=False)
     by_person: dict[str, list[int]] = {}

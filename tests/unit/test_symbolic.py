@@ -11,6 +11,7 @@ from rulerag.generation.grid import run_row
 from rulerag.generation.prompts import Sample
 from rulerag.generation.symbolic import add_evidence, read_answers
 from rulerag.io import write_jsonl
+from rulerag.layout import DataLayout
 from tests.helpers import run_frame, write_bank
 
 ANSWERS = [
@@ -24,21 +25,21 @@ ANSWERS = [
 
 
 def toy(tmp_path: Path) -> Path:
-    base = tmp_path / "toy"
+    layout = DataLayout(tmp_path / "toy")
     queries = [
         {"qid": "t0", "query": "what does A visit ?", "answers": ["Kabul"], "rule_ids": ["R1"]},
         {"qid": "t1", "query": "what does B visit ?", "answers": ["Rome"], "rule_ids": ["R1"]},
     ]
-    write_jsonl(base / "benchmark" / "test.jsonl", queries)
+    write_jsonl(layout.queries("test"), queries)
     corpus = [{"id": "D0", "contents": "A met C."}, {"id": "D1", "contents": "B met D."}]
-    write_jsonl(base / "benchmark" / "corpus.jsonl", corpus)
-    write_bank(base / "rules" / "bank.parquet", {"R1": "[E1, visits, E2] leads to [E1, meets, E2]"})
-    (base / "retrieval" / "bm25-rg").mkdir(parents=True)
+    write_jsonl(layout.corpus, corpus)
+    write_bank(layout.rule_bank, {"R1": "[E1, visits, E2] leads to [E1, meets, E2]"})
+    layout.output("bm25-rg").mkdir(parents=True)
     run_frame([("t0", "R1", 1, "D0", 1.0), ("t1", "R1", 1, "D1", 1.0)]).to_parquet(
-        base / "retrieval" / "bm25-rg" / "run.parquet"
+        layout.run("bm25-rg")
     )
-    write_jsonl(base / "rule_application" / "answers.jsonl", ANSWERS)
-    return base
+    write_jsonl(layout.rule_answers, ANSWERS)
+    return layout.root
 
 
 SETTINGS = {"retriever": "bm25", "num_documents": 2, "test_queries": None, "recall_k": [10]}
