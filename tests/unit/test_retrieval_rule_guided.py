@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from rulerag.errors import InputError
-from rulerag.retrieval.configs import RetrieveSettings, parse_config
+from rulerag.retrieval.configs import parse_config, retrieve_settings
 from rulerag.retrieval.data import Query
 from rulerag.retrieval.rule_guided import (
     NO_RULE,
@@ -152,5 +152,5 @@ def test_rule_query_forms() -> None:
     assert rule_query_text(texts["R1"]) == texts["R1"]  # the paper's form by default
     with pytest.raises(ValueError, match="rule_query"):
         rule_query_texts(texts, "head")
-    with pytest.raises(ValueError, match="rule_query"):
-        RetrieveSettings(rule_query="bodies")
+    with pytest.raises(ValueError, match=r"retrieve\.rule_query: Input should be 'rule' or"):
+        retrieve_settings({"rule_query": "bodies"})
