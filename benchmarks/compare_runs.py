@@ -1,0 +1,117 @@
+"""Compare two `make run` output folders file by file: what a refactor must leave unchanged.
+
+    python benchmarks/compare_runs.py ../before/data ../after/data
+
+Every file under both folders is compared byte for byte. A JSON file that differs is compared
+again without its timing fields (seconds, rates, timestamps: they differ between any two runs),
+and reported as `timing only` when nothing else differs. Files that are known to differ between
+two runs of the same code are listed apart, with the reason (BM25 indexes: bm25s orders its
+vocabulary by Python's string hash, which is seeded per process; Lucene segments carry their
+creation time and ids; embedding caches and checkpoints are not stage outputs). Exit status 1
+when any other file differs or exists on one side only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+#: JSON keys whose values are timings or rates of the run, not results
+TIMING_KEY = re.compile(r"(^|_)seconds($|_)|_per_(second|minute)$")
+#: timings written into Markdown (rule application: "10.4 s (5,782 queries a minute)")
+TIMING_TEXT = re.compile(r"\b\d[\d,.]* s\b|\b\d[\d,]* queries a minute\b")
+#: path patterns that differ between two runs of the same code, and why
+RUN_DEPENDENT = {
+    r"/retrieval/index/bm25/": "bm25s orders its vocabulary by Python's per-process string hash; "
+    "Lucene segments carry creation times and ids",
+    r"/retrieval/cache/": "embedding chunks cached during a run (not a stage output)",
+    r"/retrieval/checkpoints/": "resumable training checkpoints (not a stage output)",
+    r"/cache/": "LLM answer caches (not a stage output)",
+}
+
+
+def without_timings(value: Any) -> Any:
+    """`value` with every timing field removed, at any depth."""
+    if isinstance(value, dict):
+        return {k: without_timings(v) for k, v in value.items() if not TIMING_KEY.search(k)}
+    if isinstance(value, list):
+        return [without_timings(v) for v in value]
+    return value
+
+
+def timing_keys(a: Any, b: Any, where: str = "") -> list[str]:
+    """The timing fields whose values differ between `a` and `b`."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for key in sorted(set(a) & set(b)):
+            path = f"{where}.{key}" if where else key
+            if TIMING_KEY.search(key):
+                if a[key] != b[key]:
+                    out.append(path)
+            else:
+                out += timing_keys(a[key], b[key], path)
+        return out
+    return []
+
+
+def compare(before: Path, after: Path) -> dict[str, list[str]]:
+    """Relative paths by verdict: identical, timing only, run-dependent, different, missing."""
+    names = {p.relative_to(before).as_posix() for p in before.rglob("*") if p.is_file()}
+    names |= {p.relative_to(after).as_posix() for p in after.rglob("*") if p.is_file()}
+    verdicts: dict[str, list[str]] = {
+        k: [] for k in ("identical", "timing only", "run-dependent", "different", "one side")
+    }
+    for name in sorted(names):
+        a, b = before / name, after / name
+        if not (a.is_file() and b.is_file()):
+            verdicts["one side"].append(f"{name} (only {'before' if a.is_file() else 'after'})")
+            continue
+        if a.read_bytes() == b.read_bytes():
+            verdicts["identical"].append(name)
+            continue
+        reason = next((why for p, why in RUN_DEPENDENT.items() if re.search(p, "/" + name)), None)
+        if reason:
+            verdicts["run-dependent"].append(f"{name} ({reason})")
+        elif name.endswith(".json") and _same_but_timings(a, b):
+            keys = timing_keys(json.loads(a.read_text()), json.loads(b.read_text()))
+            verdicts["timing only"].append(f"{name} ({', '.join(keys)})")
+        elif name.endswith(".md") and _masked(a) == _masked(b):
+            verdicts["timing only"].append(f"{name} (the timings in its text)")
+        else:
+            verdicts["different"].append(name)
+    return verdicts
+
+
+def _masked(path: Path) -> str:
+    return TIMING_TEXT.sub("<timing>", path.read_text(encoding="utf-8"))
+
+
+def _same_but_timings(a: Path, b: Path) -> bool:
+    try:
+        left, right = json.loads(a.read_text()), json.loads(b.read_text())
+    except (ValueError, UnicodeDecodeError):
+        return False
+    return without_timings(left) == without_timings(right)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("before", type=Path)
+    parser.add_argument("after", type=Path)
+    parser.add_argument("--list", action="store_true", help="also list the identical files")
+    args = parser.parse_args(argv)
+    verdicts = compare(args.before, args.after)
+    for verdict, names in verdicts.items():
+        print(f"{verdict}: {len(names)}")
+        if verdict != "identical" or args.list:
+            for name in names:
+                print(f"  {name}")
+    return 1 if verdicts["different"] or verdicts["one side"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
