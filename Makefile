@@ -118,6 +118,14 @@ test: setup
 test-fast: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# The docs' generated blocks: docs/data-flow.md's stage diagram from `dvc dag`, and the tables
+# of docs/results.md and the README from data/ (after `make run`; a missing output keeps its
+# block as it was). docs/generate.py says more.
+.PHONY: docs
+docs: setup
+	$(BIN)/python docs/generate.py dag
+	$(BIN)/python docs/generate.py results --data data
+
 lint: setup
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
