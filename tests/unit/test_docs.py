@@ -432,8 +432,10 @@ def test_results_blocks_render_from_stage_outputs(tmp_path: Path) -> None:
     import yaml
 
     from docs import generate
+    from rulerag.layout import DataLayout
 
-    report = tmp_path / "icews14" / "report"
+    layout = DataLayout.of(tmp_path, "icews14")
+    report = layout.report
     report.mkdir(parents=True)
     (report / "results.md").write_text(
         "# icews14: RuleRAG result grid\n\n| group | EM |\n|---|---:|\n| Standard RAG | 0.0 |\n\n"
@@ -445,8 +447,8 @@ def test_results_blocks_render_from_stage_outputs(tmp_path: Path) -> None:
         "RuleRAG-FT,RGFT-retriever + RGFT-generator,rulerag_ft,100,46.0,17.0,31.4,45.1,20.5,38.9\n"
         "Rules alone,applied rules' best candidate (no LM),symbolic,100,,35.0,42.3,,,\n"
     )
-    (tmp_path / "icews14" / "benchmark").mkdir()
-    (tmp_path / "icews14" / "benchmark" / "stats.json").write_text(
+    layout.benchmark.mkdir()
+    (layout.benchmark / "stats.json").write_text(
         '{"rules": 501, "corpus": 63685, "f_r": 6875, "f_g": 6126, "test": 1559,'
         ' "paper": {"rules": 557, "corpus": 77508, "f_r": 6594, "f_g": 7440, "test": 1559}}'
     )
