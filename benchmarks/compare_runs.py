@@ -65,7 +65,11 @@ def compare(before: Path, after: Path) -> dict[str, list[str]]:
     verdicts: dict[str, list[str]] = {
         k: [] for k in ("identical", "timing only", "run-dependent", "different", "one side")
     }
+    manifests = []
     for name in sorted(names):
+        if name.endswith("manifest.json"):
+            manifests.append(name)  # after its folder's files: it lists their hashes
+            continue
         a, b = before / name, after / name
         if not (a.is_file() and b.is_file()):
             verdicts["one side"].append(f"{name} (only {'before' if a.is_file() else 'after'})")
@@ -83,7 +87,25 @@ def compare(before: Path, after: Path) -> dict[str, list[str]]:
             verdicts["timing only"].append(f"{name} (the timings in its text)")
         else:
             verdicts["different"].append(name)
+    for name in manifests:
+        verdicts[_manifest_verdict(before, after, name, verdicts)].append(name)
     return verdicts
+
+
+def _manifest_verdict(before: Path, after: Path, name: str, verdicts: dict[str, list[str]]) -> str:
+    """A manifest (`io.staged_outputs`: each file's size and sha256) differs where its files
+    do: `timing only` when every file whose entry changed differs in its timings only."""
+    a, b = before / name, after / name
+    if not (a.is_file() and b.is_file()):
+        return "one side"
+    if a.read_bytes() == b.read_bytes():
+        return "identical"
+    left, right = json.loads(a.read_text())["files"], json.loads(b.read_text())["files"]
+    folder = name.rpartition("/")[0]
+    changed = {f"{folder}/{f}".lstrip("/") for f in set(left) | set(right)
+               if left.get(f) != right.get(f)}  # fmt: skip
+    timing = {entry.split(" (")[0] for entry in verdicts["timing only"]}
+    return "timing only" if changed <= timing else "different"
 
 
 def _masked(path: Path) -> str:
