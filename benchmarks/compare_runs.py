@@ -7,7 +7,8 @@ again without its timing fields (seconds, rates, timestamps: they differ between
 and reported as `timing only` when nothing else differs. Files that are known to differ between
 two runs of the same code are listed apart, with the reason (BM25 indexes: bm25s orders its
 vocabulary by Python's string hash, which is seeded per process; Lucene segments carry their
-creation time and ids; embedding caches and checkpoints are not stage outputs). Exit status 1
+creation time and ids; a dense index's meta.json names the encoder's installed path and a
+cache key from its files' mtimes; embedding caches and checkpoints are not stage outputs). Exit status 1
 when any other file differs or exists on one side only.
 """
 
@@ -28,6 +29,8 @@ TIMING_TEXT = re.compile(r"\b\d[\d,.]* s\b|\b\d[\d,]* queries a minute\b")
 RUN_DEPENDENT = {
     r"/retrieval/index/bm25/": "bm25s orders its vocabulary by Python's per-process string hash; "
     "Lucene segments carry creation times and ids",
+    r"/retrieval/index/[^/]+/meta\.json$": "the encoder's installed path and a cache key from its "
+    "files' mtimes (`encoders.model_fingerprint`): another venv, another key",
     r"/retrieval/cache/": "embedding chunks cached during a run (not a stage output)",
     r"/retrieval/checkpoints/": "resumable training checkpoints (not a stage output)",
     r"/cache/": "LLM answer caches (not a stage output)",
