@@ -8,8 +8,8 @@ and reported as `timing only` when nothing else differs. Files that are known to
 two runs of the same code are listed apart, with the reason (BM25 indexes: bm25s orders its
 vocabulary by Python's string hash, which is seeded per process; Lucene segments carry their
 creation time and ids; a dense index's meta.json names the encoder's installed path and a
-cache key from its files' mtimes; embedding caches and checkpoints are not stage outputs). Exit status 1
-when any other file differs or exists on one side only.
+cache key from its files' mtimes; embedding caches and checkpoints are not stage outputs).
+Exit status 1 when any other file differs or exists on one side only.
 """
 
 from __future__ import annotations
