@@ -26,6 +26,7 @@ from tests.support.code_deps import (
     stage_modules,
     unused_code_deps,
 )
+from tests.support.sync_code_deps import example_params
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = project_packages(PROJECT)
@@ -36,12 +37,7 @@ def project_stages() -> dict[str, StageInstance]:
     """One instance per stage of the real dvc.yaml: code deps do not vary by item. Opt-in
     matrix axes that are empty by default (`r2ag.rows`, `generation.robustness_rows`,
     `qa.datasets`, `generalisation.datasets`) are filled so their stages are seen."""
-    params = load_yaml(PROJECT / "params.yaml")
-    params["r2ag"]["rows"] = params["r2ag"]["rows"] or list(params["r2ag"]["variants"])
-    generation = params["generation"]
-    generation["robustness_rows"] = generation["robustness_rows"] or ["standard_rag"]
-    params["qa"]["datasets"] = params["qa"]["datasets"] or ["toyqa"]
-    params["generalisation"]["datasets"] = params["generalisation"]["datasets"] or ["icews14"]
+    params = example_params(PROJECT)
     stages: dict[str, StageInstance] = {}
     for instance in build_graph(PROJECT / "dvc.yaml", params):
         stages.setdefault(instance.stage, instance)

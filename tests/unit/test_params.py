@@ -200,22 +200,32 @@ def test_the_schema_is_the_stages_loaders() -> None:
         assert params_module.section_loader(section) is load
 
 
-def numeric_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, Any]]:
-    """(dotted name, annotation with extras) of every int/float knob under `cls`."""
+def leaf_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, Any, Any]]:
+    """(dotted name, type, type with extras) of every knob under `cls` that is no nested
+    settings class (each class visited once)."""
     if cls in seen:
         return []
     seen.add(cls)
     out = []
+    plain_types = typing.get_type_hints(cls)
     extras = typing.get_type_hints(cls, include_extras=True)
     for f in dataclasses.fields(cls):
-        annotation = extras[f.name]
-        plain = typing.get_type_hints(cls)[f.name]
+        plain = plain_types[f.name]
         nested = nested_class(plain) or entry_class(plain)
         if nested is not None:
-            out += numeric_fields(nested, f"{where}.{f.name}", seen)
-        elif re.search(r"\b(int|float)\b", str(plain)):
-            out.append((f"{where}.{f.name}", annotation))
+            out += leaf_fields(nested, f"{where}.{f.name}", seen)
+        else:
+            out.append((f"{where}.{f.name}", plain, extras[f.name]))
     return out
+
+
+def numeric_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, Any]]:
+    """(dotted name, annotation with extras) of every int/float knob under `cls`."""
+    return [
+        (name, extra)
+        for name, plain, extra in leaf_fields(cls, where, seen)
+        if re.search(r"\b(int|float)\b", str(plain))
+    ]
 
 
 def bounded(annotation: Any) -> bool:
@@ -388,20 +398,8 @@ def test_a_stage_reads_only_its_sections() -> None:
 
 
 def string_fields(cls: type, where: str, seen: set[type]) -> list[str]:
-    """Dotted names of every plain `str` knob under `cls` (a Literal is not plain)."""
-    if cls in seen:
-        return []
-    seen.add(cls)
-    out = []
-    extras = typing.get_type_hints(cls, include_extras=True)
-    for f in dataclasses.fields(cls):
-        plain = typing.get_type_hints(cls)[f.name]
-        nested = nested_class(plain) or entry_class(plain)
-        if nested is not None:
-            out += string_fields(nested, f"{where}.{f.name}", seen)
-        elif extras[f.name] in (str, str | None):  # DatasetName, a Literal: not plain
-            out.append(f"{where}.{f.name}")
-    return out
+    """Dotted names of every plain `str` knob under `cls` (a Literal, a DatasetName: not plain)."""
+    return [name for name, _, extra in leaf_fields(cls, where, seen) if extra in (str, str | None)]
 
 
 #: knobs whose value is free text, not a choice: names of models, encoders, folders, profiles
