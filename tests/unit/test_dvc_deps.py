@@ -199,3 +199,25 @@ def test_checks_report_missing_unused_and_foreign_deps(tiny: Path) -> None:
         "imports stage script steps.one (through steps.two -> steps.one)"
     ]
     assert foreign_stage_imports(closure, ["steps.two"], ["steps.two"]) == []
+
+
+def test_sync_gives_deps_the_checks_accept(tiny: Path) -> None:
+    """`sync_code_deps.synced` drops what the stage does not import, keeps a folder that still
+    covers something and data deps where they were, and adds each file no dep covers."""
+    from tests.support.sync_code_deps import synced
+
+    packages = project_packages(tiny)
+    closure = stage_closure("python -m steps.two", tiny, packages)
+    (tiny / "pkg" / "empty").mkdir()
+    stale = ["steps/two.py", "pkg", "pkg/unused.py", "pkg/empty", "data/x/input.parquet"]
+    fixed = synced(stale, closure, tiny, set(packages))
+    assert fixed == [
+        "steps/two.py",
+        "pkg",
+        "steps/__init__.py",
+        "steps/common.py",
+        "steps/one.py",
+        "data/x/input.parquet",
+    ]
+    assert missing_code_deps(closure, fixed) == []
+    assert unused_code_deps(closure, fixed, tiny, packages) == []
