@@ -8,7 +8,8 @@ and reported as `timing only` when nothing else differs. Files that are known to
 two runs of the same code are listed apart, with the reason (BM25 indexes: bm25s orders its
 vocabulary by Python's string hash, which is seeded per process; Lucene segments carry their
 creation time and ids; a dense index's meta.json names the encoder's installed path and a
-cache key from its files' mtimes; embedding caches and checkpoints are not stage outputs).
+cache key from its files' mtimes; peft's adapter_config.json names the base model's path and
+lists target modules in set order; embedding caches and checkpoints are not stage outputs).
 Exit status 1 when any other file differs or exists on one side only.
 """
 
@@ -31,6 +32,8 @@ RUN_DEPENDENT = {
     "Lucene segments carry creation times and ids",
     r"/retrieval/index/[^/]+/meta\.json$": "the encoder's installed path and a cache key from its "
     "files' mtimes (`encoders.model_fingerprint`): another venv, another key",
+    r"/adapters/[^/]+/(README\.md|adapter_config\.json)$": "peft writes the base model's "
+    "absolute path and `target_modules` from a set (hash-seeded order)",
     r"/retrieval/cache/": "embedding chunks cached during a run (not a stage output)",
     r"/retrieval/checkpoints/": "resumable training checkpoints (not a stage output)",
     r"/cache/": "LLM answer caches (not a stage output)",
