@@ -61,6 +61,9 @@ def timing_keys(a: Any, b: Any, where: str = "") -> list[str]:
             else:
                 out += timing_keys(a[key], b[key], path)
         return out
+    if isinstance(a, list) and isinstance(b, list):
+        found = {k for x, y in zip(a, b, strict=False) for k in timing_keys(x, y, f"{where}[]")}
+        return sorted(found)
     return []
 
 
@@ -77,18 +80,22 @@ def compare(before: Path, after: Path) -> dict[str, list[str]]:
             manifests.append(name)  # after its folder's files: it lists their hashes
             continue
         a, b = before / name, after / name
+        reason = next((why for p, why in RUN_DEPENDENT.items() if re.search(p, "/" + name)), None)
         if not (a.is_file() and b.is_file()):
-            verdicts["one side"].append(f"{name} (only {'before' if a.is_file() else 'after'})")
+            side = f"only {'before' if a.is_file() else 'after'}"
+            verdict = "run-dependent" if reason else "one side"
+            verdicts[verdict].append(f"{name} ({side}{'; ' + reason if reason else ''})")
             continue
         if a.read_bytes() == b.read_bytes():
             verdicts["identical"].append(name)
             continue
-        reason = next((why for p, why in RUN_DEPENDENT.items() if re.search(p, "/" + name)), None)
         if reason:
             verdicts["run-dependent"].append(f"{name} ({reason})")
         elif name.endswith(".json") and _same_but_timings(a, b):
             keys = timing_keys(json.loads(a.read_text()), json.loads(b.read_text()))
             verdicts["timing only"].append(f"{name} ({', '.join(keys)})")
+        elif name.endswith(".csv") and _csv_without_timings(a) == _csv_without_timings(b):
+            verdicts["timing only"].append(f"{name} (its timing columns)")
         elif name.endswith(".md") and _masked(a) == _masked(b):
             verdicts["timing only"].append(f"{name} (the timings in its text)")
         else:
@@ -112,6 +119,16 @@ def _manifest_verdict(before: Path, after: Path, name: str, verdicts: dict[str, 
                if left.get(f) != right.get(f)}  # fmt: skip
     timing = {entry.split(" (")[0] for entry in verdicts["timing only"]}
     return "timing only" if changed <= timing else "different"
+
+
+def _csv_without_timings(path: Path) -> list[list[str]]:
+    """The rows of a CSV file without its timing columns (`seconds` in rule retrieval's)."""
+    import csv
+
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.reader(handle))
+    keep = [i for i, column in enumerate(rows[0] if rows else []) if not TIMING_KEY.search(column)]
+    return [[row[i] for i in keep if i < len(row)] for row in rows]
 
 
 def _masked(path: Path) -> str:
