@@ -8,7 +8,8 @@ Strict, because a typo in params.yaml must not silently fall back to a default:
 
 * an unknown key fails, naming the key, its section and the known keys;
 * a value of the wrong type fails, naming the key and the value (pydantic validates and
-  converts, so `1e-5`, which YAML reads as a string, still becomes a float);
+  converts, so `"2e-5"`, which a YAML 1.1 reader leaves a string, still becomes a float; a
+  bool, an infinite or NaN real and a string for an integer are refused);
 * nested dataclasses (and `dict[str, Dataclass]`, `Dataclass | None`) are checked the same way.
 
 Numbers carry their range in their type (`Count`, `Positive`, `Fraction`...): `test_size: -5`
@@ -30,7 +31,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, TypeVar
 
 from annotated_types import Ge, Gt, Le
-from pydantic import AfterValidator
+from pydantic import AfterValidator, AllowInfNan, BeforeValidator, Strict
 
 from rulerag.errors import InputError
 
@@ -43,6 +44,7 @@ __all__ = [
     "Positive",
     "PositiveReal",
     "Seed",
+    "STRICT_INT",
     "SettingsError",
     "apply_profile",
     "check_dataset_name",
@@ -56,18 +58,31 @@ T = TypeVar("T")
 
 #: the largest integer any knob takes (a count, a size, a step): what is bigger is a mistake
 MAX_INT = 2**31 - 1
+
+
+def _no_bool(value: Any) -> Any:
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is a yes/no value, not a number")
+    return value
+
+
+#: Numbers are taken as numbers only: `true` is no count (YAML reads it as a bool, which
+#: pydantic would otherwise turn into 1), "3" is no count, and `.inf` / `.nan` are no rate. A
+#: real may still be written as a string ("2e-5", as YAML 1.1 readers leave it).
+STRICT_INT = Strict()
+FINITE = (BeforeValidator(_no_bool), AllowInfNan(False))
 #: a count or size where 0 means "none" or "all" (each field's comment says which)
-Count = Annotated[int, Ge(0), Le(MAX_INT)]
+Count = Annotated[int, STRICT_INT, Ge(0), Le(MAX_INT)]
 #: a count or size of at least one
-Positive = Annotated[int, Ge(1), Le(MAX_INT)]
+Positive = Annotated[int, STRICT_INT, Ge(1), Le(MAX_INT)]
 #: a random seed (numpy takes 0 .. 2**32 - 1)
-Seed = Annotated[int, Ge(0), Le(2**32 - 1)]
+Seed = Annotated[int, STRICT_INT, Ge(0), Le(2**32 - 1)]
 #: a share, probability, confidence or ratio in [0, 1]
-Fraction = Annotated[float, Ge(0.0), Le(1.0)]
+Fraction = Annotated[float, *FINITE, Ge(0.0), Le(1.0)]
 #: a real that may be 0 (a threshold, a decay, a back-off)
-NonNegative = Annotated[float, Ge(0.0)]
+NonNegative = Annotated[float, *FINITE, Ge(0.0)]
 #: a real above 0 (a learning rate, a temperature, a time-out)
-PositiveReal = Annotated[float, Gt(0.0)]
+PositiveReal = Annotated[float, *FINITE, Gt(0.0)]
 
 
 class SettingsError(InputError):
@@ -141,12 +156,36 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
     try:
         return _adapter(cls).validate_python(dict(values))
     except pydantic.ValidationError as err:
+        errors = [(_where(section, e["loc"]), e) for e in err.errors()]
         problems = []
-        for error in err.errors():
-            where = ".".join(str(part) for part in (section, *error["loc"]))
+        for where, error in errors:
+            if any(other.startswith(f"{where}.") for other, _ in errors):
+                continue  # a union's branch that failed at the whole value: the deeper one says it
             msg, got = _shorten(error["msg"], 300), _shorten(repr(error.get("input")))
             problems.append(f"{where}: {msg} (got {got})")
-        raise SettingsError("params.yaml: " + "; ".join(problems)) from None
+        raise SettingsError("params.yaml: " + "; ".join(dict.fromkeys(problems))) from None
+
+
+#: what pydantic puts into an error's location for a union's branch (not a params key)
+_BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "tuple", "dict"})
+
+
+def _where(section: str, loc: tuple[Any, ...]) -> str:
+    """An error's location as params.yaml's dotted key: `build_benchmark.corpus.filter.x`, not
+    `...filter.dict[str,literal[...]].x` (the branch of a union pydantic tried)."""
+    parts = [
+        str(part)
+        for part in loc
+        if not (
+            isinstance(part, str)
+            and (
+                "[" in part
+                or part in _BRANCH_TAGS
+                or part.startswith(("constrained-", "function-"))
+            )
+        )
+    ]
+    return ".".join([section, *parts])
 
 
 def _shorten(text: str, limit: int = 80) -> str:

@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.benchmark.settings import (
+    CORPUS_FILTERS,
     BuildBenchmarkSettings,
     CorpusSettings,
     RuleSelectionSettings,
@@ -39,7 +40,6 @@ from rulerag.kg.text import document_text, query_text
 from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
 
 KEY = ["head", "relation", "time"]
-CORPUS_FILTERS = ("none", "rule_relations", "query_entities", "rule_neighbourhood")
 SELECTIONS: tuple[str, ...] = get_args(SelectionMethod)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
@@ -25,14 +25,23 @@ __all__ = [
 ]
 
 
+#: which documents a corpus keeps (`build._filter_corpus`)
+CorpusFilter = Literal["none", "rule_relations", "query_entities", "rule_neighbourhood"]
+CORPUS_FILTERS: tuple[str, ...] = get_args(CorpusFilter)
+
+
 @dataclass(frozen=True)
 class CorpusSettings:
     """`build_benchmark.corpus`: which links become documents."""
 
-    splits: tuple[str, ...] = ("train",)  # never a test link
-    #: none | rule_relations | query_entities | rule_neighbourhood, once or by dataset
-    #: (`{default: ..., <dataset>: ...}`)
-    filter: str | dict[str, str] = "none"
+    #: never a test link: the test queries' answers would be in the corpus as documents
+    splits: tuple[Literal["train", "valid"], ...] = ("train",)
+    #: once or by dataset (`{default: ..., <dataset>: ...}`)
+    filter: CorpusFilter | dict[str, CorpusFilter] = "none"
+
+    def __post_init__(self) -> None:
+        if not self.splits:
+            raise ValueError("splits: name at least one split (train: the paper's corpus)")
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,17 @@ class StrataSettings:
 
     count: Positive = 3
     weights: tuple[NonNegative, ...] | None = None  # one per stratum; None = equal weights
+
+    def __post_init__(self) -> None:
+        if self.weights is None:
+            return
+        if len(self.weights) != self.count:
+            raise ValueError(
+                f"weights: {len(self.weights)} weights for {self.count} strata (count); give "
+                "one per stratum, or null for equal weights"
+            )
+        if not sum(self.weights) > 0:
+            raise ValueError("weights: all zero would draw no test query; give one above 0")
 
 
 #: RuleRAG's own selections (the query's relation; Sentence-BERT above θ) and the rule-retrieval

@@ -190,6 +190,9 @@ class GenerationSettings(ModelSettings):
                     f"grid.{name}: a {entry.method} chain takes generator base or api and "
                     "retrieval null (the chain searches the corpus itself)"
                 )
+        unknown = [name for name in self.configs if name not in self.grid]
+        if unknown:
+            raise ValueError(f"configs: {unknown} are not rows of grid ({sorted(self.grid)})")
         for name in self.robustness_rows:
             entry = self.grid.get(name)
             if entry is None:

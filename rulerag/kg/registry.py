@@ -316,6 +316,28 @@ class IngestSettings:
     #: of its facts become train (`ingest.derive_train`); None leaves the KG without train
     train_from_valid: Fraction | None = 0.7
 
+    def __post_init__(self) -> None:
+        """`source` names, for each dataset, one of its sources (a custom KG has one); a custom
+        KG may not take a registry KG's name (it would silently replace that KG)."""
+        taken = sorted(set(self.custom) & set(DATASETS))
+        if taken:
+            raise ValueError(
+                f"custom: {taken} already name KGs of the registry; give your KG another name"
+            )
+        for name, source in self.source.items():
+            if name in self.custom:
+                known = ["generic"]
+            elif name in DATASETS:
+                known = [s.name for s in DATASETS[name].sources]
+            else:
+                raise ValueError(
+                    f"source: unknown dataset {name!r} ({', '.join(known_datasets(self))})"
+                )
+            if source not in known:
+                raise ValueError(
+                    f"source.{name}: {source!r} is not one of {name}'s sources {known}"
+                )
+
     def known_datasets(self) -> list[str]:
         """The registry's KGs and `custom`'s, by name."""
         return known_datasets(self)

@@ -243,6 +243,12 @@ def validate_run_conf(
                     f"run conf params: {key!r} is a section of params.yaml; override its keys"
                     f" one by one (e.g. '{key}.<name>')"
                 )
+            dropped = sorted(set(current) - set(value)) if isinstance(current, Mapping) else []
+            if dropped:  # a mapping replaces the whole value: params.yaml would lose these
+                raise ValueError(
+                    f"run conf params: {key!r} would drop {', '.join(map(repr, dropped))} from "
+                    f"params.yaml; override its keys one by one (e.g. '{key}.{dropped[0]}')"
+                )
             for other in overrides:
                 if _touches(key, other):
                     raise ValueError(f"run conf params: keys {other!r} and {key!r} overlap")

@@ -62,7 +62,7 @@ import scipy.sparse as sp
 from annotated_types import Ge, Le
 
 from rulerag.rules.rule import Atom, Rule
-from rulerag.settings import Count, Fraction
+from rulerag.settings import STRICT_INT, Count, Fraction
 
 try:  # structure-only nnz count of a sparse product (SciPy internal, stable for a decade)
     from scipy.sparse._sparsetools import csr_matmat_maxnnz as _csr_matmat_maxnnz
@@ -462,7 +462,8 @@ class StaticMinerSettings:
     head coverage only, no absolute support floor), and the defaults of `mine_static`'s
     keywords."""
 
-    max_atoms: Annotated[int, Ge(2), Le(3)] = 3  # head included: 2 = one body atom, 3 = up to two
+    #: head included: 2 = one body atom, 3 = up to two
+    max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = 3
     min_support: Count = 0
     min_head_coverage: Fraction = 0.01
     min_pca_confidence: Fraction = 0.1

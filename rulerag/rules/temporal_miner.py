@@ -74,7 +74,7 @@ from tqdm.auto import tqdm
 from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
-from rulerag.settings import Count, Fraction, Positive
+from rulerag.settings import STRICT_INT, Count, Fraction, Positive
 
 #: a node whose edges span more time units than this is sampled exactly, edge by edge, for `exp`
 #: (exp(-700) is still a normal float64, so prefix sums of exp(t - t_max) are exact below it)
@@ -680,7 +680,7 @@ class TemporalMinerSettings:
     """params.yaml `mine_rules.temporal`: TLogic's knobs, and the defaults of `mine_temporal`'s
     keywords (its seed is `mine_rules.seed`, default `SEED`)."""
 
-    lengths: tuple[Annotated[int, Ge(1), Le(3)], ...] = (1, 2, 3)
+    lengths: tuple[Annotated[int, STRICT_INT, Ge(1), Le(3)], ...] = (1, 2, 3)
     walks_per_relation: Positive = 200  # per relation and length
     transition: Literal["exp", "unif"] = "exp"  # prefer recent edges, or uniform
     num_samples: Positive = 500  # body groundings sampled per rule for its confidence

@@ -229,15 +229,31 @@ def numeric_fields(cls: type, where: str, seen: set[type]) -> list[tuple[str, An
 
 
 def bounded(annotation: Any) -> bool:
-    """Every int/float inside the annotation carries a lower bound (ints an upper one too)."""
+    """Every int/float inside the annotation carries a lower bound (ints an upper one too) and
+    refuses what is no number of its kind (a bool, an int's string, a non-finite real)."""
+    import pydantic
+
     if typing.get_origin(annotation) is typing.Annotated:
         base, *meta = typing.get_args(annotation)
         lower = any(isinstance(m, annotated_types.Ge | annotated_types.Gt) for m in meta)
         upper = any(isinstance(m, annotated_types.Le | annotated_types.Lt) for m in meta)
-        return lower and (upper or base is not int)
+        refuses = [True, "3"] if base is int else [True, float("inf"), float("nan")]
+        adapter = pydantic.TypeAdapter(annotation)
+        strict = all(_refused(adapter, value) for value in refuses)
+        return lower and (upper or base is not int) and strict
     if annotation in (int, float):
         return False
     return all(bounded(a) for a in typing.get_args(annotation) if a is not type(None))
+
+
+def _refused(adapter: Any, value: Any) -> bool:
+    import pydantic
+
+    try:
+        adapter.validate_python(value)
+    except pydantic.ValidationError:
+        return True
+    return False
 
 
 def test_every_numeric_knob_has_a_range() -> None:
@@ -260,6 +276,11 @@ def test_every_numeric_knob_has_a_range() -> None:
         ("train_retriever", {"heldout_fraction": 1.5}, "train_retriever.heldout_fraction"),
         ("build_benchmark", {"rule_selection": {"top_n": "three"}}, "rule_selection.top_n"),
         ("retrieve", {"top_k": [5]}, "retrieve.top_k"),
+        ("retrieve", {"top_k": True}, "retrieve.top_k"),
+        ("train_retriever", {"lr": float("inf")}, "train_retriever.lr"),
+        ("train_retriever", {"temperature": float("nan")}, "train_retriever.temperature"),
+        ("build_benchmark", {"seed": "12"}, "build_benchmark.seed"),
+        ("train_retriever", {"lr": True}, "train_retriever.lr"),
     ],
 )
 def test_out_of_range_values_fail_naming_the_key(
@@ -441,3 +462,71 @@ def test_choice_constants_follow_their_literals() -> None:
         index_settings({"faiss": {"kind": "annoy"}})
     with pytest.raises(SettingsError, match=r"generation\.grid\.x\.decoding: Input should be"):
         generation_settings({"grid": {"x": {"retrieval": "rg", "decoding": "beam"}}})
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (
+            with_values(
+                build_benchmark={"corpus": {"splits": ["train"], "filter": {"x": "nonee"}}}
+            ),
+            r"build_benchmark\.corpus\.filter\.x: Input should be 'none'",
+        ),
+        (with_values(ingest={"duplicates": "maybe"}), r"ingest\.duplicates: Input should be"),
+        (
+            with_values(ingest={"source": {"nell995": "foo"}}),
+            r"source\.nell995: 'foo' is not one of nell995's sources",
+        ),
+        (
+            with_values(ingest={"custom": {"nell995": {"path": "/kg"}}}),
+            r"custom: \['nell995'\] already name KGs of the registry",
+        ),
+        (
+            with_values(mine_rules={"temporal": {"transition": "foo"}}),
+            r"mine_rules\.temporal\.transition: Input should be 'exp' or 'unif'",
+        ),
+        (
+            with_values(generation={"configs": ["standard_rag", "no_such_row"]}),
+            r"configs: \['no_such_row'\] are not rows of grid",
+        ),
+        (
+            with_values(build_benchmark={"strata": {"count": 3, "weights": [1]}}),
+            r"weights: 1 weights for 3 strata",
+        ),
+        (
+            with_values(build_benchmark={"strata": {"count": 3, "weights": [0, 0, 0]}}),
+            r"weights: all zero would draw no test query",
+        ),
+        (
+            with_values(build_benchmark={"corpus": {"splits": ["test"], "filter": "none"}}),
+            r"build_benchmark\.corpus\.splits\.0: Input should be 'train' or 'valid'",
+        ),
+        (with_values(retrieve={"top_k": True}), r"retrieve\.top_k: Input should be a valid int"),
+        (
+            with_values(train_retriever={"lr": float("inf")}),
+            r"train_retriever\.lr: Input should be a finite number",
+        ),
+        (
+            with_values(generation={"max_rules": 10}),
+            r"generation\.max_rules is 10, but .*\.top_n = 3",
+        ),
+    ],
+)
+def test_values_that_used_to_pass_the_check_fail_it_naming_the_key(
+    values: dict[str, Any], message: str
+) -> None:
+    """Each passed `params_check` before and failed later (a traceback, an empty output, a
+    silently replaced KG): the whole-file check now refuses it with the key."""
+    with pytest.raises(SettingsError, match=message):
+        params_check.check_params(values)
+
+
+def test_a_duplicate_key_fails_the_command_line_check(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = PARAMS_FILE.read_text(encoding="utf-8") + "\ndatasets: [icews14]\n"
+    duplicated = tmp_path / "params.yaml"
+    duplicated.write_text(text, encoding="utf-8")
+    assert params_check.main([str(duplicated)]) == 2
+    assert 'found duplicate key "datasets"' in capsys.readouterr().err

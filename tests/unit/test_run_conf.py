@@ -248,3 +248,13 @@ def test_conf_values_are_checked_by_the_stages_schema(
     with pytest.raises(ValueError, match=message):
         validate_run_conf({"params": override}, params, KNOWN)
     assert validate_run_conf({"params": {"retrieve.top_k": 20}}, params, KNOWN).params
+
+
+def test_a_mapping_that_would_drop_sibling_keys_is_refused(params_file: Path) -> None:
+    """{"mine_rules.static": {"max_atoms": 2}} used to replace the section, deleting its other
+    keys from params.yaml; a mapping may now only keep or add keys."""
+    params = read_params_file(PROJECT / "params.yaml")
+    with pytest.raises(ValueError, match=r"'mine_rules\.static' would drop 'min_head_coverage'"):
+        validate_run_conf({"params": {"mine_rules.static": {"max_atoms": 2}}}, params, KNOWN)
+    ok = validate_run_conf({"params": {"mine_rules.static.max_atoms": 2}}, params, KNOWN)
+    assert ok.params == {"mine_rules.static.max_atoms": 2}
