@@ -23,7 +23,7 @@ from typing import Any
 from rulerag.errors import InputError
 from rulerag.layout import DataLayout
 from rulerag.params import Params, load_params
-from rulerag.settings import SettingsError, check_dataset_name
+from rulerag.settings import SettingsError, check_dataset_name, check_name
 from rulerag.tracking import TAG_STAGE_INSTANCE, StageRun, stage_run
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
@@ -81,20 +81,32 @@ def stage_inputs(
 ) -> Stage:
     """Parse a stage's command line and read params.yaml once.
 
-    Every stage takes `--dataset` (checked by the one dataset-name rule) and `--params` (default:
-    the project's params.yaml); `options` adds one required `--<name>` per keyword (its help
-    text), `choices` limits some of them.
+    Every stage takes `--dataset` (checked by the one name rule) and `--params` (default: the
+    project's params.yaml); `options` adds one `--<name>` per keyword (its help text), `choices`
+    limits some of them. Under DVC the stage's items come from the name of the stage instance
+    DVC runs (`DVC_STAGE`, `items_from_stage_name`) where the command line does not give them:
+    dvc.yaml's commands interpolate no value, so no name in params.yaml reaches a shell.
     """
     parser = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
-    parser.add_argument("--dataset", required=True, type=_dataset_name, help="dataset name")
+    parser.add_argument("--dataset", type=_dataset_name, help="dataset name")
     parser.add_argument(
         "--params", type=Path, default=PROJECT_DIR / "params.yaml", help="params file"
     )
     for name, text in options.items():
-        parser.add_argument(
-            f"--{name}", required=True, help=text, choices=(choices or {}).get(name)
-        )
+        parser.add_argument(f"--{name}", help=text)
     args = parser.parse_args(argv)
+    named = ["dataset", *options]
+    if any(getattr(args, name) is None for name in named):
+        try:
+            items = items_from_stage_name(os.environ.get(DVC_STAGE_ENV), list(options))
+        except SettingsError as err:
+            parser.error(str(err))
+        for name in named:
+            if getattr(args, name) is None:
+                setattr(args, name, items[name])
+    for name, allowed in (choices or {}).items():
+        if getattr(args, name) not in allowed:
+            parser.error(f"--{name}: {getattr(args, name)!r} is not one of {list(allowed)}")
     return Stage(
         name=stage,
         dataset=args.dataset,
@@ -103,6 +115,41 @@ def stage_inputs(
         layout=DataLayout.of(DATA_DIR, args.dataset),
         model_cache=MODEL_CACHE,
     )
+
+
+#: what DVC names the stage instance it runs in its command's environment (`ingest@icews14`)
+DVC_STAGE_ENV = "DVC_STAGE"
+
+
+def items_from_stage_name(stage_name: str | None, options: Sequence[str]) -> dict[str, str]:
+    """A stage instance's items, read from its DVC name: `<stage>@<dataset>[-<item>...]`.
+
+    dvc.yaml names a foreach instance by its item (`ingest@icews14`) and a matrix instance by
+    its items joined with '-' in the matrix's order, the dataset first (`train_retriever@
+    icews14-minilm-rgft`). Names follow the one name rule (no '-'), so the parts split back
+    unambiguously: one option takes the rest joined (`retrieve@icews14-bm25-rg`: config
+    `bm25-rg`), several take one part each. Every part must follow the rule: a name that slipped
+    into params.yaml past the checks fails here, before anything is read or written.
+    """
+    if not stage_name:
+        raise SettingsError(
+            f"no --dataset given and no {DVC_STAGE_ENV} (dvc repro names the stage it runs)"
+        )
+    _, at, key = stage_name.rpartition(":")[2].partition("@")
+    if not at:
+        raise SettingsError(f"{DVC_STAGE_ENV}={stage_name!r} names no item (<stage>@<item>)")
+    dataset, *rest = key.split("-")
+    check_dataset_name(dataset)
+    for part in rest:
+        check_name(part, f"item of stage {stage_name!r}")
+    if len(options) == 1 and rest:
+        return {"dataset": dataset, options[0]: "-".join(rest)}
+    if len(rest) != len(options):
+        raise SettingsError(
+            f"{DVC_STAGE_ENV}={stage_name!r}: expected {len(options)} item(s) after the dataset "
+            f"({', '.join(options) or 'none'}), got {len(rest)}"
+        )
+    return {"dataset": dataset, **dict(zip(options, rest, strict=True))}
 
 
 def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:

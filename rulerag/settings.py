@@ -39,6 +39,8 @@ __all__ = [
     "DATASET_NAME_RE",
     "Count",
     "DatasetName",
+    "NAME_RE",
+    "Name",
     "Fraction",
     "NonNegative",
     "Positive",
@@ -48,6 +50,7 @@ __all__ = [
     "SettingsError",
     "apply_profile",
     "check_dataset_name",
+    "check_name",
     "deep_merge",
     "load_settings",
     "param_key",
@@ -89,33 +92,44 @@ class SettingsError(InputError):
     """A params.yaml section that does not fit its settings class."""
 
 
-#: The one dataset-name rule (params.yaml's `datasets`, `ingest.custom`, `qa`, `generalisation`,
-#: dvc.yaml's foreach expansion, an Airflow run conf): a letter, then letters, digits or '_'
-#: (at most 64). A name becomes a folder (data/<name>/), an argument of DVC's shell commands, an
-#: MLflow experiment and an Airflow task id, so nothing else is let through.
-DATASET_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+#: The one name rule, for every name that becomes part of a DVC stage's name (datasets, indexes,
+#: encoders, grid rows, variants: dvc.yaml's foreach / matrix items), a folder (data/<name>/), an
+#: MLflow experiment or an Airflow task id: a letter, then letters, digits or '_' (at most 64).
+#: No '-' either: a matrix stage's name joins its items with '-' (`index@icews14-minilm`), and
+#: the stage script reads its items back from that name (`pipeline_steps.common`).
+DATASET_NAME_RE = NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 
 
-def check_dataset_name(name: object) -> str:
-    """`name` if it is a valid dataset name, else SettingsError saying the rule."""
-    if not isinstance(name, str) or not DATASET_NAME_RE.fullmatch(name):
+def check_name(name: object, what: str = "name") -> str:
+    """`name` if it follows the name rule, else SettingsError saying the rule."""
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise SettingsError(
-            f"invalid dataset name {str(name)[:80]!r}: a dataset name is a letter followed by "
-            "letters, digits or '_' (at most 64), since it becomes data/<name>/ and an "
-            "argument of DVC's commands"
+            f"invalid {what} {str(name)[:80]!r}: a {what} is a letter followed by letters, "
+            "digits or '_' (at most 64), since it becomes part of a stage's name, a folder "
+            "(data/<name>/) and an argument of DVC's commands"
         )
     return name
 
 
-def _dataset_name(name: str) -> str:
-    try:
-        return check_dataset_name(name)
-    except SettingsError as err:  # pydantic reports a ValueError as this field's error
-        raise ValueError(str(err)) from None
+def check_dataset_name(name: object) -> str:
+    """`name` if it is a valid dataset name (the name rule), else SettingsError."""
+    return check_name(name, "dataset name")
 
 
-#: a dataset name as a settings field's type (`check_dataset_name`'s rule)
-DatasetName = Annotated[str, AfterValidator(_dataset_name)]
+def _validator(what: str) -> AfterValidator:
+    def check(name: str) -> str:
+        try:
+            return check_name(name, what)
+        except SettingsError as err:  # pydantic reports a ValueError as this field's error
+            raise ValueError(str(err)) from None
+
+    return AfterValidator(check)
+
+
+#: a dataset name as a settings field's type (the name rule)
+DatasetName = Annotated[str, _validator("dataset name")]
+#: any other name that reaches a stage's name: an index, an encoder, a grid row, a variant
+Name = Annotated[str, _validator("name")]
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -12,7 +12,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
+from rulerag.settings import (
+    Count,
+    DatasetName,
+    Fraction,
+    NonNegative,
+    Positive,
+    Seed,
+    load_settings,
+)
 
 __all__ = [
     "RETRIEVAL_SELECTIONS",
@@ -37,7 +45,7 @@ class CorpusSettings:
     #: never a test link: the test queries' answers would be in the corpus as documents
     splits: tuple[Literal["train", "valid"], ...] = ("train",)
     #: once or by dataset (`{default: ..., <dataset>: ...}`)
-    filter: CorpusFilter | dict[str, CorpusFilter] = "none"
+    filter: CorpusFilter | dict[DatasetName, CorpusFilter] = "none"
 
     def __post_init__(self) -> None:
         if not self.splits:
@@ -108,7 +116,7 @@ class BuildBenchmarkSettings:
     rule_selection: RuleSelectionSettings = field(default_factory=RuleSelectionSettings)
     max_oracle_docs: Positive = 5  # oracle documents kept per F_R item, answer-bearing first
     #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
-    finetune_from_train: Count | dict[str, Count] = 0
+    finetune_from_train: Count | dict[DatasetName, Count] = 0
 
 
 def build_benchmark_settings(section: Mapping[str, Any] | None) -> BuildBenchmarkSettings:

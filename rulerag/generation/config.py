@@ -28,6 +28,7 @@ from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSet
 from rulerag.settings import (
     Count,
     Fraction,
+    Name,
     NonNegative,
     Positive,
     PositiveReal,
@@ -148,7 +149,7 @@ class TrainSection(TrainerSettings):
 
     samples: Positive = 2048  # F_G training samples (the paper's 2,048)
     dev_samples: Count = 128
-    variants: dict[str, VariantSpec] = field(default_factory=_default_variants)
+    variants: dict[Name, VariantSpec] = field(default_factory=_default_variants)
 
 
 @dataclass
@@ -170,10 +171,10 @@ class GenerationSettings(ModelSettings):
     train: TrainSection = field(default_factory=TrainSection)
     api: ApiSettings = field(default_factory=ApiSettings)
     chains: ChainSettings = field(default_factory=ChainSettings)
-    configs: tuple[str, ...] = ()
-    grid: dict[str, GridConfig] = field(default_factory=dict)
+    configs: tuple[Name, ...] = ()
+    grid: dict[Name, GridConfig] = field(default_factory=dict)
     #: grid rows also answered on the robustness queries (stage `robustness`)
-    robustness_rows: tuple[str, ...] = ()
+    robustness_rows: tuple[Name, ...] = ()
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

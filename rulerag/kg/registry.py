@@ -309,7 +309,7 @@ class IngestSettings:
     #: exact duplicate facts: drop (count them in stats.json), keep, or error (see `repair`)
     duplicates: DuplicatePolicy = "drop"
     #: which source format to read, by dataset name (default: the first found in the mirror)
-    source: dict[str, str] = field(default_factory=dict)
+    source: dict[DatasetName, str] = field(default_factory=dict)
     #: users' own KGs, by name
     custom: dict[DatasetName, CustomKG] = field(default_factory=dict)
     #: a temporal KG without a train split: the earliest time steps of valid holding this share

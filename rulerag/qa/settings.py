@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rulerag.settings import DatasetName, SettingsError, load_settings
+from rulerag.settings import DatasetName, Name, SettingsError, load_settings
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class QASettings:
     #: bm25 or an index.dense encoder; None = generation.retriever
     retriever: str | None = None
     #: generation.grid rows to answer with (untrained retrieval: standard / rg, base generator)
-    rows: tuple[str, ...] = ("standard_rag", "rulerag_icl")
+    rows: tuple[Name, ...] = ("standard_rag", "rulerag_icl")
 
     def __post_init__(self) -> None:
         if self.rule_bank in self.datasets:

@@ -16,7 +16,7 @@ from typing import Any, Literal, get_args
 from rulerag.retrieval.configs import DEFAULT_ENCODERS
 from rulerag.retrieval.dense import FaissConfig
 from rulerag.retrieval.encoders import EncoderSpec
-from rulerag.settings import Count, Fraction, NonNegative, SettingsError, load_settings
+from rulerag.settings import Count, Fraction, Name, NonNegative, SettingsError, load_settings
 
 __all__ = ["SPARSE_BACKENDS", "IndexSettings", "SparseSettings", "index_settings"]
 
@@ -46,7 +46,7 @@ class IndexSettings:
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when there, else cpu
     sparse: SparseSettings = field(default_factory=SparseSettings)
     #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)
-    dense: dict[str, EncoderSpec] = field(default_factory=dict)
+    dense: dict[Name, EncoderSpec] = field(default_factory=dict)
     faiss: FaissConfig = field(default_factory=FaissConfig)
 
     def encoder(self, name: str) -> EncoderSpec:

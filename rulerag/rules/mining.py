@@ -30,7 +30,7 @@ from rulerag.rules.bank import (
 from rulerag.rules.rule import Rule
 from rulerag.rules.static_miner import StaticMinerSettings
 from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
-from rulerag.settings import Seed, load_settings, param_key
+from rulerag.settings import DatasetName, Seed, load_settings, param_key
 
 __all__ = [
     "IMPORT_FORMATS",
@@ -73,9 +73,11 @@ class MineRulesSettings:
     bank: BankConfig = field(default_factory=BankConfig)
     #: what a dataset's bank changes of `bank` (keys of `bank`), by dataset: e.g. longer rules
     #: where one-atom rules cannot give the paper's bank (YAGO has 9 one-atom rules in all)
-    bank_by_dataset: dict[str, dict[str, Any]] = field(default_factory=dict)
+    bank_by_dataset: dict[DatasetName, dict[str, Any]] = field(default_factory=dict)
     #: rules mined elsewhere instead of mining, by dataset
-    import_: Annotated[dict[str, RuleImport], param_key("import")] = field(default_factory=dict)
+    import_: Annotated[dict[DatasetName, RuleImport], param_key("import")] = field(
+        default_factory=dict
+    )
 
     def bank_for(self, dataset: str) -> BankConfig:
         """The bank settings of one dataset: `bank` with its `bank_by_dataset` entry on top."""

@@ -139,3 +139,27 @@ def test_a_dataset_name_with_shell_syntax_runs_no_command(project_copy: Path, en
     assert "invalid dataset name" in output
     check = [sys.executable, "-m", "rulerag.orchestration.params_check", "params.yaml"]
     assert "invalid dataset name" in run_failing(check, project_copy, env)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "stage"),
+    [
+        ("datasets", ["icews14", "y'; touch PWNED; echo '"], "ingest"),  # breaks out of '...'
+        ("retrieve.indexes", ["bm25;touch PWNED;true"], "index"),  # was interpolated unquoted
+    ],
+)
+def test_a_name_that_slipped_into_params_reaches_no_shell(
+    project_copy: Path, env: dict, key: str, value: list[str], stage: str
+) -> None:
+    """Issue 28's two injections, written into params.yaml as `dvc exp run -S` writes it
+    (no check runs before DVC): dvc.yaml's commands interpolate nothing, so the name reaches
+    the stage script only through DVC_STAGE, which refuses it."""
+    params = yaml.safe_load((project_copy / "params.yaml").read_text())
+    section, _, knob = key.rpartition(".")
+    (params[section] if section else params)[knob] = value
+    (project_copy / "params.yaml").write_text(yaml.safe_dump(params))
+    item = value[-1] if key == "datasets" else f"icews14-{value[-1]}"
+    run_failing(["dvc", "repro", "--single-item", f"{stage}@{item}"], project_copy, env)
+    assert not (project_copy / "PWNED").exists()  # (index: DVC stops first, its deps missing)
+    check = [sys.executable, "-m", "rulerag.orchestration.params_check", "params.yaml"]
+    assert "invalid" in run_failing(check, project_copy, env)

@@ -47,10 +47,28 @@ def test_project_dvc_yaml_expands_over_every_known_dataset() -> None:
     nell = ingest["nell995"]
     assert nell.name == "ingest@nell995"
     assert nell.dataset == "nell995"
-    assert nell.cmd == "python -m pipeline_steps.ingest --dataset 'nell995'"
+    assert nell.cmd == "python -m pipeline_steps.ingest"  # the script reads DVC_STAGE
     assert "data/nell995/kg/facts.parquet" in nell.outs
     assert "data/nell995/kg/stats.json" in nell.outs  # metrics count as outputs
     assert "rulerag/kg" in nell.deps
+
+
+def test_no_project_command_interpolates_a_value() -> None:
+    """Issue 28: `'${item}'` in a cmd let a dataset name holding `'` run a shell command. The
+    project's commands are fixed strings; the stages read their items from DVC_STAGE."""
+    dvc = load_yaml(PROJECT / "dvc.yaml")
+    for name, body in dvc["stages"].items():
+        cmd = (body.get("do") or body)["cmd"]
+        assert "${" not in str(cmd), f"stage {name}: its cmd interpolates a value: {cmd!r}"
+    assert cmd_param_keys(PROJECT / "dvc.yaml") == set()
+    params = load_yaml(PROJECT / "params.yaml")
+    params["datasets"] = ["y'; touch /tmp/PWNED; echo '"]
+    params["retrieve"]["indexes"] = ["bm25;touch /tmp/PWNED;true"]
+    with pytest.raises(StageGraphError):  # the expansion refuses the name...
+        build_graph(PROJECT / "dvc.yaml", params)
+    params["datasets"] = ["icews14"]
+    commands = {i.cmd for i in build_graph(PROJECT / "dvc.yaml", params)}
+    assert not any("PWNED" in str(c) for c in commands)  # ...and no command would carry it
 
 
 def test_without_datasets_argument_params_selection_is_used(tmp_path: Path) -> None:

@@ -235,6 +235,8 @@ def bounded(annotation: Any) -> bool:
 
     if typing.get_origin(annotation) is typing.Annotated:
         base, *meta = typing.get_args(annotation)
+        if base not in (int, float):
+            return True  # a name (DatasetName) as a dict key
         lower = any(isinstance(m, annotated_types.Ge | annotated_types.Gt) for m in meta)
         upper = any(isinstance(m, annotated_types.Le | annotated_types.Lt) for m in meta)
         refuses = [True, "3"] if base is int else [True, float("inf"), float("nan")]

@@ -24,6 +24,7 @@ from rulerag.generation.training import LoraSettings
 from rulerag.settings import (
     Count,
     Fraction,
+    Name,
     NonNegative,
     Positive,
     PositiveReal,
@@ -96,8 +97,8 @@ class R2AGSettings:
     """params.yaml's `r2ag` section, with its chosen profile applied."""
 
     profile: str = "cpu"
-    rows: tuple[str, ...] = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
-    variants: dict[str, R2AGVariant] = field(default_factory=_default_variants)
+    rows: tuple[Name, ...] = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
+    variants: dict[Name, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
     features: tuple[Feature, ...] = FEATURES
     qdm_weight: NonNegative = 1.0  # 0 = without the QDM loss (Table 3)
