@@ -34,6 +34,7 @@ from annotated_types import Ge, Gt, Le
 from pydantic import AfterValidator, AllowInfNan, BeforeValidator, Strict
 
 from rulerag.errors import InputError
+from rulerag.redact import redact_url
 
 __all__ = [
     "DATASET_NAME_RE",
@@ -175,7 +176,9 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
         for where, error in errors:
             if any(other.startswith(f"{where}.") for other, _ in errors):
                 continue  # a union's branch that failed at the whole value: the deeper one says it
-            msg, got = _shorten(error["msg"], 300), _shorten(repr(error.get("input")))
+            # a URL's credentials never reach a message (rulerag.redact)
+            msg = redact_url(_shorten(error["msg"], 300))
+            got = redact_url(_shorten(repr(error.get("input"))))
             problems.append(f"{where}: {msg} (got {got})")
         raise SettingsError("params.yaml: " + "; ".join(dict.fromkeys(problems))) from None
 

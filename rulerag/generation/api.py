@@ -46,6 +46,8 @@ __all__ = [
     "resolve_api_key",
 ]
 
+#: the shortest run of the key's characters masked in a completion (`ApiGenerator._text`)
+OUTPUT_ECHO_MIN = 8
 #: the only environment variables an API key may come from (documented in params.yaml)
 ApiKeyVariable = Literal["RULERAG_API_KEY", "OPENAI_API_KEY"]
 ALLOWED_KEY_ENV: tuple[str, ...] = get_args(ApiKeyVariable)
@@ -260,4 +262,7 @@ class ApiGenerator:
             content = data["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError) as err:
             raise ApiError(f"unexpected response shape: {self._redact(str(data)[:300])}") from err
-        return content or ""
+        # a server that echoes the key in its answer must not get it into predictions and
+        # MLflow: the key, its base64 forms and runs of 8+ of its characters are masked (not 4,
+        # as in errors: an answer may share four letters with the key by chance)
+        return redact_secrets(content or "", self._secrets, min_run=OUTPUT_ECHO_MIN)

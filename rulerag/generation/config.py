@@ -135,6 +135,22 @@ class ApiSettings:
     backoff: NonNegative = 1.0
     concurrency: Positive = 4
 
+    def __post_init__(self) -> None:
+        """No credentials in `base_url`: params.yaml is committed and copied into dvc.lock in
+        plain text; a key belongs in the variables of `key_env` (or an Airflow connection)."""
+        if self.base_url is None:
+            return
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(self.base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"base_url must be an http(s) URL with a host, not {self.base_url!r}")
+        if parts.username is not None or parts.password is not None:
+            raise ValueError(
+                "base_url holds credentials (user:password@): params.yaml and dvc.lock would "
+                f"keep them in plain text; put the key in {' or '.join(DEFAULT_KEY_ENV)}"
+            )
+
 
 def _default_variants() -> dict[str, VariantSpec]:
     return {

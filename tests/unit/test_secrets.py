@@ -36,6 +36,14 @@ def test_redaction_of_urls_and_echoed_keys() -> None:
     assert redact_secrets("nothing to hide here", [KEY]) == "nothing to hide here"
 
 
+def test_a_password_holding_an_at_sign_is_masked_whole() -> None:
+    """Issue 28: the userinfo ended at the first `@`, so `TAIL` reached stderr and the spool."""
+    uri = "http://user:hunter@TAIL@127.0.0.1:9/"
+    assert redact_url(uri) == "http://***@127.0.0.1:9/"
+    assert "TAIL" not in redact_secrets(f"cannot reach {uri}: refused")
+    assert redact_url("http://h/p?q=a@b and mailto:x@y.z") == "http://h/p?q=a@b and mailto:x@y.z"
+
+
 def test_a_tracking_uri_with_credentials_never_shows_its_password(
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
@@ -140,3 +148,38 @@ def test_a_run_conf_cannot_redirect_secrets(key: str) -> None:
     with pytest.raises(ValueError, match="only params.yaml may set it"):
         validate_run_conf({"params": {key: value}}, params, ["icews14"])
     assert validate_run_conf({"params": {"generation.api.model": "m2"}}, params, ["icews14"])
+
+
+def test_a_completion_echoing_the_key_never_reaches_the_predictions() -> None:
+    """Issue 28: a server answering 200 with the key in its completion got it back verbatim
+    (into predictions.jsonl and MLflow); a base64 echo in an error was not masked either."""
+    import base64
+
+    from rulerag.generation.api import ApiError
+    from tests.support.fake_openai import FakeOpenAI
+
+    encoded = base64.b64encode(f"user:{KEY}".encode()).decode()
+    answers = [
+        {"choices": [{"message": {"content": f"Answer: Kabul. Your key is {KEY}"}}]},
+        {"choices": [{"message": {"content": f"Answer: Kabul ({KEY[3:14]})"}}]},
+    ]
+    with FakeOpenAI([(200, a) for a in answers] + [(401, {"error": encoded})]) as server:
+        generator = ApiGenerator(base_url=server.url, model="m", api_key=KEY, max_retries=0)
+        first, second = generator.complete("q1"), generator.complete("q2")
+        with pytest.raises(ApiError) as caught:
+            generator.complete("q3")
+    assert first == "Answer: Kabul. Your key is ***"
+    assert second == "Answer: Kabul (***)"
+    assert encoded not in str(caught.value) and "***" in str(caught.value)
+
+
+def test_a_base_url_with_credentials_is_refused_without_showing_them() -> None:
+    """Issue 28: such a base_url was stored in plain text in dvc.lock (the params of every
+    stage that reads generation)."""
+    from rulerag.generation.config import generation_settings
+    from rulerag.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="base_url holds credentials") as caught:
+        generation_settings({"api": {"base_url": f"https://user:{PASSWORD}@api.example/v1"}})
+    assert PASSWORD not in str(caught.value)
+    assert generation_settings({"api": {"base_url": "http://127.0.0.1:8000/v1"}}).api.base_url
