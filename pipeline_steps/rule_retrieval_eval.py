@@ -35,8 +35,14 @@ def main(argv: list[str] | None = None) -> int:
         with staged_outputs(layout.rule_retrieval, "rulret") as staging:
             evaluation.write(staging)
         run.log_metrics(flat_metrics(evaluation.results, settings.ks))
+        if evaluation.analysis is not None:  # what `auto` chose: the run says, the files don't
+            run.log_params({"rule_retrieval": {"analyzer_used": evaluation.analysis.name}})
         for artifact in ARTIFACTS:
             run.log_artifact(layout.rule_retrieval / artifact)
+    if evaluation.analysis is not None:
+        print(
+            f"rule_retrieval_eval@{stage.dataset}: BM25 analysis {evaluation.analysis.describe()}"
+        )
     print(f"rule_retrieval_eval@{stage.dataset}:\n" + evaluation.markdown())
     return 0
 

@@ -101,6 +101,29 @@ class CJKBigramAnalyzer:
 #: text analysis for BM25 by name (params: `english` = Pyserini's default, `cjk` = bigrams)
 ANALYZERS = ("english", "cjk")
 
+#: `script_analyzer` picks `cjk` when at least this share of the letters are CJK. The bigram
+#: analysis equals the English one on text without CJK, so any threshold keeps an English
+#: collection's terms; 5% keeps a few CJK names in an English one whole words, and any
+#: Chinese or Japanese collection (mostly CJK, some Latin codes and digits) far above it.
+CJK_SHARE = 0.05
+
+
+def cjk_share(texts: Sequence[str]) -> float:
+    """The share of the letters (`str.isalpha`: ideographs, kana and hangul count) in `texts`
+    that are CJK; 0.0 when there is no letter at all."""
+    letters = cjk = 0
+    for text in texts:
+        letters += sum(ch.isalpha() for ch in text)
+        cjk += sum(len(run) for run in _CJK_RUN.findall(text))
+    return cjk / letters if letters else 0.0
+
+
+def script_analyzer(texts: Sequence[str]) -> str:
+    """The analyzer (one of `ANALYZERS`) for a collection written in `texts`' script: `cjk`
+    for Chinese, Japanese or Korean text (written without spaces: the English analysis would
+    keep a whole sentence as one term), else `english`."""
+    return "cjk" if cjk_share(texts) >= CJK_SHARE else "english"
+
 
 def make_analyzer(name: str, stemmer: str | None = "porter") -> Callable[[str], list[str]]:
     """The analyzer called `name` (one of `ANALYZERS`)."""

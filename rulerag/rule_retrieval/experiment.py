@@ -21,27 +21,42 @@ from rulerag.rule_retrieval.evaluate import recall_at_k
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM
 from rulerag.rule_retrieval.methods import select_rules, uses_llm
-from rulerag.rule_retrieval.search import build_rule_index
+from rulerag.rule_retrieval.search import Analysis, build_rule_index, choose_analysis
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings
 
 __all__ = [
     "RuleRetrievalTask",
+    "Shot",
     "flat_metrics",
     "label",
+    "library_analysis",
     "results_markdown",
     "run_evaluation",
 ]
 
 
+Shot = tuple[str, str]  # a self-induction demonstration: (query, its rule's text)
+
+
 @dataclass(frozen=True)
 class RuleRetrievalTask:
-    """Queries with their gold rules over a library, and self-induction demonstrations."""
+    """Queries with their gold rules over a library, and self-induction demonstrations:
+    `shots` for every query, or `query_shots`, one list per query (drawn from the test
+    questions without the query's own gold rules, `rulebench.held_out_shots`), which then
+    replaces `shots`. `notes` say where the shots came from when that is not the usual
+    split."""
 
     library: RuleLibrary
     qids: tuple[str, ...]
     queries: tuple[str, ...]
     gold: tuple[frozenset[str], ...]
-    shots: tuple[tuple[str, str], ...] = ()
+    shots: tuple[Shot, ...] = ()
+    query_shots: tuple[tuple[Shot, ...], ...] | None = None
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.query_shots is not None and len(self.query_shots) != len(self.queries):
+            raise ValueError("rule retrieval task: query_shots must give one list per query")
 
 
 def label(method: str, query_form: str | None) -> str:
@@ -64,13 +79,17 @@ def run_evaluation(
     *,
     model_cache: Path | None = None,
     extra_rows: Sequence[dict[str, Any]] = (),
+    analysis: Analysis | None = None,
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(results: one row per combination, selections: one row per query and combination).
 
     `llm_for(purpose)` gives the cached LLM for `"induce"` or `"rank"` (they differ in their
     token budget); None when no method needs one. `extra_rows` are selections made elsewhere
-    (RuleRAG's own) to report beside: dicts with `method` and `ranked`.
+    (RuleRAG's own) to report beside: dicts with `method` and `ranked`. `analysis`: BM25's
+    text analysis as the caller chose it (`library_analysis`, to report it); None chooses it
+    here from `settings.analyzer`, once for the whole library (both rule forms).
     """
+    analysis = analysis or library_analysis(settings.analyzer, task.library)
     ks = list(settings.ks)
     rows: list[dict[str, Any]] = []
     picked: list[dict[str, Any]] = []
@@ -109,7 +128,7 @@ def run_evaluation(
             index = build_rule_index(
                 retriever,
                 task.library.texts(rule_form),
-                analyzer=settings.analyzer,
+                analyzer=analysis.name,
                 cache_dir=model_cache,
             )
             for method in settings.methods:
@@ -119,7 +138,7 @@ def run_evaluation(
                     selection = select_rules(
                         method, task.queries, task.library, index, rule_form=rule_form,
                         query_form=form or "si", llm=induce, rank_llm=rank, shots=task.shots,
-                        top_k=settings.top_k, top_n=settings.top_n,
+                        query_shots=task.query_shots, top_k=settings.top_k, top_n=settings.top_n,
                     )  # fmt: skip
                     info = {
                         "llm_calls": selection.llm_calls,
@@ -129,6 +148,12 @@ def run_evaluation(
                     }
                     record(retriever, rule_form, method, form, selection.ranked, info)
     return pd.DataFrame(rows), pd.DataFrame(picked)
+
+
+def library_analysis(analyzer: str, library: RuleLibrary) -> Analysis:
+    """BM25's analysis for `library` (`analyzer`: auto, english or cjk), chosen by the script
+    of all its rule texts, natural and formal, so every rule form is searched alike."""
+    return choose_analysis(analyzer, library.natural + library.formal)
 
 
 def results_markdown(results: pd.DataFrame, title: str, ks: Sequence[int]) -> str:

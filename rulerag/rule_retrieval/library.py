@@ -9,6 +9,7 @@ RuleBench's rule files (`{rule_id: {"NL": ..., "FOL": ...}}`).
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,9 @@ import pandas as pd
 
 from rulerag.errors import InputError
 
-__all__ = ["FORMS", "RuleLibrary"]
+__all__ = ["FORMS", "RuleLibrary", "read_json"]
+
+logger = logging.getLogger(__name__)
 
 #: which text of a rule a search uses
 FORMS = ("natural", "formal")
@@ -75,21 +78,72 @@ class RuleLibrary:
         )
 
     @classmethod
-    def from_rulebench(cls, path: Path, prefix: str = "") -> RuleLibrary:
+    def from_rulebench(
+        cls, path: Path, prefix: str = "", *, allow_empty: bool = False
+    ) -> RuleLibrary:
         """A RuleBench rule file: `{rule_id: {"NL": natural, "FOL": formal}}`; `prefix` keeps
-        ids of two files apart (the counterfactual rules reuse the originals' ids)."""
+        ids of two files apart (the counterfactual rules reuse the originals' ids).
+        `allow_empty`: `{}` is an empty library (RuleBench ships sets whose `train_rule.json`
+        is `{}`), not an error.
+
+        An id listed twice with the same rule is kept once, with a warning: RuleBench's own
+        `ulogic-cf` rule files list each of their 1,046 ids twice, identically. An id listed
+        twice with different rules is refused, naming the file and the id: a question's gold
+        id would name either rule, and JSON readers silently keep the last."""
         path = Path(path)
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise InputError(f"{path}: not a RuleBench rule file ({err})") from None
-        if not isinstance(data, dict) or not data:
+        pairs = read_json(path, "RuleBench rule file", pairs=True)
+        if not isinstance(pairs, _Pairs) or not (pairs or allow_empty):
             raise InputError(f"{path}: expected a non-empty JSON object rule_id -> rule")
-        ids, natural, formal = [], [], []
-        for rule_id, rule in data.items():
+        rules: dict[str, dict] = {}
+        repeated = 0
+        for rule_id, value in pairs:
+            rule = _object(value, f"{path}: rule {rule_id!r}")
             if not isinstance(rule, dict) or not isinstance(rule.get("NL"), str):
                 raise InputError(f"{path}: rule {rule_id!r} has no natural-language text 'NL'")
+            if rule_id in rules:
+                if rules[rule_id] != rule:
+                    raise InputError(f"{path}: rule id {rule_id!r} is listed twice, differently")
+                repeated += 1
+                continue
+            rules[rule_id] = rule
+        if repeated:
+            logger.warning(
+                "%s: %d rule ids listed twice with the same rule, kept once", path, repeated
+            )
+        ids, natural, formal = [], [], []
+        for rule_id, rule in rules.items():
             ids.append(f"{prefix}{rule_id}")
             natural.append(rule["NL"].strip())
             formal.append(str(rule.get("FOL") or rule["NL"]).strip())
         return cls(tuple(ids), tuple(natural), tuple(formal))
+
+
+class _Pairs(list):
+    """A JSON object as read: its (key, value) pairs in file order, duplicates kept."""
+
+
+def _object(value: object, where: str) -> object:
+    """`value` with every JSON object in it a dict; a key repeated with another value inside
+    one object is refused (JSON readers keep the last silently)."""
+    if isinstance(value, list) and not isinstance(value, _Pairs):
+        return [_object(item, where) for item in value]
+    if not isinstance(value, _Pairs):
+        return value
+    out: dict[str, object] = {}
+    for key, item in value:
+        item = _object(item, where)
+        if key in out and out[key] != item:
+            raise InputError(f"{where}: key {key!r} is listed twice, differently")
+        out[key] = item
+    return out
+
+
+def read_json(path: Path, what: str, *, pairs: bool = False) -> object:
+    """A JSON file as `what` (named in the error): UTF-8 with or without a byte-order mark
+    (files saved by Windows tools start with one). `pairs`: every object is read as its
+    (key, value) pairs in file order (`_Pairs`), so a repeated key can be seen."""
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+        return json.loads(text, object_pairs_hook=_Pairs if pairs else None)
+    except (OSError, ValueError) as err:
+        raise InputError(f"{path}: not a {what} ({err})") from None

@@ -63,10 +63,16 @@ class Selection:
 
 
 def self_induce(
-    queries: Sequence[str], llm: CachedLLM, shots: Sequence[tuple[str, str]]
+    queries: Sequence[str],
+    llm: CachedLLM,
+    shots: Sequence[tuple[str, str]],
+    query_shots: Sequence[Sequence[tuple[str, str]]] | None = None,
 ) -> list[str]:
-    """The LLM's self-induced rule for each query (an empty answer gives an empty rule)."""
-    outputs = llm.complete([si_prompt(q, shots) for q in queries], desc="self-induction")
+    """The LLM's self-induced rule for each query (an empty answer gives an empty rule);
+    `query_shots`, one list per query, replaces the common `shots`."""
+    per_query = query_shots if query_shots is not None else [shots] * len(queries)
+    prompts = [si_prompt(q, s) for q, s in zip(queries, per_query, strict=True)]
+    outputs = llm.complete(prompts, desc="self-induction")
     return [induced_rule(out) for out in outputs]
 
 
@@ -91,11 +97,13 @@ def select_rules(
     llm: CachedLLM | None = None,
     rank_llm: CachedLLM | None = None,
     shots: Sequence[tuple[str, str]] = (),
+    query_shots: Sequence[Sequence[tuple[str, str]]] | None = None,
     top_k: int = 10,
     top_n: int = 20,
 ) -> Selection:
     """Rule ids per query by `method` (see the module notes). `llm` induces rules (and ranks
-    them unless `rank_llm`, the same model with a longer answer budget, is given)."""
+    them unless `rank_llm`, the same model with a longer answer budget, is given) from the
+    demonstrations `shots`, or from `query_shots`, one list per query."""
     if method not in METHODS:
         raise ValueError(f"rule retrieval method must be one of {METHODS}, not {method!r}")
     rank_llm = rank_llm or llm
@@ -107,7 +115,7 @@ def select_rules(
     induced: list[str] = []
     if siar:
         assert llm is not None
-        induced = self_induce(queries, llm, shots)
+        induced = self_induce(queries, llm, shots, query_shots)
         texts = [search_text(q, si, query_form) for q, si in zip(queries, induced, strict=True)]
     else:
         texts = list(queries)

@@ -7,26 +7,33 @@ The format (RuleBench's own JSON, read as is):
   (`FOL` optional: the natural text stands in);
 * a question file: a JSON list of `{"instruction", "input", "output", "rule": [rule_id, ...]}`
   (`instruction` may be empty; `input` is the query; `output` the gold answer; `rule` the gold
-  rule ids, which must resolve in the rule file).
+  rule ids, which must resolve in the rule file: a list of ids, or a single id as a string
+  or a number, so `"rule": "179"` is rule 179, never rules 1, 7 and 9).
+
+Both are UTF-8 JSON, with or without a byte-order mark. A rule id listed twice is kept once
+when both are the same rule (RuleBench's `ulogic-cf` lists every id twice) and refused when
+they differ (`RuleLibrary.from_rulebench`).
 
 The paper's library for a set is every rule of its test rule file; its robustness setting adds
 the counterfactual (`-cf`) rules. Self-induction shots come from another split's questions
-(validation or train), never from the test questions.
+(validation, else train); a set with no usable one (RuleBench ships sets whose
+`train_rule.json` is `{}`) takes them from the test questions, each query's own gold rules
+left out (`held_out_shots`).
 """
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rulerag.errors import InputError
-from rulerag.rule_retrieval.library import RuleLibrary
+from rulerag.rule_retrieval.library import RuleLibrary, read_json
 
 __all__ = [
     "RuleQuestion",
+    "held_out_shots",
     "load_set",
     "match_of",
     "read_questions",
@@ -57,10 +64,7 @@ class RuleQuestion:
 def read_questions(path: Path, library: RuleLibrary, id_prefix: str = "") -> list[RuleQuestion]:
     """Questions of a RuleBench-format file; a gold id missing from `library` is an error."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise InputError(f"{path}: not a RuleBench question file ({err})") from None
+    data = read_json(path, "RuleBench question file")
     if not isinstance(data, list):
         raise InputError(f"{path}: expected a JSON list of questions")
     known = set(library.ids)
@@ -69,7 +73,7 @@ def read_questions(path: Path, library: RuleLibrary, id_prefix: str = "") -> lis
         where = f"{path}: question {i}"
         if not isinstance(item, dict) or not isinstance(item.get("input"), str):
             raise InputError(f"{where}: needs an 'input' text")
-        gold = tuple(f"{id_prefix}{r}" for r in item.get("rule") or ())
+        gold = tuple(f"{id_prefix}{r}" for r in _rule_ids(item.get("rule"), where))
         unknown = [g for g in gold if g not in known]
         if unknown:
             raise InputError(f"{where}: gold rule {unknown[0]!r} is not in the rule library")
@@ -83,6 +87,23 @@ def read_questions(path: Path, library: RuleLibrary, id_prefix: str = "") -> lis
             )
         )
     return out
+
+
+def _rule_ids(value: object, where: str) -> list[str]:
+    """A question's gold rule ids: a list of ids, or one id as a string or a number (iterating
+    the string `"179"` would give rules 1, 7 and 9); none when absent or null."""
+    if value is None:
+        return []
+    items = value if isinstance(value, list) else [value]
+    ids = []
+    for item in items:
+        if isinstance(item, bool) or not isinstance(item, str | int):
+            raise InputError(
+                f"{where}: 'rule' must be a rule id (a string or an integer) or a list of them, "
+                f"not {item!r}"
+            )
+        ids.append(str(item))
+    return ids
 
 
 def _rule_file(folder: Path, question_file: str) -> Path:
@@ -129,30 +150,105 @@ def reasoning_prompt(question: RuleQuestion, rule: str | None) -> str:
     return "\n".join(parts)
 
 
+def held_out_shots(
+    questions: Sequence[RuleQuestion],
+    pool: Sequence[RuleQuestion],
+    library: RuleLibrary,
+    n: int,
+    seed: int = 12,
+) -> list[tuple[tuple[str, str], ...]]:
+    """`n` (query, gold rule text) demonstrations for each of `questions`, drawn from the test
+    questions `pool` (a seeded order, the same for every query), leaving out the query itself
+    and every demonstration whose rule is one of the query's gold rules, by id or by text: a
+    shot never shows the answer.
+
+    The SIAR + R³ paper always self-induces from a few-shot prompt (its Sec. 3.1, "we utilize
+    few-shot prompting to guide the LLM for self-induction"; the template of its App. A ends
+    in "... more demonstrations") and its library is the test set's rules (App. B, "we
+    consolidate all rules within the entire test set into a comprehensive rule library and
+    used the original questions as queries"); it names no other source of demonstrations. So
+    a set with no training rules takes its shots from the test questions, as the paper's
+    setting allows, rather than dropping them (a zero-shot SIAR is not the paper's method).
+    """
+    text = library.text_of("natural")
+    usable = [q for q in pool if q.gold and q.gold[0] in text]
+    order = random.Random(seed).sample(usable, len(usable))
+    out = []
+    for question in questions:
+        banned = {text[g] for g in question.gold if g in text}
+        picked: list[tuple[str, str]] = []
+        for demo in order:
+            if len(picked) >= n:
+                break
+            if demo.qid == question.qid or set(demo.gold) & set(question.gold):
+                continue
+            if text[demo.gold[0]] in banned:
+                continue
+            picked.append((demo.query, text[demo.gold[0]]))
+        out.append(tuple(picked))
+    return out
+
+
+def _split_shots(
+    root: Path, name: str, n: int, seed: int
+) -> tuple[list[tuple[str, str]] | None, list[str]]:
+    """Shots from the set's validation, else train questions (the first split that has
+    questions and rules); None with the reasons when no split gives any."""
+    notes = []
+    for split in ("validation", "train"):
+        folder = Path(root) / name
+        question_file = f"{split}_data.json"
+        if not (folder / question_file).is_file():
+            continue
+        rule_file = _rule_file(folder, question_file)
+        library = RuleLibrary.from_rulebench(rule_file, allow_empty=True)
+        if not len(library):
+            notes.append(f"{rule_file.name} is empty")
+            continue
+        demos = shots_from(read_questions(folder / question_file, library), library, n, seed)
+        if demos:
+            return demos, notes
+        notes.append(f"{question_file} has no question with a gold rule")
+    return None, notes or ["no validation or train questions"]
+
+
 def rulebench_task(
     root: Path, name: str, queries: int | None, shots: int, seed: int, counterfactual: bool
 ):
     """(the retrieval task, the sampled test questions) of a RuleBench set: the test rule
     library (doubled with the `-cf` rules when `counterfactual`), a seeded sample of test
-    questions, and self-induction shots from the set's validation or train questions."""
+    questions, and `shots` self-induction demonstrations from the set's validation or train
+    questions; from the test questions without each query's gold rules when neither has any
+    (`held_out_shots`; the task's `notes` say so). `shots` 0 (no method self-induces) reads no
+    other split."""
     from rulerag.rule_retrieval.experiment import RuleRetrievalTask
 
-    library, questions = load_set(root, name, "test", counterfactual)
+    library, everything = load_set(root, name, "test", counterfactual)
+    questions = everything
     if queries is not None and queries < len(questions):
         rng = random.Random(seed)
         questions = [questions[i] for i in sorted(rng.sample(range(len(questions)), queries))]
     demos: list[tuple[str, str]] = []
-    for split in ("validation", "train"):
-        if (Path(root) / name / f"{split}_data.json").is_file():
-            demo_library, demo_questions = load_set(root, name, split)
-            demos = shots_from(demo_questions, demo_library, shots, seed)
-            break
+    query_shots = None
+    notes: tuple[str, ...] = ()
+    if shots > 0:
+        found, reasons = _split_shots(root, name, shots, seed)
+        if found is not None:
+            demos = found
+        else:
+            query_shots = tuple(held_out_shots(questions, everything, library, shots, seed))
+            notes = (
+                f"self-induction shots: from the test questions, each query's own gold rules "
+                f"left out ({'; '.join(reasons)})",
+            )
     task = RuleRetrievalTask(
         library=library,
         qids=tuple(q.qid for q in questions),
         queries=tuple(q.query for q in questions),
         gold=tuple(frozenset(q.gold) for q in questions),
         shots=tuple(demos),
+        query_shots=query_shots,
+        notes=notes,
     )
     return task, questions
 

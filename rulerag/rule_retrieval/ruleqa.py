@@ -25,10 +25,16 @@ from rulerag.generation.config import ApiSettings
 from rulerag.io import atomic_open, read_jsonl, write_json, write_parquet
 from rulerag.layout import DataLayout
 from rulerag.rule_retrieval.claims import claims_markdown, rule_claims
-from rulerag.rule_retrieval.experiment import RuleRetrievalTask, results_markdown, run_evaluation
+from rulerag.rule_retrieval.experiment import (
+    RuleRetrievalTask,
+    library_analysis,
+    results_markdown,
+    run_evaluation,
+)
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import LLMPool
 from rulerag.rule_retrieval.plots import plot_recall
+from rulerag.rule_retrieval.search import Analysis
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings
 
 __all__ = [
@@ -90,7 +96,9 @@ def reference_rows(
 @dataclass(frozen=True)
 class RuleRetrievalEvaluation:
     """What `rule_retrieval_eval` writes: the table (one row per combination), the rules each
-    chose per query, the paper's claims as paired tests, the figures."""
+    chose per query, the paper's claims as paired tests, the figures. `analysis` (BM25's
+    text analysis that ran) is for the stage's log and MLflow run; it is not written, so the
+    files stay what they were before `auto` chose it."""
 
     title: str
     ks: tuple[int, ...]
@@ -98,6 +106,7 @@ class RuleRetrievalEvaluation:
     selections: pd.DataFrame
     claims: pd.DataFrame
     metrics: dict[str, Any]
+    analysis: Analysis | None = None
 
     def markdown(self) -> str:
         """results.md: the table in the paper's Table 1 layout, the claims under it."""
@@ -135,8 +144,9 @@ def evaluate_rule_retrieval(
     similarity = (selection.top_n, selection.threshold) if settings.similarity else None
     llms = LLMPool(settings.llm, layout.rule_llm_cache, model_cache=model_cache, api=api)
     extra = reference_rows(task, bank, test, settings.top_k, similarity)
+    analysis = library_analysis(settings.analyzer, task.library)
     results, picked = run_evaluation(
-        task, settings, llms, model_cache=model_cache, extra_rows=extra
+        task, settings, llms, model_cache=model_cache, extra_rows=extra, analysis=analysis
     )
     k = max(settings.ks)
     claims = rule_claims(picked, task.qids, task.gold, k)
@@ -151,4 +161,6 @@ def evaluate_rule_retrieval(
         "llm_calls": llms.calls,
         "rows": results.to_dict("records"),
     }
-    return RuleRetrievalEvaluation(title, tuple(settings.ks), results, picked, claims, metrics)
+    return RuleRetrievalEvaluation(
+        title, tuple(settings.ks), results, picked, claims, metrics, analysis
+    )

@@ -18,6 +18,7 @@ import pandas as pd
 
 from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.generation.config import ApiSettings
+from rulerag.rule_retrieval.experiment import library_analysis
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import LLMPool
 from rulerag.rule_retrieval.methods import METHODS, select_rules, uses_llm
@@ -101,7 +102,7 @@ def benchmark_selector(
     index = build_rule_index(
         selection.retriever,
         library.texts(selection.rule_form),
-        analyzer=rule_retrieval.analyzer,
+        analyzer=library_analysis(rule_retrieval.analyzer, library).name,
         cache_dir=model_cache,
     )
     llms = None

@@ -11,15 +11,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from rulerag.settings import Count, Positive, Seed, apply_profile, load_settings
 
-__all__ = ["LLMSettings", "RuleRetrievalSettings", "rule_retrieval_settings"]
+__all__ = [
+    "ANALYZER_CHOICES",
+    "Analyzer",
+    "LLMSettings",
+    "RuleRetrievalSettings",
+    "rule_retrieval_settings",
+]
 
 Method = Literal["vanilla", "vanilla_r3", "siar", "siar_r3"]
 QueryForm = Literal["si", "si_input"]
 RuleForm = Literal["natural", "formal"]
+#: BM25's text analysis: `english` (Pyserini's), `cjk` (character bigrams, for Chinese or
+#: Japanese), or `auto`: the one the library's script calls for (`choose_analysis` in
+#: rulerag.rule_retrieval.search), so a Chinese library is never searched as whole sentences
+Analyzer = Literal["auto", "english", "cjk"]
+ANALYZER_CHOICES: tuple[str, ...] = get_args(Analyzer)
 
 
 @dataclass(frozen=True)
@@ -48,7 +59,7 @@ class RuleRetrievalSettings:
     top_k: Positive = 10  # rules kept per query (the paper: 10)
     top_n: Positive = 10  # candidates R³ re-ranks (the paper: 20)
     shots: Count = 3  # self-induction demonstrations (F_R queries with their rule)
-    analyzer: Literal["english", "cjk"] = "english"  # BM25's text analysis
+    analyzer: Analyzer = "auto"  # BM25's text analysis
     #: RuleRAG's own Sentence-BERT selection, as a row beside the others (θ and N of
     #: build_benchmark.rule_selection)
     similarity: bool = True

@@ -99,6 +99,7 @@ def test_the_rule_stages_run_on_typed_params(
     assert metrics["llm"] == "api:fake" and metrics["queries"] == 6
     results = (layout.rule_retrieval / "results.md").read_text(encoding="utf-8")
     assert f"rule_retrieval_eval@toy:\n{results}" in printed
+    assert "rule_retrieval_eval@toy: BM25 analysis english (auto: 0.0% CJK" in printed
     for name in ("results.csv", "claims.csv", "recall.png", "selections.parquet"):
         assert (layout.rule_retrieval / name).is_file()
 
@@ -115,6 +116,8 @@ def test_the_rule_stages_run_on_typed_params(
     assert bench_run.data.metrics["selection_cost_llm_calls"] == asked_by_benchmark
     (eval_run,) = stage_runs(uri, "rule_retrieval_eval")
     assert eval_run.data.metrics["bm25_natural_siar_si.recall_at_2"] == metrics["rows"][2]["R@2"]
+    assert eval_run.data.params["rule_retrieval.analyzer"] == "auto"  # asked; and what ran:
+    assert eval_run.data.params["rule_retrieval.analyzer_used"] == "english"
     (apply_run,) = stage_runs(uri, "apply_rules")
     assert apply_run.data.tags[TAG_STAGE_INSTANCE] == "apply_rules@toy"
     assert apply_run.data.metrics["test_facts"] == 40

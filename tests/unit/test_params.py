@@ -532,3 +532,19 @@ def test_a_duplicate_key_fails_the_command_line_check(
     duplicated.write_text(text, encoding="utf-8")
     assert params_check.main([str(duplicated)]) == 2
     assert 'found duplicate key "datasets"' in capsys.readouterr().err
+
+
+def test_rule_retrievals_analyzer_is_auto_by_default() -> None:
+    """`auto` picks BM25's analysis by the rule library's script (issue 28, part 7): it is
+    the settings' default, params.yaml's value, and its comment names it."""
+    assert RuleRetrievalSettings().analyzer == "auto"
+    assert PARAMS["rule_retrieval"]["analyzer"] == "auto"
+    (line,) = [s for s in section_text("rule_retrieval").splitlines() if "analyzer:" in s]
+    assert "auto (by the rules' script)" in line
+    from rulerag.retrieval.sparse import ANALYZERS
+    from rulerag.rule_retrieval.settings import ANALYZER_CHOICES
+
+    assert tuple(ANALYZER_CHOICES) == ("auto", *ANALYZERS)  # the Literal follows BM25's analyzers
+    assert rule_retrieval_settings({"analyzer": "cjk"}).analyzer == "cjk"
+    with pytest.raises(SettingsError, match="rule_retrieval.analyzer"):
+        rule_retrieval_settings({"analyzer": "french"})

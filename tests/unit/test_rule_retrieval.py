@@ -405,3 +405,228 @@ def test_the_stage_entry_evaluates_on_the_benchmark_through_the_api(
     )
     assert len(pd.read_parquet(out / "selections.parquet")) == 3 * 6
     assert (out / "recall.png").stat().st_size > 0 and (out / "claims.csv").is_file()
+
+
+# -- RuleBench-format libraries (issue 28, part 7) ---------------------------------------------
+
+TOY_RULES = {
+    "a": {"NL": "If Person X owns Animal Y, then Person X can feed Animal Y."},
+    "b": {"NL": "If Person X works with Device Y, then Person X needs to use Device Y."},
+    "c": {"NL": "If Country X hosts Person Y, then Person Y visits Country X."},
+    "d": {"NL": "If Person X owns Animal Y, then Person X can feed Animal Y."},  # a's text
+}
+TOY_QUESTIONS = [
+    {"input": "Kim owns a cat. Can Kim feed the cat?", "output": "True", "rule": ["a"]},
+    {"input": "Zed works with a laptop. Must Zed use it?", "output": "True", "rule": ["b"]},
+    {"input": "France hosts Ann. Does Ann visit France?", "output": "True", "rule": ["c"]},
+    {"input": "Bob owns a dog. Can Bob feed the dog?", "output": "True", "rule": ["d"]},
+    {"input": "Eve works with a drill. Must Eve use it?", "output": "True", "rule": ["b"]},
+]
+
+
+def write_set(folder: Path, files: dict[str, object], encoding: str = "utf-8") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, data in files.items():
+        text = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+        (folder / name).write_text(text, encoding=encoding)
+    return folder
+
+
+def test_a_set_whose_train_rules_are_empty_evaluates_with_held_out_test_shots(
+    tmp_path: Path,
+) -> None:
+    """RuleBench ships sets whose `train_rule.json` is `{}`: the evaluation ran into an
+    InputError before any method. Now SIAR's shots come from the test questions, never one
+    whose rule (by id or by text) is the query's gold rule, and the task says so."""
+    from rulerag.rule_retrieval.experiment import run_evaluation
+    from rulerag.rule_retrieval.rulebench import rulebench_task
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+
+    write_set(
+        tmp_path / "toy",
+        {
+            "test_rule.json": TOY_RULES,
+            "test_data.json": TOY_QUESTIONS,
+            "train_rule.json": {},
+            "train_data.json": [{"input": "q", "output": "a", "rule": ["7"]}],
+        },
+    )
+    task, questions = rulebench_task(tmp_path, "toy", None, 2, 12, False)
+    assert task.shots == () and task.query_shots is not None
+    assert any("train_rule.json is empty" in note for note in task.notes)
+    text = task.library.text_of()
+    for question, shots in zip(questions, task.query_shots, strict=True):
+        assert len(shots) == 2
+        gold_texts = {text[g] for g in question.gold}
+        assert all(rule not in gold_texts and query != question.query for query, rule in shots)
+
+    fake = ScriptedLLM(lambda p: "If X owns Y.")
+    settings = rule_retrieval_settings(
+        {"retrievers": ["bm25"], "methods": ["vanilla", "siar"], "query_forms": ["si"],
+         "top_k": 2, "top_n": 2, "ks": [1, 2], "similarity": False}
+    )  # fmt: skip
+    llm = CachedLLM(fake, None)
+    results, _ = run_evaluation(task, settings, lambda purpose: llm)
+    assert list(results["method"]) == ["vanilla", "siar"]
+    assert len(fake.prompts) == len(questions)
+    for question, prompt in zip(questions, fake.prompts, strict=True):
+        shown = prompt.split("\n")[2:-1]  # the demonstrations' lines
+        assert shown and not any(text[g] in line for g in question.gold for line in shown)
+
+    # no method self-induces (shots 0): no other split is read, a broken one included
+    (tmp_path / "toy" / "train_data.json").write_text("not json")
+    vanilla, _ = rulebench_task(tmp_path, "toy", None, 0, 12, False)
+    assert vanilla.shots == () and vanilla.query_shots is None
+
+
+def test_a_rule_string_is_one_rule_id(tmp_path: Path) -> None:
+    """`"rule": "179"` named rules 1, 7 and 9 (a string iterated); it is rule 179, as a
+    number is; a list names several; anything else is refused, naming the question."""
+    from rulerag.errors import InputError
+    from rulerag.rule_retrieval.rulebench import read_questions
+
+    library = RuleLibrary.from_rulebench(
+        write_set(
+            tmp_path, {"test_rule.json": {i: {"NL": f"rule {i}"} for i in ("1", "7", "9", "179")}}
+        )
+        / "test_rule.json"
+    )
+    path = tmp_path / "test_data.json"
+    write_set(tmp_path, {path.name: [{"input": "q", "rule": "179"}]})
+    assert [q.gold for q in read_questions(path, library)] == [("179",)]  # not 1, 7, 9
+    cases = [("179", ("179",)), (179, ("179",)), (["179", 7], ("179", "7")), (None, ())]
+    write_set(tmp_path, {path.name: [{"input": "q", "rule": rule} for rule, _ in cases]})
+    assert [q.gold for q in read_questions(path, library)] == [gold for _, gold in cases]
+    for bad in ({"id": "179"}, [["179"]], 1.5, True):
+        write_set(tmp_path, {path.name: [{"input": "q", "rule": bad}]})
+        with pytest.raises(InputError, match=r"test_data.json: question 0: 'rule' must be"):
+            read_questions(path, library)
+
+
+def test_a_rule_id_listed_twice(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """JSON keeps the last of a repeated id silently, so a gold id could name another rule
+    than the author meant: two different rules under one id are refused (file and id); the
+    same rule twice (RuleBench's ulogic-cf lists all its ids so) is kept once, with a
+    warning."""
+    from rulerag.errors import InputError
+
+    path = tmp_path / "test_rule.json"
+    path.write_text('{"1": {"NL": "If A then B."}, "2": {"NL": "If C then D."}, "1": {"NL": "X"}}')
+    with pytest.raises(InputError, match=r"test_rule.json: rule id '1' is listed twice"):
+        RuleLibrary.from_rulebench(path)
+    path.write_text('{"1": {"NL": "If A then B."}, "2": {"NL": "C"}, "1": {"NL": "If A then B."}}')
+    with caplog.at_level("WARNING"):
+        library = RuleLibrary.from_rulebench(path)
+    assert library.ids == ("1", "2") and library.natural[0] == "If A then B."
+    assert "test_rule.json: 1 rule ids listed twice with the same rule, kept once" in caplog.text
+
+
+def test_rulebench_files_with_a_byte_order_mark_load(tmp_path: Path) -> None:
+    """Files saved by Windows tools start with a UTF-8 BOM; json refused them."""
+    write_set(
+        tmp_path / "toy",
+        {"test_rule.json": TOY_RULES, "test_data.json": TOY_QUESTIONS},
+        encoding="utf-8-sig",
+    )
+    library, questions = load_set(tmp_path, "toy")
+    assert (len(library), len(questions)) == (4, 5)
+    assert library.ids[0] == "a" and questions[0].gold == ("a",)
+
+
+CHINESE_RULES = {
+    "264": {"NL": "盗窃公私财物，数额较大的，处三年以下有期徒刑。", "FOL": "盗窃(X) => 徒刑(X)"},
+    "266": {"NL": "诈骗公私财物，数额较大的，处三年以下有期徒刑。", "FOL": "诈骗(X) => 徒刑(X)"},
+    "234": {"NL": "故意伤害他人身体的，处三年以下有期徒刑。", "FOL": "伤害(X) => 徒刑(X)"},
+}
+CHINESE_QUESTIONS = [
+    {"input": "被告人张某秘密窃取他人财物，盗窃数额较大。", "output": "盗窃罪", "rule": ["264"]},
+    {"input": "被告人李某故意伤害被害人身体。", "output": "故意伤害罪", "rule": ["234"]},
+]
+
+
+def test_the_default_analyzer_follows_the_librarys_script(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """`auto` (the default) searches a Chinese library with CJK bigrams and an English one
+    with Pyserini's analysis, and says which ran; `english` set over Chinese rules is kept but
+    warned about (whole sentences as terms: Recall 0)."""
+    from rulerag.rule_retrieval.experiment import run_evaluation
+    from rulerag.rule_retrieval.rulebench import rulebench_task
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+
+    write_set(
+        tmp_path / "cail", {"test_rule.json": CHINESE_RULES, "test_data.json": CHINESE_QUESTIONS}
+    )
+    task, _ = rulebench_task(tmp_path, "cail", None, 0, 12, False)
+    values = {"retrievers": ["bm25"], "methods": ["vanilla"], "similarity": False}
+    results, _ = run_evaluation(task, rule_retrieval_settings(values), None)
+    assert results.loc[0, "R@1"] == 100.0  # the default analysis found both articles
+
+    from rulerag.rule_retrieval.experiment import library_analysis
+
+    auto = library_analysis("auto", task.library)
+    assert auto.name == "cjk" and auto.cjk_share > 0.9
+    assert auto.describe().startswith("cjk (auto: ")
+    with caplog.at_level("WARNING"):
+        english = rule_retrieval_settings({**values, "analyzer": "english"})
+        results, _ = run_evaluation(task, english, None)
+    assert results.loc[0, "R@10"] == 0.0
+    assert "rule_retrieval.analyzer is english but" in caplog.text
+    assert library_analysis("auto", LIBRARY).name == "english"
+    assert BM25RuleIndex(task.library.natural, analyzer="auto").analysis == "cjk"
+
+
+def test_the_bench_sets_the_analyzer() -> None:
+    """benchmarks/bench_rule_retrieval.py had no way to choose the analysis."""
+    from benchmarks.bench_rule_retrieval import bench_settings, parse_args
+
+    assert bench_settings(parse_args([])).analyzer == "auto"
+    assert bench_settings(parse_args(["--analyzer", "cjk"])).analyzer == "cjk"
+    with pytest.raises(SystemExit):
+        parse_args(["--analyzer", "french"])
+
+
+def test_ruleqa_results_are_byte_identical_under_the_auto_analyzer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """RuleQA's rules are English: `auto` picks Pyserini's analysis, so every file
+    `rule_retrieval_eval` writes is byte for byte what `english` (the former default)
+    writes, each from a cold LLM cache (the seconds a row took, a timing, set to 0)."""
+    from rulerag.benchmark.files import read_benchmark_files
+    from rulerag.benchmark.settings import build_benchmark_settings
+    from rulerag.layout import DataLayout
+    from rulerag.rule_retrieval.ruleqa import evaluate_rule_retrieval
+    from rulerag.rule_retrieval.settings import rule_retrieval_settings
+    from tests.support.synthetic_kg import write_synthetic_dataset
+
+    monkeypatch.setenv("RULERAG_API_KEY", "sk-local-test")
+    layout = DataLayout.of(tmp_path / "data", "toy")
+    write_synthetic_dataset(layout, True)
+    benchmark = build_benchmark_settings({"test_size": 30})
+    read_benchmark_files(benchmark, layout).write(layout.benchmark, {})
+    values = {
+        "queries": 6, "methods": ["vanilla", "siar"], "retrievers": ["bm25"],
+        "query_forms": ["si_input"], "ks": [1, 2], "top_k": 2, "top_n": 2, "shots": 2,
+        "similarity": False, "llm": {"kind": "api", "model": "fake"},
+    }  # fmt: skip
+    written = {}
+    with FakeOpenAI([], reply=fake_rule_llm) as server:
+        api = ApiSettings(base_url=server.url, backoff=0.0, concurrency=1)
+        for analyzer in ("english", "auto"):
+            layout.rule_llm_cache.unlink(missing_ok=True)
+            settings = rule_retrieval_settings({**values, "analyzer": analyzer})
+            evaluation = evaluate_rule_retrieval(
+                settings, benchmark.rule_selection, api, layout, None
+            )
+            assert evaluation.analysis is not None and evaluation.analysis.name == "english"
+            assert evaluation.metrics["llm_calls"] == 6
+            evaluation.results["seconds"] = 0.0
+            for row in evaluation.metrics["rows"]:
+                row["seconds"] = 0.0
+            out = tmp_path / analyzer
+            out.mkdir()
+            evaluation.write(out)
+            written[analyzer] = {f.name: f.read_bytes() for f in sorted(out.iterdir())}
+    assert evaluation.analysis.requested == "auto"
+    assert set(written["auto"]) >= {"results.csv", "results.md", "metrics.json"}
+    assert written["auto"] == written["english"]
