@@ -12,14 +12,19 @@ A stage script is a shell around one library call:
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
+from pipeline_steps import STARTED_BY, parent_of
 from rulerag.errors import InputError
 from rulerag.layout import DataLayout
 from rulerag.params import Params, load_params
@@ -159,6 +164,11 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
     fix, so it is printed without a traceback. Raised inside `Stage.track`, it has already
     marked the stage's MLflow run FAILED with the message. Any other exception is a bug and
     keeps its traceback.
+
+    SIGTERM stops the stage as Ctrl-C does (`Stopped`): what it has staged is discarded, not
+    published, the MLflow run is KILLED, exit status 143. Under DVC the stage also stops when
+    its dvc dies (`_exits_with_dvc`), so a `kill -9` of dvc alone cannot leave it to publish
+    outputs that dvc.lock does not describe.
     """
     module = main.__module__
     if module == "__main__":  # `python -m pipeline_steps.<stage>`: the module's real name
@@ -166,10 +176,111 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         module = spec.name if spec is not None else module
     stage = module.rpartition(".")[2]
     try:
-        return main(argv)
+        with _stopped_by_sigterm(), _exits_with_dvc():
+            return main(argv)
     except InputError as err:
         print(f"{stage} failed: {err}", file=sys.stderr)
         return 2
+    except Stopped as stop:
+        print(f"{stage} stopped by {stop}: what it had staged was discarded", file=sys.stderr)
+        return 128 + signal.SIGTERM
+
+
+# --------------------------------------------------------------------------------------------
+# Stopping: a stage never outlives the dvc that runs it
+# --------------------------------------------------------------------------------------------
+
+
+class Stopped(KeyboardInterrupt):
+    """SIGTERM reached the stage. A KeyboardInterrupt, so it unwinds as Ctrl-C does:
+    `rulerag.io.staged_outputs` discards the staging folder instead of publishing it, the
+    MLflow run is recorded KILLED (`rulerag.tracking.run`), and no `except Exception` of the
+    library swallows it."""
+
+
+@contextmanager
+def _stopped_by_sigterm() -> Iterator[None]:
+    """Within the block, the first SIGTERM raises `Stopped` in the main thread; later ones are
+    ignored (the kill of dvc's group and dvc's death each send one) so they do not cut the
+    clean-up short. Outside the main thread (a test's) signals cannot be handled: no change."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise Stopped("SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+#: shells that may run DVC's `$SHELL -c <cmd>` without exec'ing the command (dash does not)
+_SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"})
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def _set_parent_death_signal(sig: int) -> bool:
+    """Linux: the kernel sends `sig` to this process when its parent dies (0: never). False
+    where that cannot be asked (another system, a libc without prctl)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _is_shell(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/comm", encoding="utf-8") as handle:
+            return handle.read().strip() in _SHELLS
+    except OSError:
+        return False
+
+
+@contextmanager
+def _exits_with_dvc() -> Iterator[None]:
+    """Under DVC (`DVC_STAGE` set), SIGTERM to this stage when dvc dies, whatever killed it.
+
+    dvc runs the command as `$SHELL -c <cmd>`: bash exec's it, so dvc is the parent, and the
+    kernel signals its death (`PR_SET_PDEATHSIG`); dash (`/bin/sh` where SHELL is unset, as in
+    containers) stays in between, alive, so a thread watches the shell's parent (dvc) and
+    signals when it changes. If dvc died before this was armed (while the stage imported), the
+    stage stops at once. Elsewhere than Linux, or run by hand, nothing changes."""
+    if DVC_STAGE_ENV not in os.environ or not _set_parent_death_signal(signal.SIGTERM):
+        yield
+        return
+    parent, grandparent = STARTED_BY
+    done = threading.Event()
+    try:
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGTERM)
+        elif grandparent is not None and _is_shell(parent):
+            watch = threading.Thread(
+                target=_watch_shell, args=(parent, grandparent, done), daemon=True
+            )
+            watch.start()
+        yield
+    finally:
+        done.set()
+        _set_parent_death_signal(0)
+
+
+def _watch_shell(shell: int, dvc: int, done: threading.Event) -> None:
+    """SIGTERM to the main thread (where it interrupts a sleep or a read) once `shell` is no
+    longer dvc's child (dvc died: the shell went to init) or is gone; checked twice a second
+    until `done`."""
+    while True:
+        if parent_of(shell) != dvc:
+            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+            return
+        if done.wait(0.5):
+            return
 
 
 def _dataset_name(text: str) -> str:

@@ -39,6 +39,7 @@ from typing import Any
 import yaml
 
 from rulerag.orchestration.dag_settings import DagSettings
+from rulerag.orchestration.processes import raise_on_sigterm, start_group, stop_group
 
 __all__ = [
     "LOCK_SCHEMA",
@@ -95,24 +96,30 @@ Logger = Callable[[str], None]
 def stream_command(cmd: list[str], cwd: Path, env: Mapping[str, str], echo: Logger) -> None:
     """Run `cmd` (an argument list, never a shell), streaming its output line by line to
     `echo` as it comes; raise with the command on failure. The DAG's serial stage tasks run
-    `dvc repro` through it too."""
+    `dvc repro` through it too.
+
+    The command runs in a process group of its own: if this process is stopped (SIGTERM, see
+    `raise_on_sigterm`), or anything raises meanwhile (an execution timeout, Ctrl-C), or the
+    command fails leaving children behind, the whole group is stopped (`stop_group`), never
+    `dvc` alone with its stage left to publish outputs dvc.lock does not describe."""
     echo(f"$ {' '.join(cmd)}   (in {cwd})")
-    proc = subprocess.Popen(
-        cmd, cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True, bufsize=1,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            echo(line.rstrip("\n"))
-        code = proc.wait()
-    finally:
-        if proc.poll() is None:  # the task was killed: do not leave the command running
-            proc.terminate()
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+    finished = False
+    with raise_on_sigterm():
+        proc = start_group(
+            cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, bufsize=1,
+        )  # fmt: skip
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                echo(line.rstrip("\n"))
+            code = proc.wait()
+            finished = code == 0
+        finally:
+            if not finished:  # killed, interrupted or failed: nothing of it may keep running
+                stop_group(proc)
+            if proc.stdout is not None:
+                proc.stdout.close()
     if code != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited with status {code} (in {cwd})")
 
@@ -154,7 +161,9 @@ def _create(project_dir: Path, commit: str, settings: DagSettings, name: str, ec
     return workspace
 
 
-def _localise_remote(project_dir: Path, workspace: Path, env: Mapping[str, str]) -> None:
+def _localise_remote(
+    project_dir: Path, workspace: Path, env: Mapping[str, str], echo: Logger
+) -> None:
     """A local-path remote written relative to the project's `.dvc/` would resolve against
     the workspace's: pin each such remote to its absolute path in the workspace's local
     config (DVC's config files are INI with sections like `['remote "storage"']`)."""
@@ -175,10 +184,8 @@ def _localise_remote(project_dir: Path, workspace: Path, env: Mapping[str, str])
                 continue
             name = title[len('remote "') : -1]
             absolute = str((project_dir / ".dvc" / url).resolve())
-            subprocess.run(
-                [_dvc(env), "remote", "modify", "--local", name, "url", absolute],
-                cwd=workspace, env=dict(env), check=True, capture_output=True,
-            )  # fmt: skip
+            modify = [_dvc(env), "remote", "modify", "--local", name, "url", absolute]
+            stream_command(modify, workspace, env, echo)
 
 
 def _dvc(env: Mapping[str, str]) -> str:
@@ -217,7 +224,7 @@ def run_in_workspace(
     try:
         (workspace / "params.yaml").write_text(params_text, encoding="utf-8")
         (workspace / "dvc.lock").write_text(overlay_lock(lock_text, entries), encoding="utf-8")
-        _localise_remote(project_dir, workspace, run_env)
+        _localise_remote(project_dir, workspace, run_env, echo)
         dvc, remote = _dvc(run_env), _remote_args(settings)
         # its deps, and its own last outputs so that an unchanged instance is not rerun
         targets = [*dict.fromkeys(upstream), instance]

@@ -1,0 +1,183 @@
+"""Commands the orchestration starts (`dvc repro`, pull, push) stop as a whole.
+
+`dvc repro` runs its stage as a child (`$SHELL -c <cmd>`). Stopping `dvc` alone (SIGTERM, a
+kill -9, a timeout that terminates only the process it started) leaves the stage running, and
+it later publishes outputs that dvc.lock does not describe. So a command is started as the
+leader of a process group of its own (a new session: no terminal or Airflow group signal
+reaches it behind our back) and stopped as a group: SIGTERM to every process of the group, a
+grace period in which the stage discards its staged outputs and records its MLflow run KILLED,
+then SIGKILL to what is left (`stop_group`). Who started it:
+
+- exits with an exception (a failing echo, Airflow's execution timeout, Ctrl-C's
+  KeyboardInterrupt): the caller's `finally` stops the group;
+- gets SIGTERM (Airflow's task runner only calls `on_kill` and carries on;
+  `raise_on_sigterm` makes it unwind into that `finally`);
+- is killed outright (SIGKILL): on Linux the command gets SIGTERM from the kernel
+  (`PR_SET_PDEATHSIG`) and dvc dies; the stage, whose own parent was dvc, then exits the same
+  way (pipeline_steps/common.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+__all__ = ["GRACE_S", "Terminated", "group_alive", "raise_on_sigterm", "start_group", "stop_group"]
+
+#: seconds a stopped group gets between SIGTERM and SIGKILL: enough for a stage to discard its
+#: staging folder and record its MLflow run KILLED. (Airflow kills a task that has not exited
+#: 5 s after its SIGTERM; the group, already told to stop, then finishes stopping alone.)
+GRACE_S = 10.0
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+class Terminated(RuntimeError):
+    """The process running a command got SIGTERM; the command's group has been stopped."""
+
+
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child get SIGTERM when the thread that started it dies
+    (Linux `prctl(PR_SET_PDEATHSIG)`), and exit at once if that already happened; None where
+    the call does not exist. libc is resolved here, before the fork, so the child only makes
+    one foreign call between fork and exec."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc's, in the process's namespace
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def arm() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the starter died before the signal was armed
+            os._exit(143)
+
+    return arm
+
+
+def start_group(
+    cmd: list[str], *, cwd: Path, env: Mapping[str, str], **popen: Any
+) -> subprocess.Popen:
+    """Start `cmd` (an argument list, never a shell) as the leader of a new session, so its
+    process group id is its pid and `stop_group` reaches everything it starts."""
+    return subprocess.Popen(
+        cmd, cwd=cwd, env=dict(env), start_new_session=True, preexec_fn=_parent_death_signal(),
+        **popen,
+    )  # fmt: skip
+
+
+def _proc_groups() -> Iterator[tuple[int, str, int]]:
+    """(pid, state, process group) of every process Linux's /proc shows."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as handle:
+                fields = handle.read().rpartition(b")")[2].split()
+        except OSError:  # it exited meanwhile
+            continue
+        yield int(entry.name), fields[0].decode(), int(fields[2])
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. Zombies do not count: an orphan is reaped
+    by whatever init the machine has, some (a container's) never do."""
+    if os.path.isdir("/proc/self"):
+        return any(group == pgid and state not in "ZX" for _, state, group in _proc_groups())
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> bool:
+    """Send `sig` to group `pgid`; False when the group is gone."""
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
+    """Stop `proc`'s whole process group (`start_group`): SIGTERM to all, up to `grace` seconds
+    for them to exit, then SIGKILL to what is left; `proc` is reaped. A group already empty
+    costs nothing. (The group id cannot be reused while a member lives, so signalling it after
+    the leader is reaped reaches only the leader's descendants.) A SIGTERM to this process
+    meanwhile is ignored: it asks for what is being done, and must not cut it short; a Ctrl-C
+    skips the grace period (SIGKILL at once)."""
+    pgid = proc.pid
+    with _sigterm_ignored():
+        if _signal_group(pgid, signal.SIGTERM):
+            deadline = time.monotonic() + grace
+            try:
+                while True:
+                    proc.poll()  # reap the leader: a zombie leader keeps the group "alive"
+                    if not group_alive(pgid):
+                        break
+                    if time.monotonic() >= deadline:
+                        _signal_group(pgid, signal.SIGKILL)
+                        break
+                    time.sleep(0.05)
+            except KeyboardInterrupt:
+                _signal_group(pgid, signal.SIGKILL)
+                raise
+        with suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=grace)
+
+
+@contextmanager
+def _sigterm_ignored() -> Iterator[None]:
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None:  # a handler installed outside Python: leave it
+        yield
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextmanager
+def raise_on_sigterm() -> Iterator[None]:
+    """Within the block, SIGTERM raises `Terminated` in the main thread (after the handler that
+    was there, e.g. Airflow's, which calls the operator's `on_kill` and returns), so the block
+    unwinds and its `finally` stops the command's group. Elsewhere than the main thread, or
+    where SIGTERM is ignored, nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is None or previous == signal.SIG_IGN:  # set outside Python, or ignored
+        yield
+        return
+
+    def on_term(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the group is being stopped
+        if callable(previous):
+            previous(signum, frame)
+        raise Terminated("stopped by SIGTERM")
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
