@@ -205,8 +205,8 @@ class Ingested:
 
 
 def write_outputs(ingested: Ingested, out_dir: Path) -> None:
-    """Write facts/entities/relations Parquet and stats.json, all moved into place at the end."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write facts/entities/relations Parquet and stats.json, all moved into place at the end
+    (`staged_outputs` creates `out_dir`; a full disk or read-only folder names the file)."""
     kg = ingested.kg
     with staged_outputs(out_dir, "ingest") as staging:
         write_parquet(staging / "facts.parquet", kg.facts, ingested.provenance)
