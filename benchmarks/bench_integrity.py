@@ -1,6 +1,8 @@
-"""What the safety nets of issue 12 cost: writing a staged output with its manifest, reading a
-JSON-lines corpus with and without the manifest check, `verify_output` before an indexer, and
-sweeping a folder for killed writers' leftovers.
+"""What the safety nets of issues 12 and 28 cost: writing a staged output with its manifest,
+reading a JSON-lines corpus with and without the manifest check, `verify_output` before an
+indexer, reading a Parquet file through `read_parquet` (checked against the manifest: hashed the
+first time, not again in the same process) and with pandas alone, and sweeping a folder for
+killed writers' leftovers.
 
 The corpus is ICEWS14's when `data/icews14/benchmark/corpus.jsonl` exists (after `dvc repro
 build_benchmark@icews14`), else a synthetic one of the same size (63,685 documents of the same
@@ -16,13 +18,18 @@ import tempfile
 import time
 from pathlib import Path
 
+import pandas as pd
+
+import rulerag.io as io
 from rulerag.io import (
     MANIFEST,
     iter_jsonl,
+    read_parquet,
     staged_outputs,
     sweep_stale,
     verify_output,
     write_jsonl,
+    write_parquet,
 )
 from rulerag.layout import DataLayout
 
@@ -46,6 +53,12 @@ def best_of(repeats: int, func) -> float:
     return min(times)
 
 
+def fresh(check, path: Path):
+    """`check(path)` as the first check of `path` in a process (it is hashed again)."""
+    io._VERIFIED.clear()
+    return check(path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--docs", type=int, default=63_685)
@@ -55,15 +68,24 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
 
+        table = pd.DataFrame(
+            {"id": [r["id"] for r in rows], "contents": [r["contents"] for r in rows]}
+        )
+
         def write_staged() -> None:
-            with staged_outputs(folder, "bench") as staging:
+            with staged_outputs(folder, "build_benchmark") as staging:
                 write_jsonl(staging / "corpus.jsonl", rows)
+                write_parquet(staging / "corpus.parquet", table, {"stage": "bench"})
 
         write_s = best_of(args.repeats, write_staged)
         corpus = folder / "corpus.jsonl"
         size = corpus.stat().st_size
         checked_s = best_of(args.repeats, lambda: sum(1 for _ in iter_jsonl(corpus)))
-        verify_s = best_of(args.repeats, lambda: verify_output(corpus))
+        verify_s = best_of(args.repeats, lambda: fresh(verify_output, corpus))
+        parquet = folder / "corpus.parquet"
+        first_read_s = best_of(args.repeats, lambda: fresh(read_parquet, parquet))
+        parquet_checked_s = best_of(args.repeats, lambda: read_parquet(parquet))
+        parquet_plain_s = best_of(args.repeats, lambda: pd.read_parquet(parquet))
         manifest = json.loads((folder / MANIFEST).read_text())
         plain = folder / "plain"
         plain.mkdir()
@@ -78,6 +100,9 @@ def main() -> None:
     print(f"| read it, manifest checked | {checked_s:.3f} |")
     print(f"| read it, no manifest | {plain_s:.3f} |")
     print(f"| verify_output (sha256 of the file) | {verify_s:.3f} |")
+    print(f"| read_parquet corpus.parquet, first read (hashed) | {first_read_s:.3f} |")
+    print(f"| read_parquet again in the same process | {parquet_checked_s:.3f} |")
+    print(f"| pd.read_parquet, no check | {parquet_plain_s:.3f} |")
     print(f"| sweep_stale over 200 files | {sweep_s:.4f} |")
 
 

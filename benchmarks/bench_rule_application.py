@@ -27,6 +27,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.rules.application import ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
@@ -47,13 +48,13 @@ def main() -> int:
     parser.add_argument("--rules", type=Path, default=None, help="a rules.parquet to apply")
     args = parser.parse_args()
     layout = DataLayout.of(ROOT / "data", args.dataset)
-    facts = pd.read_parquet(layout.facts)
-    n_relations = len(pd.read_parquet(layout.relations))
-    n_entities = len(pd.read_parquet(layout.entities))
+    facts = read_parquet(layout.facts)
+    n_relations = len(read_parquet(layout.relations))
+    n_entities = len(read_parquet(layout.entities))
     if args.limit:
         test = facts[facts["split"] == "test"].head(args.limit)
         facts = pd.concat([facts[facts["split"] != "test"], test])
-    rules = frame_rules(pd.read_parquet(args.rules or layout.rules))
+    rules = frame_rules(read_parquet(args.rules or layout.rules))
     temporal = bool(facts["time"].notna().any())
     settings = ApplySettings(
         lengths=tuple(args.lengths),

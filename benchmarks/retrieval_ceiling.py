@@ -25,18 +25,17 @@ import json
 import sys
 from pathlib import Path
 
-import pandas as pd
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 
 
 def reachability(data: Path, splits: tuple[str, ...] = ("train",)) -> dict[str, float]:
     layout = DataLayout(data)
-    facts = pd.read_parquet(layout.facts)
-    bank = pd.read_parquet(layout.rule_bank).set_index("rule_id")
+    facts = read_parquet(layout.facts)
+    bank = read_parquet(layout.rule_bank).set_index("rule_id")
     links = facts[facts["split"].isin(splits)]
     forward = links.groupby(["head", "relation"])["tail"].apply(set).to_dict()
     backward = links.groupby(["tail", "relation"])["head"].apply(set).to_dict()

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     with stage.track(logged) as run:
         built = read_benchmark_files(params.build_benchmark, layout, selectors=selectors)
         provenance = {"stage": "build_benchmark", "dataset": name, "params": section}
-        with staged_outputs(layout.benchmark, "bench") as staging:
+        with staged_outputs(layout.benchmark, "build_benchmark") as staging:
             built.write(staging, provenance)
         config, stats, summary = built.config, built.stats, built.table1()
         run.log_params({"corpus_filter": config.corpus_filter, "test_size": config.test_size})

@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     with stage.track({"mine_rules": section}) as run:
         mined = mine_rule_bank(read_kg(layout.kg), stage.params.mine_rules, name, paper)
         provenance = {"stage": "mine_rules", "dataset": name, "params": section}
-        with staged_outputs(layout.rules_dir, "mine") as staging:
+        with staged_outputs(layout.rules_dir, "mine_rules") as staging:
             mined.write(staging, provenance)
         run.log_metrics(numeric_metrics(mined.stats))
         for artifact in ("stats.json", "rules.txt", "confidence.png", "confidence.csv"):

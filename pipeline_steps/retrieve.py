@@ -15,6 +15,8 @@ data/<dataset>/retrieval/<config>/:
                       loose_recall_at_k (answer anywhere in the per-rule top-k union), F_G
                       recall, timings
     recall.csv        Recall@k over k (DVC plot)
+    manifest.json     each file's size and sha256, checked by the readers of the runs (all
+                      files are staged and published together: `rulerag.io.staged_outputs`)
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from __future__ import annotations
 import sys
 
 from pipeline_steps.common import numeric_metrics, run_stage, stage_inputs
+from rulerag.io import staged_outputs
 from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.runs import retrieve_runs
 
@@ -39,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     with stage.track(logged, stage=name, instance=f"-{config.name}", tags=tags) as run:
         runs = retrieve_runs(config, layout, params.retrieve, params.index, stage.model_cache)
         out = layout.output(config.name)
-        runs.write(out, {"stage": name, "dataset": stage.dataset, **logged})
+        with staged_outputs(out, name) as staging:
+            runs.write(staging, {"stage": name, "dataset": stage.dataset, **logged})
         run.log_metrics(numeric_metrics(runs.metrics))
         for artifact in runs.artifacts:
             run.log_artifact(out / artifact)

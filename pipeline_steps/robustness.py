@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     name, out = row.grid.name, layout.row(row.grid.name, ROBUST)
     with stage.track(row.tracked, instance=f"-{name}", tags={"rulerag.config": name}) as run:
         result = row.answer(layout)
-        with staged_outputs(out, "robust") as staging:
+        with staged_outputs(out, "robustness") as staging:
             result.write(staging)
         run.log_metrics(numeric_metrics(result.metrics))
         run.log_artifact(out / "metrics.json")

@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> int:
             layout,
             stage.model_cache,
         )
-        with staged_outputs(layout.rule_retrieval, "rulret") as staging:
+        with staged_outputs(layout.rule_retrieval, "rule_retrieval_eval") as staging:
             evaluation.write(staging)
         run.log_metrics(flat_metrics(evaluation.results, settings.ks))
         if evaluation.analysis is not None:  # what `auto` chose: the run says, the files don't

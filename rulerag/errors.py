@@ -9,7 +9,7 @@ without a traceback.
 
 from __future__ import annotations
 
-__all__ = ["InputError", "OutputIntegrityError"]
+__all__ = ["InputError", "OutputIntegrityError", "StorageError"]
 
 
 class InputError(ValueError):
@@ -19,3 +19,8 @@ class InputError(ValueError):
 class OutputIntegrityError(InputError):
     """A stage output that a later stage reads is not what its writer recorded (cut short,
     edited, or from another run): rerun the stage that wrote it."""
+
+
+class StorageError(InputError):
+    """The disk refused a stage's read or write (no space left, a read-only or unwritable
+    folder): nothing in the code to fix, so one line naming the file, not a traceback."""

@@ -6,6 +6,8 @@ MLflow runs a stage left in a test's store."""
 from __future__ import annotations
 
 import copy
+import errno
+import os
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -160,3 +162,29 @@ class StageProject:
 
         argv: Sequence[str] = [*args, "--params", str(self.write_params(params))]
         return run_stage(stage.main, list(argv))
+
+
+def refuse_writes_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make `folder` read-only for the test: chmod where it binds; as root (whom chmod does not
+    stop) the calls that create entries under it fail as on a read-only mount (EROFS)."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return
+
+    def refused(path: object) -> bool:
+        return Path(str(path)).resolve().is_relative_to(folder.resolve())
+
+    real_mkdir, real_touch = Path.mkdir, Path.touch
+
+    def mkdir(self: Path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if refused(self) and not self.is_dir():
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_mkdir(self, *args, **kwargs)
+
+    def touch(self: Path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if refused(self):
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(self))
+        return real_touch(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    monkeypatch.setattr(Path, "touch", touch)

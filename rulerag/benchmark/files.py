@@ -32,7 +32,7 @@ from rulerag.benchmark.settings import (
     BuildBenchmarkSettings,
     RuleSelectionSettings,
 )
-from rulerag.io import write_json, write_jsonl, write_parquet
+from rulerag.io import read_parquet, write_json, write_jsonl, write_parquet
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import KnowledgeGraph
 from rulerag.kg.store import read_kg
@@ -88,7 +88,7 @@ def read_benchmark_files(
     """The `build_benchmark` stage: the dataset's KG and rule bank (`layout`) read, then
     `benchmark_files`."""
     kg = read_kg(layout.kg)
-    bank = pd.read_parquet(layout.rule_bank)
+    bank = read_parquet(layout.rule_bank)
     return benchmark_files(kg, bank, settings, layout.dataset, selectors=selectors)
 
 

@@ -33,7 +33,7 @@ from rulerag.experiments.generalisation import (
     to_markdown,
 )
 from rulerag.generation.config import GenerationSettings, grid_config
-from rulerag.io import atomic_open, atomic_path, read_jsonl, write_json
+from rulerag.io import atomic_open, atomic_path, read_jsonl, read_parquet, write_json
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import RetrieveSettings
 from rulerag.retrieval.settings import IndexSettings
@@ -97,7 +97,7 @@ def run_generalisation(
     encoder = generation.retriever
     if encoder == "bm25":
         raise InputError("generalisation: generation.retriever must be a dense encoder (RGFT)")
-    bank = pd.read_parquet(layout.rule_bank)
+    bank = read_parquet(layout.rule_bank)
     parts = split_bank(bank, settings.banks, settings.seed)
     rule_texts = dict(zip(bank["rule_id"].astype(str), bank["text"].astype(str), strict=True))
     search_texts = rule_query_texts(rule_texts, retrieve.rule_query)

@@ -246,13 +246,12 @@ def rank_metrics(ranks: Sequence[int | None]) -> dict[str, float]:
 
 def doc_entity_names(base: Any) -> dict[str, tuple[str, str]]:
     """Doc id -> (head name, tail name) of its KG link, from data/<dataset>/ (`base`)."""
-    import pandas as pd
-
+    from rulerag.io import read_parquet
     from rulerag.layout import DataLayout
 
     layout = DataLayout(Path(base))
-    corpus = pd.read_parquet(layout.corpus_table, columns=["id", "head", "tail"])
-    entities = pd.read_parquet(layout.entities, columns=["id", "name"])
+    corpus = read_parquet(layout.corpus_table, columns=["id", "head", "tail"])
+    entities = read_parquet(layout.entities, columns=["id", "name"])
     names = dict(zip(entities["id"].astype(int), entities["name"].astype(str), strict=True))
     return {
         str(d): (names[int(h)], names[int(t)])

@@ -24,7 +24,7 @@ import pandas as pd
 from rulerag.benchmark.sampling import sample_queries
 from rulerag.generation.config import RULE_FILTERS, GenerationSettings
 from rulerag.generation.prompts import PromptFormat, Sample
-from rulerag.io import iter_jsonl, read_jsonl
+from rulerag.io import iter_jsonl, read_jsonl, read_parquet
 from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
 from rulerag.retrieval.data import read_rule_texts
 
@@ -54,7 +54,7 @@ def retrieved_only(records: Sequence[Mapping[str, Any]], run_path: Path) -> list
     """
     if not Path(run_path).is_file():
         return list(records)
-    held = set(pd.read_parquet(run_path, columns=["qid"])["qid"].astype(str))
+    held = set(read_parquet(run_path, columns=["qid"])["qid"].astype(str))
     return [r for r in records if str(r["qid"]) in held]
 
 
@@ -228,7 +228,7 @@ def _read_run(
     path = run_file if isinstance(run_file, Path) else layout.output(retrieval) / run_file
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
-    return pd.read_parquet(path)
+    return read_parquet(path)
 
 
 def fg_samples(

@@ -45,6 +45,13 @@ def locate(
     if spec.local_path is not None:
         if spec.local_path.is_dir():
             return candidates[0], spec.local_path, f"local folder {spec.local_path}"
+        if spec.local_path.exists():
+            what = "a file" if spec.local_path.is_file() else "not a folder"
+            raise KGFormatError(
+                spec.local_path,
+                f"is {what}: ingest.custom.{spec.name}.path must name the folder that holds "
+                "the KG's train/valid/test files",
+            )
         raise DatasetNotFoundError(
             f"dataset {spec.name!r}: folder {spec.local_path} (params.yaml ingest.custom) "
             "does not exist"
@@ -205,8 +212,8 @@ class Ingested:
 
 
 def write_outputs(ingested: Ingested, out_dir: Path) -> None:
-    """Write facts/entities/relations Parquet and stats.json, all moved into place at the end."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write facts/entities/relations Parquet and stats.json, all moved into place at the end
+    (`staged_outputs` creates `out_dir`; a full disk or read-only folder names the file)."""
     kg = ingested.kg
     with staged_outputs(out_dir, "ingest") as staging:
         write_parquet(staging / "facts.parquet", kg.facts, ingested.provenance)

@@ -66,6 +66,12 @@ class _FactBuilder:
                 f"no facts in any split (read {files}: headers or nothing else); a KG with "
                 "no facts would replace the one built before",
             )
+        notes = notes + [
+            f"split '{split}' ({self.split_files[split]}) has no facts (a header or nothing "
+            f"else): ingested as 0 {split} facts"
+            for split, read in self.lines_read.items()
+            if read == 0 and split in self.split_files
+        ]
         facts = make_facts(self.heads, self.relations, self.tails, self.times, self.splits)
         facts["line"] = pd.array(self.lines, dtype="int32")
         kg = KnowledgeGraph(
@@ -88,15 +94,25 @@ def find_split_files(
     """Locate train/valid/test files; missing splits become notes, none at all is an error.
 
     A split name that holds something other than a regular file (a folder, a symlink to itself
-    or to nothing) is an error, not a missing split: skipping it would ingest a smaller KG.
+    or to nothing) is an error, not a missing split: skipping it would ingest a smaller KG. So
+    is a split found under two suffixes (`train.tsv` beside `train.csv`): one would be ignored.
     """
     found: dict[str, Path] = {}
     for split in SPLITS:
-        for suffix in suffixes:
-            candidate = folder / f"{split}{suffix}"
-            if regular_file(candidate, optional=True):
-                found[split] = candidate
-                break
+        present = [
+            folder / f"{split}{suffix}"
+            for suffix in suffixes
+            if regular_file(folder / f"{split}{suffix}", optional=True)
+        ]
+        if len(present) > 1:
+            raise KGFormatError(
+                folder,
+                f"split '{split}' is in {' and '.join(p.name for p in present)} "
+                f"({', '.join(str(p) for p in present)}): keep one file per split, the "
+                "other would be ignored",
+            )
+        if present:
+            found[split] = present[0]
     if not found:
         wanted = ", ".join(f"{s}{{{','.join(suffixes)}}}" for s in SPLITS)
         raise KGFormatError(folder, f"no split files found (looked for {wanted})")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pandas as pd
-
-from rulerag.io import read_provenance
+from rulerag.io import read_parquet, read_provenance
 from rulerag.kg.schema import KnowledgeGraph
 
 
 def read_kg(kg_dir: Path) -> KnowledgeGraph:
-    """Load facts/entities/relations Parquet; the time unit comes from the files' provenance."""
+    """Load facts/entities/relations Parquet, each checked against kg/manifest.json
+    (`io.read_parquet`); the time unit comes from the files' provenance."""
     kg_dir = Path(kg_dir)
     missing = [
         name
@@ -21,11 +20,11 @@ def read_kg(kg_dir: Path) -> KnowledgeGraph:
     if missing:
         raise FileNotFoundError(f"{kg_dir}: missing {', '.join(missing)} (run the ingest stage)")
     provenance = read_provenance(kg_dir / "facts.parquet")
-    facts = pd.read_parquet(kg_dir / "facts.parquet")
+    facts = read_parquet(kg_dir / "facts.parquet")
     return KnowledgeGraph(
         facts=facts,
-        entities=pd.read_parquet(kg_dir / "entities.parquet"),
-        relations=pd.read_parquet(kg_dir / "relations.parquet"),
+        entities=read_parquet(kg_dir / "entities.parquet"),
+        relations=read_parquet(kg_dir / "relations.parquet"),
         time_unit=provenance.get("time_unit"),
         time_granularity=provenance.get("time_granularity"),
         lines_read={str(s): int(n) for s, n in facts["split"].value_counts().items()},

@@ -19,14 +19,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.errors import InputError
 from rulerag.evaluation.claims import PAPER_CLAIMS, claims_table, claims_to_markdown
 from rulerag.generation.config import GenerationSettings, grid_config
 from rulerag.generation.grid import run_row
-from rulerag.io import atomic_open, staged_outputs, write_json, write_jsonl, write_parquet
+from rulerag.io import (
+    atomic_open,
+    read_parquet,
+    staged_outputs,
+    write_json,
+    write_jsonl,
+    write_parquet,
+)
 from rulerag.kg.ingest import MIRROR_ENV
 from rulerag.layout import DataLayout
 from rulerag.qa.build import build_qa_benchmark, corpus_of, qa_report, retrieval_runs, union_bank
@@ -80,7 +85,7 @@ def answer_qa_set(
         raise InputError(
             f"qa_rag@{name}: {bank_layout.rule_bank} not found: run mine_rules@{qa.rule_bank}"
         )
-    banks = {qa.rule_bank: pd.read_parquet(bank_layout.rule_bank)}
+    banks = {qa.rule_bank: read_parquet(bank_layout.rule_bank)}
     questions, documents, corpus_source = read_qa_set(qa_folder(qa.dir, name))
     benchmark = build_qa_benchmark(
         questions,

@@ -11,9 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
-from rulerag.io import iter_jsonl
+from rulerag.io import iter_jsonl, read_parquet
 
 
 @dataclass(frozen=True)
@@ -105,5 +103,5 @@ def read_rule_items(path: Path) -> list[RuleItem]:
 
 def read_rule_texts(path: Path) -> dict[str, str]:
     """bank.parquet -> {rule_id: text}."""
-    frame = pd.read_parquet(path, columns=["rule_id", "text"])
+    frame = read_parquet(path, columns=["rule_id", "text"])
     return dict(zip(frame["rule_id"].astype(str), frame["text"].astype(str), strict=True))

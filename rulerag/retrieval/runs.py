@@ -131,7 +131,8 @@ class RetrievalRuns:
 
     def write(self, folder: Path, provenance: Mapping[str, Any]) -> None:
         """Each run as Parquet (with `provenance` and its query set), recall.csv and
-        metrics.json into `folder` (the configuration's: `DataLayout.output`)."""
+        metrics.json into `folder` (a staging folder for the configuration's
+        `DataLayout.output`: `io.staged_outputs`)."""
         for (split, run), name in zip(self.runs.items(), self.files, strict=True):
             write_parquet(folder / name, run.frame, {**provenance, "split": split})
         if self.curve is not None:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.generation.config import ApiSettings
-from rulerag.io import atomic_open, read_jsonl, write_json, write_parquet
+from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_parquet
 from rulerag.layout import DataLayout
 from rulerag.rule_retrieval.claims import claims_markdown, rule_claims
 from rulerag.rule_retrieval.experiment import (
@@ -49,8 +49,8 @@ def ruleqa_task(
     layout: DataLayout, queries: int | None, shots: int, seed: int
 ) -> tuple[RuleRetrievalTask, pd.DataFrame, list[dict[str, Any]]]:
     """(the task, the bank, the sampled test records) for one dataset's files."""
-    bank = pd.read_parquet(layout.rule_bank)
-    relations = pd.read_parquet(layout.relations)
+    bank = read_parquet(layout.rule_bank)
+    relations = read_parquet(layout.relations)
     names = dict(zip(relations["id"], relations["name"], strict=True))
     library = RuleLibrary.from_bank(bank, names)
     test = read_jsonl(layout.queries("test"))

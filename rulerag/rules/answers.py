@@ -19,7 +19,7 @@ from typing import Any
 
 import pandas as pd
 
-from rulerag.io import atomic_open, read_jsonl, write_json, write_jsonl
+from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_jsonl
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
@@ -120,10 +120,10 @@ def apply_mined_rules(
     a seeded sample of the KG's test facts (link forecasting on a temporal KG, link prediction
     on a static one), then RuleQA's test queries answered from the history the retrievers see
     (the facts of `corpus_splits`, `build_benchmark.corpus.splits`)."""
-    facts = pd.read_parquet(layout.facts)
-    entities = pd.read_parquet(layout.entities)
-    relations = pd.read_parquet(layout.relations)
-    rules = frame_rules(pd.read_parquet(layout.rules))
+    facts = read_parquet(layout.facts)
+    entities = read_parquet(layout.entities)
+    relations = read_parquet(layout.relations)
+    rules = frame_rules(read_parquet(layout.rules))
     temporal = bool(facts["time"].notna().any())
     applying = settings.apply_settings(temporal)
     started = time.perf_counter()

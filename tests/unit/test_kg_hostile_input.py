@@ -13,11 +13,14 @@ import pytest
 
 from rulerag.errors import InputError
 from rulerag.kg import readers
+from rulerag.kg.errors import KGFormatError
+from rulerag.kg.ingest import locate
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv
 from rulerag.rules.mining import RuleImport, import_rules
 from rulerag.rules.tlogic_io import read_tlogic_json
 from rulerag.settings import SettingsError
+from tests.helpers import ingest_into
 from tests.unit.test_bad_input import expect_error, write_tlogic
 
 AMIE_HEADER = (
@@ -217,3 +220,44 @@ def test_amie_log_lines_nan_and_infinity_still_read(tmp_path: Path) -> None:
     (rule,) = read_amie_tsv(path, {"r": 0, "s": 1})
     assert rule.std_confidence is None and rule.pca_confidence == float("inf")
     assert rule.support == 3 and rule.body_support == 0
+
+
+# -- issue 28, part 8: silent KG cases ----------------------------------------------------------
+
+
+def _custom(source: Path) -> object:
+    return get_spec("mykg", ingest_settings({"custom": {"mykg": {"path": str(source)}}}))
+
+
+def test_a_split_with_only_a_header_is_noted_in_stats(tmp_path: Path) -> None:
+    """A header-only train split ingested as 0 train facts without a word in stats.json."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.tsv").write_text("head\trelation\ttail\n")
+    (source / "valid.tsv").write_text("a\tr\tb\n")
+    (source / "test.tsv").write_text("b\tr\tc\n")
+    _, stats = ingest_into(_custom(source), tmp_path / "out", data_dir=None, download_dir=tmp_path)
+    assert stats["splits"] == {"train": 0, "valid": 1, "test": 1}
+    (note,) = [n for n in stats["notes"] if "'train'" in n]
+    assert str(source / "train.tsv") in note and "no facts" in note
+    assert "0 train facts" in note
+
+
+def test_a_split_in_two_files_names_both(tmp_path: Path) -> None:
+    """`train.tsv` beside `train.csv`: the .csv was silently ignored."""
+    (tmp_path / "train.tsv").write_text("a\tr\tb\n")
+    (tmp_path / "train.csv").write_text("c,r,d\n")
+    with pytest.raises(KGFormatError, match="split 'train' is in train.tsv and train.csv") as info:
+        readers.read_generic(tmp_path)
+    assert str(tmp_path / "train.tsv") in str(info.value)
+    assert str(tmp_path / "train.csv") in str(info.value)
+
+
+def test_a_custom_path_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """A file given as the KG's folder used to be reported as "does not exist"."""
+    path = tmp_path / "train.tsv"
+    path.write_text("a\tr\tb\n")
+    with pytest.raises(KGFormatError, match="is a file: ingest.custom.mykg.path must name the fo"):
+        locate(_custom(path), None, tmp_path / "dl")
+    with pytest.raises(InputError, match="does not exist"):
+        locate(_custom(tmp_path / "gone"), None, tmp_path / "dl")
