@@ -169,4 +169,4 @@ def test_bad_arguments_and_missing_inputs_fail_clearly(
     assert "retrieval_report@tiny" in message and "bm25-standard/metrics.json missing" in message
     with pytest.raises(SystemExit) as exited:  # argparse's own exit
         tiny_project.run(train, "--dataset", "tiny", "--encoder", "minilm", "--mode", "xx")
-    assert exited.value.code == 2 and "invalid choice: 'xx'" in capsys.readouterr().err
+    assert exited.value.code == 2 and "--mode: 'xx' is not one of" in capsys.readouterr().err
