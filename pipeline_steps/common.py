@@ -12,6 +12,7 @@ A stage script is a shell around one library call:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import os
 import signal
@@ -21,15 +22,21 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
-from typing import Any
+from typing import Any, NoReturn
 
 from pipeline_steps import STARTED_BY, parent_of
 from rulerag.errors import InputError
 from rulerag.layout import DataLayout
 from rulerag.params import Params, load_params
 from rulerag.settings import SettingsError, check_dataset_name, check_name
-from rulerag.tracking import TAG_STAGE_INSTANCE, StageRun, stage_run
+from rulerag.tracking import (
+    TAG_STAGE_INSTANCE,
+    StageRun,
+    StageTerminated,
+    stage_process_run,
+    stage_run,
+    stop_on_sigterm,
+)
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -92,7 +99,7 @@ def stage_inputs(
     DVC runs (`DVC_STAGE`, `items_from_stage_name`) where the command line does not give them:
     dvc.yaml's commands interpolate no value, so no name in params.yaml reaches a shell.
     """
-    parser = argparse.ArgumentParser(description=(description or "").split("\n\n")[0])
+    parser = _StageParser(description=(description or "").split("\n\n")[0])
     parser.add_argument("--dataset", type=_dataset_name, help="dataset name")
     parser.add_argument(
         "--params", type=Path, default=PROJECT_DIR / "params.yaml", help="params file"
@@ -161,14 +168,13 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
     """Run a stage's `main`; input the user can fix fails with its message and exit status 2.
 
     An `InputError` (a params.yaml key, a KG file, a cut-short stage output...) names what to
-    fix, so it is printed without a traceback. Raised inside `Stage.track`, it has already
-    marked the stage's MLflow run FAILED with the message. Any other exception is a bug and
-    keeps its traceback.
-
-    SIGTERM stops the stage as Ctrl-C does (`Stopped`): what it has staged is discarded, not
-    published, the MLflow run is KILLED, exit status 143. Under DVC the stage also stops when
-    its dvc dies (`_exits_with_dvc`), so a `kill -9` of dvc alone cannot leave it to publish
-    outputs that dvc.lock does not describe.
+    fix, so it is printed without a traceback. The stage's MLflow run is open before `main`
+    reads anything (`_process_run`), so it is recorded FAILED with the message wherever it was
+    raised. SIGTERM stops the stage as an exception (`StageTerminated`): its run is recorded
+    KILLED, nothing half-written is published, and the exit status is 128 + the signal's
+    number, as a shell reports it. Any other exception is a bug and keeps its traceback.
+    Under DVC the stage also stops when its dvc dies (`_exits_with_dvc`), so a `kill -9` of
+    dvc alone cannot leave it to publish outputs that dvc.lock does not describe.
     """
     module = main.__module__
     if module == "__main__":  # `python -m pipeline_steps.<stage>`: the module's real name
@@ -176,47 +182,23 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         module = spec.name if spec is not None else module
     stage = module.rpartition(".")[2]
     try:
-        with _stopped_by_sigterm(), _exits_with_dvc():
+        with (
+            stop_on_sigterm(),
+            _process_run(stage, sys.argv[1:] if argv is None else argv),
+            _exits_with_dvc(),
+        ):
             return main(argv)
     except InputError as err:
         print(f"{stage} failed: {err}", file=sys.stderr)
         return 2
-    except Stopped as stop:
-        print(f"{stage} stopped by {stop}: what it had staged was discarded", file=sys.stderr)
-        return 128 + signal.SIGTERM
+    except StageTerminated as stop:
+        print(f"{stage} {stop}: what it had staged was discarded", file=sys.stderr)
+        return 128 + stop.signum
 
 
 # --------------------------------------------------------------------------------------------
 # Stopping: a stage never outlives the dvc that runs it
 # --------------------------------------------------------------------------------------------
-
-
-class Stopped(KeyboardInterrupt):
-    """SIGTERM reached the stage. A KeyboardInterrupt, so it unwinds as Ctrl-C does:
-    `rulerag.io.staged_outputs` discards the staging folder instead of publishing it, the
-    MLflow run is recorded KILLED (`rulerag.tracking.run`), and no `except Exception` of the
-    library swallows it."""
-
-
-@contextmanager
-def _stopped_by_sigterm() -> Iterator[None]:
-    """Within the block, the first SIGTERM raises `Stopped` in the main thread; later ones are
-    ignored (the kill of dvc's group and dvc's death each send one) so they do not cut the
-    clean-up short. Outside the main thread (a test's) signals cannot be handled: no change."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum: int, frame: FrameType | None) -> None:
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise Stopped("SIGTERM")
-
-    signal.signal(signal.SIGTERM, on_term)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
 
 
 #: shells that may run DVC's `$SHELL -c <cmd>` without exec'ing the command (dash does not)
@@ -300,3 +282,59 @@ def numeric_metrics(stats: Mapping[str, Any], prefix: str = "") -> dict[str, flo
         elif isinstance(value, int | float) and not isinstance(value, bool):
             out[name] = float(value)
     return out
+
+
+# -- the stage's MLflow run from its first line (issue 28, part 6) ------------------------------
+
+
+class UsageError(SystemExit):
+    """argparse's exit (status 2) that keeps its message, so the MLflow run can say why."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(2)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class _StageParser(argparse.ArgumentParser):
+    """argparse, whose errors (printed as usual) exit with a `UsageError`."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        text = f"{self.prog}: error: {message}"
+        print(text, file=sys.stderr)
+        raise UsageError(text)
+
+
+def _process_run(module_stage: str, argv: Sequence[str]) -> contextlib.AbstractContextManager:
+    """The stage process's MLflow run (`rulerag.tracking.stage_process_run`), opened before
+    `stage_inputs` reads params or inputs, so their errors are recorded; `Stage.track` adopts
+    it. Named from `--dataset` on the command line, else from the DVC stage instance
+    (`DVC_STAGE`, whose stage and instance name it then). Without a valid dataset name there
+    is no experiment to record into: the stage then fails at `stage_inputs` as a usage error.
+    """
+    stage, dataset, instance = module_stage, _dataset_argument(argv), None
+    dvc_name = os.environ.get(DVC_STAGE_ENV) or ""
+    dvc_stage, _, key = dvc_name.rpartition(":")[2].partition("@")
+    if dataset is None:
+        dataset = key.split("-")[0]
+    if key and dataset == key.split("-")[0]:
+        stage, instance = dvc_stage, f"{dvc_stage}@{key}"
+    try:
+        check_dataset_name(dataset)
+        check_name(stage, "stage name")
+    except SettingsError:
+        return contextlib.nullcontext()
+    return stage_process_run(stage, dataset, project_dir=PROJECT_DIR, instance=instance)
+
+
+def _dataset_argument(argv: Sequence[str]) -> str | None:
+    """`--dataset` of a command line, as `stage_inputs` will read it (None when absent)."""
+    parser = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    parser.add_argument("--dataset")
+    try:
+        return parser.parse_known_args(list(argv))[0].dataset
+    except (argparse.ArgumentError, SystemExit):
+        return None

@@ -28,14 +28,14 @@ def main(argv: list[str] | None = None) -> int:
         provenance = {"stage": "mine_rules", "dataset": name, "params": section}
         with staged_outputs(layout.rules_dir, "mine_rules") as staging:
             mined.write(staging, provenance)
-        run.log_metrics(numeric_metrics(mined.stats))
+        run.log_metrics(numeric_metrics(mined.metrics()))
         for artifact in ("stats.json", "rules.txt", "confidence.png", "confidence.csv"):
             run.log_artifact(layout.rules_dir / artifact)
         run.log_dict(mined.bank.head(100).to_dict("records"), "sample/bank.json")
     stats = mined.stats
     print(
         f"mine_rules@{name}: {len(mined.rules):,} rules {stats['rules_by_length']} in "
-        f"{stats['mining_seconds']:.1f}s; bank {len(mined.bank)} rules over "
+        f"{mined.seconds:.1f}s; bank {len(mined.bank)} rules over "
         f"{stats['relations_covered']}/{stats['relations_with_facts']} relations "
         f"(paper: {stats['paper_bank_size']})"
     )

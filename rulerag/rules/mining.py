@@ -106,6 +106,13 @@ class MinedRules:
     bank: pd.DataFrame
     stats: dict[str, Any]
     histogram: pd.DataFrame  # rules and bank rules per confidence bin
+    #: wall-clock seconds of mining (or import): an MLflow metric and a log line, never in
+    #: stats.json, so an identical rerun writes the same bytes
+    seconds: float = 0.0
+
+    def metrics(self) -> dict[str, Any]:
+        """The figures MLflow records: stats.json's, with the mining time."""
+        return {**self.stats, "mining_seconds": round(self.seconds, 2)}
 
     def write(self, folder: Path, provenance: Mapping[str, Any]) -> None:
         """rules.parquet, bank.parquet (with `provenance`), rules.txt, confidence.csv / .png,
@@ -149,8 +156,8 @@ def mine_rule_bank(
     frame = rules_frame(rules, relation_names)
     bank = select_bank(frame, settings.bank_for(dataset))
     miner = "import" if imported else ("temporal" if kg.temporal else "static")
-    stats = describe_rules(dataset, miner, seconds, frame, bank, facts, paper_bank_size)
-    return MinedRules(dataset, frame, bank, stats, confidence_histogram(frame, bank))
+    stats = describe_rules(dataset, miner, frame, bank, facts, paper_bank_size)
+    return MinedRules(dataset, frame, bank, stats, confidence_histogram(frame, bank), seconds)
 
 
 def mine(
@@ -212,18 +219,17 @@ def import_rules(
 def describe_rules(
     dataset: str,
     miner: str,
-    seconds: float,
     frame: pd.DataFrame,
     bank: pd.DataFrame,
     facts: pd.DataFrame,
     paper_bank_size: int | None = None,
 ) -> dict[str, Any]:
-    """stats.json of `mine_rules`: rules and bank by length, relations the bank covers."""
+    """stats.json of `mine_rules`: rules and bank by length, relations the bank covers; the
+    same for the same KG and settings (the mining time is `MinedRules.seconds`)."""
     with_facts = int(facts["relation"].nunique())
     return {
         "dataset": dataset,
         "miner": miner,
-        "mining_seconds": round(seconds, 2),
         "rules": len(frame),
         "rules_by_length": {
             str(k): int(v) for k, v in frame["length"].value_counts().sort_index().items()

@@ -13,6 +13,9 @@ Why a package of its own rather than calls to `mlflow.*` in each stage:
   or fails, the run is written to a spool folder (`<project>/.mlflow-spool/`) instead, one
   warning is logged, and the stage finishes normally; `python -m rulerag.tracking replay` sends
   the spooled runs later.
+* Every stage that starts leaves one run (`run`): `stage_process_run` opens it before params
+  and inputs are read (so their errors are recorded FAILED) and the stage's `stage_run` adopts
+  it; SIGTERM becomes `StageTerminated` inside the stage, recorded KILLED.
 * Runs of one pipeline execution share the tag `rulerag.pipeline_run` (`identity`), so one
   `dvc repro` or one Airflow DAG run can be found as a whole.
 * Artifacts survive a move of the project (`config`): the local store's experiments have
@@ -69,7 +72,13 @@ from rulerag.tracking.names import (
     flatten_params,
     sanitize_name,
 )
-from rulerag.tracking.run import StageRun, stage_run
+from rulerag.tracking.run import (
+    StageRun,
+    StageTerminated,
+    stage_process_run,
+    stage_run,
+    stop_on_sigterm,
+)
 from rulerag.tracking.spool import replay_spool
 from rulerag.tracking.store import FAIL_FAST_ENV, artifact_repository
 
@@ -97,6 +106,7 @@ __all__ = [
     "TAG_USER",
     "TRACKING_PROJECT_ENV",
     "StageRun",
+    "StageTerminated",
     "artifact_destination",
     "artifact_repository",
     "default_tracking_uri",
@@ -110,6 +120,8 @@ __all__ = [
     "sanitize_name",
     "server_command",
     "spool_dir",
+    "stage_process_run",
     "stage_run",
+    "stop_on_sigterm",
     "tracking_project",
 ]

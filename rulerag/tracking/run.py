@@ -3,17 +3,32 @@
 Everything is buffered in memory (artifacts as hard-link snapshots) and sent in one burst when
 the stage's `with` block exits, so logging never slows or breaks the stage; if the store fails,
 the run goes to the spool instead (`rulerag.tracking.spool`).
+
+Every stage that starts leaves one run, FAILED or KILLED when it did not finish:
+
+* `stage_process_run` opens the run of a stage process from its first line, before params and
+  inputs are read, so an error there is recorded too; the stage's own `stage_run` adopts it
+  (one run per stage, named and tagged as the stage says), and a process that never opens one
+  and ends normally (a torchrun launcher) sends nothing.
+* SIGTERM (a scheduler, a CI timeout, dvc's death via PR_SET_PDEATHSIG) becomes
+  `StageTerminated`, a KeyboardInterrupt, in the stage's main thread while a run is open: the
+  `with` blocks unwind (staged outputs are discarded, `rulerag.io.staged_outputs`) and the
+  run is recorded KILLED. A SIGTERM while the run is being sent waits until it is sent.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import logging
 import os
 import shutil
+import signal
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from rulerag.redact import redact_secrets, redact_url
@@ -22,6 +37,7 @@ from rulerag.tracking.identity import run_tags
 from rulerag.tracking.names import (
     MAX_TAG_VALUE_LENGTH,
     TAG_ERROR,
+    TAG_STAGE,
     TAG_STAGE_INSTANCE,
     experiment_name,
     flatten_params,
@@ -34,7 +50,7 @@ from rulerag.tracking.store import discard_partial, send_run
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StageRun", "stage_run"]
+__all__ = ["StageRun", "StageTerminated", "stage_process_run", "stage_run", "stop_on_sigterm"]
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -76,6 +92,8 @@ class StageRun:
         self._spooled = False
         self._spool_path: Path | None = None
         self._run_id: str | None = None
+        #: taken over by the stage's own `stage_run` (a `stage_process_run`'s run)
+        self._adopted = False
 
     # -- what stages call ---------------------------------------------------------------------
 
@@ -198,6 +216,24 @@ class StageRun:
 
     # -- internals ----------------------------------------------------------------------------
 
+    def _adopt(self, stage: str) -> None:
+        """Become the run of `stage_run(stage, ...)`: named and tagged as a run opened there
+        (`<stage>@<dataset>`, until the stage names its instance), its start time kept."""
+        self._check_open()
+        self._adopted = True
+        record = self._record
+        record.stage = stage
+        record.run_name = f"{stage}@{record.dataset}"
+        record.tags[TAG_STAGE] = truncate(stage, MAX_TAG_VALUE_LENGTH)
+        record.tags[TAG_STAGE_INSTANCE] = truncate(record.run_name, MAX_TAG_VALUE_LENGTH)
+
+    def _discard(self) -> None:
+        """Close without sending: the process logged nothing of its own."""
+        self._closed = True
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"stage run {self._record.run_name} is already closed")
@@ -274,6 +310,153 @@ def _exit_status(error: BaseException | None) -> str:
     return "FAILED"
 
 
+# -- SIGTERM as an exception -------------------------------------------------------------------
+
+
+class StageTerminated(KeyboardInterrupt):
+    """The stage was asked to stop (SIGTERM): raised in its main thread, so every `with` block
+    unwinds (nothing half-written is published) and the run is recorded KILLED.
+
+    A KeyboardInterrupt, not an Exception: library code that catches `Exception` to fall back
+    (a cache, an optional backend) must not swallow a stop request.
+    """
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"stopped by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+class _Sigterm:
+    """The process's SIGTERM handler while stage runs are open (main thread only: Python runs
+    signal handlers there, and only there may they be installed)."""
+
+    def __init__(self) -> None:
+        self.depth = 0  # nested `raising` blocks
+        self.deferring = 0
+        self.pending: int | None = None
+        self.stopping = False
+
+    def handle(self, signum: int, frame: FrameType | None) -> None:
+        if self.stopping:  # already unwinding: a second SIGTERM (dvc's group, then dvc's
+            return  # death) must not cut the clean-up short
+        if self.deferring:  # a run is being sent: finish that first (`deferred`)
+            self.pending = signum
+            return
+        self.stopping = True
+        raise StageTerminated(signum)
+
+    @contextlib.contextmanager
+    def raising(self) -> Iterator[None]:
+        """SIGTERM raises `StageTerminated` in the block, once; the previous handler comes
+        back after it (nested blocks restore each other's)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGTERM, self.handle)
+        self.depth += 1
+        try:
+            yield
+        finally:
+            self.depth -= 1
+            if not self.depth:
+                self.stopping, self.pending = False, None
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A SIGTERM in the block is held and raised as `StageTerminated` right after it, so a
+        run being sent (or spooled) is never cut in half."""
+        self.deferring += 1
+        try:
+            yield
+        finally:
+            self.deferring -= 1
+        if not self.deferring and self.pending is not None:
+            signum, self.pending = self.pending, None
+            self.stopping = True
+            raise StageTerminated(signum)
+
+
+_SIGTERM = _Sigterm()
+
+
+def stop_on_sigterm() -> contextlib.AbstractContextManager[None]:
+    """SIGTERM raises `StageTerminated` in the block (once: later ones are ignored while it
+    unwinds), as inside `stage_run` and `stage_process_run`; for a stage process from its
+    first line (`pipeline_steps.common.run_stage`), whether or not a run could be opened."""
+    return _SIGTERM.raising()
+
+
+#: the run `stage_process_run` opened and no `stage_run` has adopted yet
+_PROCESS_RUN: contextvars.ContextVar[StageRun | None] = contextvars.ContextVar(
+    "rulerag_process_run", default=None
+)
+
+
+def _close(run: StageRun, error: BaseException | None) -> None:
+    """Send the run with the block's outcome, a SIGTERM meanwhile held until it is sent."""
+    with _SIGTERM.deferred():
+        run._finish(_exit_status(error), error)
+
+
+@contextlib.contextmanager
+def stage_process_run(
+    stage: str,
+    dataset: str,
+    *,
+    project_dir: Path,
+    instance: str | None = None,
+    tracking_uri: str | None = None,
+) -> Iterator[StageRun]:
+    """The run of a stage process, open from its first line (`pipeline_steps.common.run_stage`
+    opens it as soon as it knows the stage and dataset, before params and inputs are read).
+
+    The stage's own `stage_run` for `dataset` adopts it: then it is that run (named, tagged
+    and sent by it, its start time this one's). If the block raises before (a params error, a
+    usage error, an unreadable input) the run is recorded FAILED with the error's message
+    (KILLED for SIGTERM or Ctrl-C), named after `stage` and `instance` (the DVC stage instance,
+    when known). A block that ends normally without adopting it sends nothing: the process
+    had no run of its own (a torchrun launcher, a non-main rank). SIGTERM raises
+    `StageTerminated` throughout.
+    """
+    project_dir = tracking_project(project_dir)
+    run = StageRun(
+        stage,
+        dataset,
+        project_dir=project_dir,
+        tracking_uri=resolve_tracking_uri(project_dir, tracking_uri),
+    )
+    if instance:
+        run.set_tags({TAG_STAGE_INSTANCE: instance})
+    token = _PROCESS_RUN.set(run)
+    with _SIGTERM.raising():
+        try:
+            yield run
+        except BaseException as error:
+            _PROCESS_RUN.reset(token)
+            if not run._closed and not run._adopted and _exit_status(error) == "FINISHED":
+                run._discard()  # `--help`, sys.exit(0): as a normal end
+            elif not run._closed:
+                _close(run, error)
+            raise
+        _PROCESS_RUN.reset(token)
+        if not run._closed:
+            run._discard()
+
+
+def _adoptable(dataset: str, project_dir: Path, tracking_uri: str) -> StageRun | None:
+    """The process's open run, if `stage_run(..., dataset)` may take it over."""
+    run = _PROCESS_RUN.get()
+    if run is None or run._closed or run._adopted:
+        return None
+    same = (run._record.dataset, run._project_dir, run.tracking_uri) == (
+        dataset,
+        project_dir.resolve(),
+        tracking_uri,
+    )
+    return run if same else None
+
+
 @contextlib.contextmanager
 def stage_run(
     stage: str,
@@ -289,21 +472,23 @@ def stage_run(
     instance and git commit. `params` (nested, e.g. `{"ingest": params["ingest"]}`) are logged
     with dotted keys. The store is `tracking_uri`, else `MLFLOW_TRACKING_URI`, else the
     project's SQLite file. If the block raises, the run is recorded as FAILED (KILLED on
-    Ctrl-C) and the exception propagates. If the store fails, the run is spooled (see
-    `StageRun.spooled`) and the block's outcome is unchanged.
+    Ctrl-C or SIGTERM, which raises `StageTerminated` in the block) and the exception
+    propagates. If the store fails, the run is spooled (see `StageRun.spooled`) and the block's
+    outcome is unchanged. Inside `stage_process_run` for the same dataset, this is that run.
     """
     project_dir = tracking_project(project_dir)
-    run = StageRun(
-        stage,
-        dataset,
-        project_dir=project_dir,
-        tracking_uri=resolve_tracking_uri(project_dir, tracking_uri),
-    )
+    uri = resolve_tracking_uri(project_dir, tracking_uri)
+    run = _adoptable(dataset, project_dir, uri)
+    if run is not None:
+        run._adopt(stage)
+    else:
+        run = StageRun(stage, dataset, project_dir=project_dir, tracking_uri=uri)
     if params:
         run.log_params(params)
-    try:
-        yield run
-    except BaseException as error:
-        run._finish(_exit_status(error), error)
-        raise
-    run._finish("FINISHED", None)
+    with _SIGTERM.raising():
+        try:
+            yield run
+        except BaseException as error:
+            _close(run, error)
+            raise
+        _close(run, None)

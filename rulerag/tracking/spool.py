@@ -27,7 +27,12 @@ from rulerag.redact import redact_secrets, redact_url
 from rulerag.tracking.config import resolve_tracking_uri, spool_dir
 from rulerag.tracking.names import TAG_REPLAYED_FROM, fs_safe
 from rulerag.tracking.record import RunRecord
-from rulerag.tracking.store import discard_partial, first_line, send_run
+from rulerag.tracking.store import (
+    discard_partial,
+    discard_partial_copies,
+    first_line,
+    send_run,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -141,8 +146,10 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
     The store is `tracking_uri`, else `MLFLOW_TRACKING_URI`, else the project's SQLite file.
     Each spool folder is deleted once its run is fully logged; one that fails stays for the next
     replay (a warning says why). Runs keep their original start/end times and metric
-    timestamps, and get a `rulerag.replayed_from` tag. Safe to run concurrently: a folder is
-    claimed by renaming it before it is sent.
+    timestamps, and get a `rulerag.replayed_from` tag. The half-logged copies a failed flush
+    could not delete go first, wherever this store holds them (whatever URI the stage used
+    for it: `store.discard_partial_copies`). Safe to run concurrently: a folder is claimed by
+    renaming it before it is sent.
     """
     root = spool_dir(project_dir)
     if not root.is_dir():
@@ -165,8 +172,7 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
                 raise ValueError(f"unknown spool format {data.get('format')!r}")
             record = RunRecord.from_json(data)
             record.tags[TAG_REPLAYED_FROM] = folder.name
-            if data.get("partial_run_ids") and data.get("tracking_uri") == redact_url(uri):
-                discard_partial(data["partial_run_ids"], uri)
+            discard_partial_copies(data.get("partial_run_ids") or [], record, uri)
             send_run(record, claim / "artifacts", uri, Path(project_dir), created)
         except Exception as exc:
             discard_partial(created, uri)

@@ -42,6 +42,7 @@ __all__ = [
     "FAIL_FAST_ENV",
     "artifact_repository",
     "discard_partial",
+    "discard_partial_copies",
     "ensure_experiment",
     "fail_fast_http",
     "first_line",
@@ -242,3 +243,31 @@ def discard_partial(run_ids: Sequence[str], tracking_uri: str) -> list[str]:
         except Exception:
             left.append(run_id)
     return left
+
+
+def discard_partial_copies(run_ids: Sequence[str], record: RunRecord, tracking_uri: str) -> None:
+    """Before a replay sends `record`, delete the half-logged copies of it that its failed
+    flush could not delete (`partial_run_ids`), wherever the replay's store holds them.
+
+    The store is found by the run ids, not by comparing URIs: one server or file has many
+    spellings (127.0.0.1 and localhost, a path through a symlink), and a replay through
+    another one used to leave the copy RUNNING beside the replayed run. MLflow's run ids are
+    random, so an id found is that run; its name and start time are checked as well, so no
+    other run is ever deleted. Best effort: a store without the id (another store) or
+    unreachable keeps whatever it has.
+    """
+    for run_id in run_ids:
+        try:
+            with fail_fast_http():
+                from mlflow import MlflowClient
+
+                client = MlflowClient(tracking_uri=tracking_uri)
+                info = client.get_run(run_id).info
+                if (info.run_name, info.start_time, info.lifecycle_stage) == (
+                    record.run_name,
+                    record.start_time,
+                    "active",
+                ):
+                    client.delete_run(run_id)
+        except Exception as err:  # not in this store, or the store is down: nothing to do
+            logger.debug("partial run %s not discarded: %s", run_id, first_line(err))

@@ -4,6 +4,7 @@ stand-in `main`: tests/unit/test_run_stage.py.)"""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import pytest
@@ -64,8 +65,10 @@ def test_a_stage_refuses_a_dataset_name_that_is_not_an_identifier(
     assert "invalid dataset name" in capsys.readouterr().err
 
 
-def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path) -> None:
-    """Under `python -m`, the failing stage used to call itself `__main__`."""
+def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path, store: str) -> None:
+    """Under `python -m`, the failing stage used to call itself `__main__`; its MLflow run
+    (recorded though params.yaml failed before the stage's run opened) names it too."""
+    import os
     import subprocess
     import sys
 
@@ -75,7 +78,117 @@ def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path) -> 
         [sys.executable, "-m", "pipeline_steps.ingest", "--dataset", "icews14",
          "--params", str(broken)],
         cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "RULERAG_TRACKING_PROJECT": str(tmp_path)},
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.startswith("ingest failed: ") and "missing section 'ingest'" in done.stderr
+    message = done.stderr.splitlines()[-1]  # after MLflow's notes on creating its store
+    assert message.startswith("ingest failed: ") and "missing section 'ingest'" in message
     assert "Traceback" not in done.stderr
+    (run,) = stage_runs(store, "ingest")
+    assert (run.info.run_name, run.info.status) == ("ingest@icews14", "FAILED")
+    assert "missing section 'ingest'" in run.data.tags[TAG_ERROR]
+
+
+def test_a_params_error_before_the_stage_run_opens_is_a_failed_run(
+    store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`ingest.duplicates: maybe` fails as `stage_inputs` hands the stage its section, before
+    `Stage.track` opened the run: exit 2 and no MLflow run at all, before."""
+    import pipeline_steps.ingest as stage
+
+    code = stage_project.run(stage, "--dataset", "icews14", params={"ingest.duplicates": "maybe"})
+    assert code == 2 and "Traceback" not in capsys.readouterr().err
+    (run,) = stage_runs(store, "ingest")
+    assert (run.info.run_name, run.info.status) == ("ingest@icews14", "FAILED")
+    assert "ingest.duplicates" in run.data.tags[TAG_ERROR]
+
+
+def _mykg(tmp_path: Path, stage_project: StageProject) -> dict[str, object]:
+    """A small custom KG, ingested into the stage project; its params overrides."""
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(30)))
+    custom = {"mykg": {"path": str(source)}}
+    ingest_into(
+        get_spec("mykg", ingest_settings({"custom": custom})),
+        stage_project.layout("mykg").kg,
+        data_dir=None,
+        download_dir=tmp_path / "dl",
+    )
+    return {"ingest.custom": custom}
+
+
+#: mine_rules in a process of its own, stopped while it writes its staged outputs (the
+#: confidence plot is drawn after the Parquet files are staged)
+SIGTERM_WHILE_WRITING = """
+import sys, time
+from pathlib import Path
+import pipeline_steps.common as common
+import rulerag.rules.mining as mining
+
+root = Path(sys.argv[1])
+common.PROJECT_DIR, common.DATA_DIR = root, root / "data"
+
+def hang(*args, **kwargs):
+    (root / "writing").write_text("")
+    time.sleep(60)
+
+mining.plot_confidence = hang
+import pipeline_steps.mine_rules as stage
+sys.exit(common.run_stage(stage.main, sys.argv[2:]))
+"""
+
+
+def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
+    tmp_path: Path, store: str, stage_project: StageProject
+) -> None:
+    """SIGTERM (a scheduler, a CI timeout, dvc's death) ended the stage on the spot and left no
+    MLflow run; now the run is KILLED, the staged files are discarded, exit status 143."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    params = stage_project.write_params(_mykg(tmp_path, stage_project))
+    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
+    env.pop("DVC_STAGE", None)
+    argv = ["--dataset", "mykg", "--params", str(params)]
+    process = subprocess.Popen(
+        [sys.executable, "-c", SIGTERM_WHILE_WRITING, str(tmp_path), *argv],
+        cwd=Path(__file__).resolve().parents[2], env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "writing").exists() and process.poll() is None:
+            assert time.monotonic() < deadline, "mine_rules never reached its writes"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 128 + signal.SIGTERM, err
+    message = "mine_rules stopped by SIGTERM: what it had staged was discarded"
+    assert err.splitlines()[-1] == message and "Traceback" not in err
+    (run,) = stage_runs(store, "mine_rules")
+    assert (run.info.run_name, run.info.status) == ("mine_rules@mykg", "KILLED")
+    assert run.data.tags[TAG_ERROR] == "StageTerminated: stopped by SIGTERM"
+    rules_dir = stage_project.layout("mykg").rules_dir
+    assert not rules_dir.exists() or list(rules_dir.iterdir()) == []
+
+
+def test_a_truncated_facts_parquet_is_one_failed_run(
+    tmp_path: Path, store: str, stage_project: StageProject
+) -> None:
+    """A cut-short input fails the stage and its one MLflow run says so."""
+    import pipeline_steps.mine_rules as stage
+
+    overrides = _mykg(tmp_path, stage_project)
+    facts = stage_project.layout("mykg").kg / "facts.parquet"
+    facts.write_bytes(facts.read_bytes()[: facts.stat().st_size // 2])
+    with contextlib.suppress(Exception):  # an InputError (exit 2) once Parquet is checked
+        stage_project.run(stage, "--dataset", "mykg", params=overrides)
+    (run,) = stage_runs(store, "mine_rules")
+    assert (run.info.run_name, run.info.status) == ("mine_rules@mykg", "FAILED")
+    assert "facts.parquet" in run.data.tags[TAG_ERROR] or "Parquet" in run.data.tags[TAG_ERROR]

@@ -486,3 +486,26 @@ def test_results_blocks_render_from_stage_outputs(tmp_path: Path) -> None:
     assert again == new  # rendering is idempotent
     with pytest.raises(KeyError, match="no stage of dvc.yaml writes"):
         generate.stage_writing("icews14/report/nowhere.md", dvc_yaml)
+
+
+def test_the_mining_table_renders_from_stats_without_a_timing() -> None:
+    """rules/stats.json holds no mining time any more (a rerun rewrites the same bytes): the
+    table has no seconds column rather than a column of dashes."""
+    from docs import generate
+
+    stats = {
+        "miner": "temporal",
+        "rules": 24025,
+        "rules_by_length": {"1": 5007, "2": 7291, "3": 11727},
+        "bank": 501,
+        "paper_bank_size": 557,
+        "relations_covered": 161,
+        "relations_with_facts": 222,
+    }
+    table = generate.mining_summary(stats, "icews14")
+    assert "seconds" not in table and "–" not in table
+    assert table.splitlines()[-1] == (
+        "| icews14 | temporal | 24,025 (1 atom: 5,007; 2 atoms: 7,291; 3 atoms: 11,727) | "
+        "501 (557) | 161 of 222 |"
+    )
+    assert table in (PROJECT_DIR / "docs" / "results.md").read_text(encoding="utf-8")

@@ -31,11 +31,14 @@ def layout(tmp_path_factory: pytest.TempPathFactory) -> DataLayout:
     """The tiny benchmark with its BM25 index, built by the index stage's call."""
     layout = DataLayout(tmp_path_factory.mktemp("data") / "tiny")
     tiny_benchmark(layout.root)
-    stats = index_corpus("bm25", layout, INDEX)
+    built = index_corpus("bm25", layout, INDEX)
+    stats, timings = built.stats, built.run_figures
     assert (stats["kind"], stats["docs"], stats["dataset"], stats["index"]) == (
         "sparse", 200, "tiny", "bm25",
     )  # fmt: skip
-    assert stats["seconds"] >= stats["bm25s_build_seconds"] and "parity_top10" not in stats
+    assert timings["seconds"] >= timings["bm25s_build_seconds"] and "parity_top10" not in stats
+    assert not any("seconds" in key for key in stats), "timings stay out of the stats file"
+    assert built.metrics() == {**stats, **timings}
     assert (layout.index("bm25") / "bm25s").is_dir()
     assert not (layout.index("bm25") / "pyserini").exists()  # no parity check, no Lucene
     return layout

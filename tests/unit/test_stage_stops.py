@@ -49,7 +49,12 @@ SPAWNER = textwrap.dedent(
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG")
 def test_a_stage_whose_dvc_died_while_it_imported_stops_before_main(tmp_path: Path) -> None:
     imported, ran, status = (tmp_path / name for name in ("imported", "ran", "status"))
-    env = {**os.environ, "PYTHONPATH": str(PROJECT)}
+    env = {  # the KILLED run it records goes to a store of its own, not the project's
+        **os.environ,
+        "PYTHONPATH": str(PROJECT),
+        "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}",
+        "RULERAG_TRACKING_PROJECT": str(tmp_path),
+    }
     args = [STAGE, str(imported), str(ran), str(status)]
     subprocess.run([sys.executable, "-c", SPAWNER, *args], env=env, check=True, timeout=60)
     deadline = time.monotonic() + 30

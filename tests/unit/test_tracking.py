@@ -20,6 +20,7 @@ import pytest
 from rulerag import tracking
 from rulerag.tracking import (
     PIPELINE_RUN_ENV,
+    StageRun,
     artifact_repository,
     default_tracking_uri,
     flatten_params,
@@ -336,6 +337,73 @@ def test_failure_midway_spools_whole_run_and_drops_the_partial_one(
     assert logged.data.metrics == {"em": 0.5}
     stored = artifact_repository(logged.info.artifact_uri, sqlite_uri, tmp_path)
     assert [a.path for a in stored.list_artifacts()] == ["a.json"]
+
+
+def _ghost_of_a_failed_flush(
+    project: Path, uri: str, dataset: str, monkeypatch: pytest.MonkeyPatch
+) -> tuple[StageRun, str]:
+    """A run whose flush failed after the run was created and whose clean-up failed too (the
+    store went away in between): spooled, with its half-logged copy left RUNNING in the
+    store. Returns the run and its experiment's id."""
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+    from mlflow.store.artifact.local_artifact_repo import LocalArtifactRepository
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise MlflowException("the store went away")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(LocalArtifactRepository, "log_artifacts", broken)
+        patch.setattr(MlflowClient, "delete_run", broken)
+        with stage_run("ingest", dataset, project_dir=project, tracking_uri=uri) as run:
+            run.log_metrics({"em": 0.5})
+            run.log_dict({"a": 1}, "a.json")
+    assert run.spooled
+    assert len(json.loads((run.spool_path / "run.json").read_text())["partial_run_ids"]) == 1
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name(f"rulerag/{dataset}").experiment_id
+    assert [r.info.status for r in client.search_runs([experiment_id])] == ["RUNNING"]
+    return run, experiment_id
+
+
+def test_a_replay_through_another_uri_of_the_same_store_leaves_no_ghost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The half-logged copy was deleted only when the replay's URI was spelled as the stage's:
+    through another spelling of the same store (here a symlinked folder; 127.0.0.1 and
+    localhost for a server) it stayed RUNNING beside the replayed run."""
+    from mlflow import MlflowClient
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (tmp_path / "alias").symlink_to(store, target_is_directory=True)
+    written, other = (f"sqlite:///{folder / 'mlflow.db'}" for folder in (store, tmp_path / "alias"))
+    _run, experiment_id = _ghost_of_a_failed_flush(tmp_path, written, "ghostds", monkeypatch)
+
+    assert replay_spool(tmp_path, tracking_uri=other) == 1
+    client = MlflowClient(tracking_uri=written)
+    (logged,) = client.search_runs([experiment_id])
+    assert logged.info.status == "FINISHED" and logged.data.metrics == {"em": 0.5}
+
+
+def test_a_replay_deletes_no_other_run_of_its_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A spooled `partial_run_ids` naming a run that is not a copy of the spooled one (another
+    name or start time, edited by hand or from another store) deletes nothing."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run, experiment_id = _ghost_of_a_failed_flush(tmp_path, uri, "keepds", monkeypatch)
+    client = MlflowClient(tracking_uri=uri)
+    other = client.create_run(experiment_id, run_name="someone_else").info.run_id
+    data = json.loads((run.spool_path / "run.json").read_text())
+    data["partial_run_ids"] = [other, "0" * 32]
+    (run.spool_path / "run.json").write_text(json.dumps(data))
+
+    assert replay_spool(tmp_path, tracking_uri=uri) == 1
+    runs = client.search_runs([experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["ingest@keepds"] * 2 + ["someone_else"]
 
 
 def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) -> None:

@@ -1,0 +1,82 @@
+"""An identical rerun rewrites the same bytes: `mine_rules` and `index` kept their wall-clock
+timings inside rules/stats.json and retrieval/stats/index-<name>.json (DVC outputs the docs
+call byte-identical), so every rerun changed them. The timings are MLflow metrics now."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rulerag.kg.registry import get_spec, ingest_settings
+from tests.helpers import StageProject, ingest_into, stage_runs
+from tests.support.synthetic_retrieval import tiny_benchmark
+
+pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
+
+#: a field that holds a timing or a rate of the run (benchmarks/compare_runs.py's rule)
+TIMING = re.compile(r"(^|_)seconds($|_)|_per_(second|minute)$")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+def timing_fields(value: object, where: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [
+            found
+            for key, item in value.items()
+            for found in ([f"{where}{key}"] if TIMING.search(key) else [])
+            + timing_fields(item, f"{where}{key}.")
+        ]
+    return []
+
+
+def test_mine_rules_rerun_rewrites_the_same_stats(
+    tmp_path: Path, store: str, stage_project: StageProject
+) -> None:
+    import pipeline_steps.mine_rules as stage
+
+    source = tmp_path / "src"
+    source.mkdir()
+    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(60)))
+    custom = {"mykg": {"path": str(source)}}
+    ingest_into(
+        get_spec("mykg", ingest_settings({"custom": custom})),
+        stage_project.layout("mykg").kg,
+        data_dir=None,
+        download_dir=tmp_path / "dl",
+    )
+    rules = stage_project.layout("mykg").rules_dir
+    written = []
+    for _ in range(2):
+        assert stage_project.run(stage, "--dataset", "mykg", params={"ingest.custom": custom}) == 0
+        written.append({p.name: p.read_bytes() for p in rules.iterdir() if p.is_file()})
+    assert timing_fields(json.loads(written[0]["stats.json"])) == []
+    assert written[0]["stats.json"] == written[1]["stats.json"]
+    assert written[0]["manifest.json"] == written[1]["manifest.json"]
+    runs = stage_runs(store, "mine_rules")
+    assert len(runs) == 2 and all("mining_seconds" in r.data.metrics for r in runs)
+
+
+def test_index_rerun_rewrites_the_same_stats(store: str, stage_project: StageProject) -> None:
+    import pipeline_steps.index as stage
+
+    tiny_benchmark(stage_project.layout("tiny").root)
+    params = {"index": {"threads": 1, "sparse": {"backend": "bm25s", "parity_check": False}}}
+    stats = stage_project.layout("tiny").index_stats("bm25")
+    written = []
+    for _ in range(2):
+        assert stage_project.run(stage, "--dataset", "tiny", "--index", "bm25", params=params) == 0
+        written.append(stats.read_bytes())
+    assert timing_fields(json.loads(written[0])) == []
+    assert written[0] == written[1]
+    runs = stage_runs(store, "index")
+    assert len(runs) == 2
+    assert all({"seconds", "bm25s_build_seconds", "docs"} <= set(r.data.metrics) for r in runs)
