@@ -12,8 +12,11 @@ Each case ends in one verdict:
     leak       a secret appeared in output, a log, a spool file, dvc.lock or a prediction
     injection  a command nobody asked for ran (a marker file appeared)
 
-The cases of sections 3, 4, 6, 7 and 8 need the fixes of those sections; each is also a test
-under tests/ (named in its `test` field), which is where they are kept from coming back.
+Sections 1, 2 and 5 are run here as a user would (params checks, `dvc repro` on a scratch
+copy, a stage against an unreachable tracking server, a chat server that echoes the key). The
+cases of sections 3, 4, 6, 7 and 8 need a process killed at a chosen moment, a disk that fills
+up, a file cut short: each is replayed through the test that reproduces it (named in its `test`
+field; `pytest` passing means the case ends as `clear`).
 """
 
 from __future__ import annotations
@@ -181,6 +184,79 @@ def api_echo_case(tmp: Path) -> Outcome:
     return Outcome("clear", "masked")
 
 
+def test_case(node: str) -> Callable[[Path], Outcome]:
+    """The case as its test reproduces it: clear when the test passes."""
+
+    def case(tmp: Path) -> Outcome:
+        done = run([PYTHON, "-m", "pytest", "-q", "-p", "no:cacheprovider", node], ROOT,
+                   dict(os.environ))  # fmt: skip
+        last = _last_line(done.stdout + done.stderr)
+        return Outcome("clear" if done.returncode == 0 else "silent", f"pytest: {last}")
+
+    return case
+
+
+REPLAYED = [
+    ("3", "kill -9 / SIGTERM to dvc alone leaves its stage running",
+     "tests/pipeline/test_stopped_dvc.py", ""),
+    ("3", "a killed Airflow task leaves dvc and its stage running",
+     "tests/unit/test_stream_command.py", ""),
+    ("4", "a publish killed between renames: a mixed folder",
+     "tests/unit/test_io.py",
+     "test_a_publish_killed_at_any_point_is_the_old_set_the_new_set_or_refused"),
+    ("4", "a bank with half the recorded rows read silently",
+     "tests/stages/test_publish_stage.py",
+     "test_build_benchmark_refuses_a_bank_with_fewer_rows_than_recorded"),
+    ("4", "a truncated facts.parquet: ArrowInvalid traceback",
+     "tests/stages/test_publish_stage.py",
+     "test_a_cut_short_parquet_input_is_one_line"),
+    ("4", "disk full (ENOSPC): OSError traceback",
+     "tests/stages/test_publish_stage.py",
+     "test_a_full_disk_is_one_line_naming_the_file"),
+    ("4", "a read-only data folder: OSError traceback",
+     "tests/stages/test_publish_stage.py",
+     "test_a_read_only_data_folder_is_one_line_naming_it"),
+    ("6", "SIGTERM leaves no MLflow run",
+     "tests/stages/test_stage_failures.py",
+     "test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing"),
+    ("6", "an error before the stage's run opens is not recorded",
+     "tests/stages/test_stage_failures.py",
+     "test_a_params_error_before_the_stage_run_opens_is_a_failed_run"),
+    ("6", "a replay to another URI of the same store leaves a ghost RUNNING run",
+     "tests/unit/test_tracking.py",
+     "test_a_replay_through_another_uri_of_the_same_store_leaves_no_ghost"),
+    ("6", "stage errors begin `__main__ failed:`",
+     "tests/stages/test_stage_failures.py",
+     "test_a_stage_run_with_python_m_names_itself_in_its_error"),
+    ("7", "RuleBench train_rule.json `{}` aborts the evaluation",
+     "tests/unit/test_rule_retrieval.py",
+     "test_a_set_whose_train_rules_are_empty_evaluates_with_held_out_test_shots"),
+    ("7", "`\"rule\": \"179\"` split into 1, 7, 9",
+     "tests/unit/test_rule_retrieval.py",
+     "test_a_rule_string_is_one_rule_id"),
+    ("7", "duplicate rule ids keep the last silently",
+     "tests/unit/test_rule_retrieval.py",
+     "test_a_rule_id_listed_twice"),
+    ("7", "a UTF-8 BOM fails",
+     "tests/unit/test_rule_retrieval.py",
+     "test_rulebench_files_with_a_byte_order_mark_load"),
+    ("7", "a Chinese library searched with the English analyzer, no warning",
+     "tests/unit/test_rule_retrieval.py",
+     "test_the_default_analyzer_follows_the_librarys_script"),
+    ("8", "a header-only train split ingests silently",
+     "tests/unit/test_kg_hostile_input.py",
+     "test_a_split_with_only_a_header_is_noted_in_stats"),
+    ("8", "train.tsv beside train.csv: one ignored",
+     "tests/unit/test_kg_hostile_input.py",
+     "test_a_split_in_two_files_names_both"),
+    ("8", "a custom path that is a file says `does not exist`",
+     "tests/unit/test_kg_hostile_input.py",
+     "test_a_custom_path_that_is_a_file_says_so"),
+    ("8", "mine_rules / index-bm25 stats change on an identical rerun",
+     "tests/stages/test_rerun_outputs.py", ""),
+]  # fmt: skip
+
+
 CASES = [
     Case("1-injection-dataset-quote", "1", "dataset name `y'; touch PWNED; echo '`",
          injection_case("datasets", ["icews14", "y'; touch PWNED; echo '"], "ingest"),
@@ -219,6 +295,12 @@ CASES = [
             ("generation.max_rules", 10, "max_rules"),
             ("ingest.custom", {"nell995": {"path": "/tmp"}}, "nell995"),
         ]
+    ],
+    *[
+        Case(f"{section}-replay-{i}", section, what, test_case(node), node)
+        for i, (section, what, node) in enumerate(
+            ((s, w, f"{f}::{t}" if t else f) for s, w, f, t in REPLAYED), start=1
+        )
     ],
 ]  # fmt: skip
 
