@@ -188,3 +188,30 @@ def refuse_writes_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(Path, "mkdir", mkdir)
     monkeypatch.setattr(Path, "touch", touch)
+
+
+def ingest_chain_kg(root: Path, project: StageProject, links: int = 30) -> dict[str, Any]:
+    """A custom KG `mykg` (a chain of `links` links e0 -r-> e1 -r-> ...) written under `root`
+    and ingested into `project`; returns the params overrides that name it."""
+    from rulerag.kg.registry import get_spec, ingest_settings
+
+    source = root / "src"
+    source.mkdir()
+    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(links)))
+    custom = {"mykg": {"path": str(source)}}
+    ingest_into(
+        get_spec("mykg", ingest_settings({"custom": custom})),
+        project.layout("mykg").kg,
+        data_dir=None,
+        download_dir=root / "dl",
+    )
+    return {"ingest.custom": custom}
+
+
+def process_running(pid: int) -> bool:
+    """`pid` runs (a zombie does not: this machine's init may never reap an orphan)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            return handle.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False

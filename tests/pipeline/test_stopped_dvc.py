@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import process_running
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG, /proc"),
@@ -62,15 +64,6 @@ stages:
 """
 
 
-def running(pid: int) -> bool:
-    """`pid` runs (a zombie does not: this machine's init may never reap an orphan)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-
-
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     root = tmp_path / "project"
@@ -103,7 +96,7 @@ def stage_pids() -> Iterator[list[int]]:
     pids: list[int] = []
     yield pids
     for pid in pids:
-        if running(pid):
+        if process_running(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -134,9 +127,9 @@ def test_stopping_dvc_alone_stops_its_stage_unpublished(
         os.kill(dvc.pid, sig)  # dvc alone, not its process group
         dvc.wait(timeout=10)
         deadline = time.monotonic() + 8
-        while running(int(pid)) and time.monotonic() < deadline:
+        while process_running(int(pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not running(int(pid)), "the stage outlived dvc"
+        assert not process_running(int(pid)), "the stage outlived dvc"
     finally:
         if dvc.poll() is None:
             dvc.kill()

@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.kg.registry import get_spec, ingest_settings
-from tests.helpers import StageProject, ingest_into, stage_runs
+from tests.helpers import StageProject, ingest_chain_kg, stage_runs
 from tests.support.synthetic_retrieval import tiny_benchmark
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
@@ -43,20 +42,11 @@ def test_mine_rules_rerun_rewrites_the_same_stats(
 ) -> None:
     import pipeline_steps.mine_rules as stage
 
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(60)))
-    custom = {"mykg": {"path": str(source)}}
-    ingest_into(
-        get_spec("mykg", ingest_settings({"custom": custom})),
-        stage_project.layout("mykg").kg,
-        data_dir=None,
-        download_dir=tmp_path / "dl",
-    )
+    overrides = ingest_chain_kg(tmp_path, stage_project, links=60)
     rules = stage_project.layout("mykg").rules_dir
     written = []
     for _ in range(2):
-        assert stage_project.run(stage, "--dataset", "mykg", params={"ingest.custom": custom}) == 0
+        assert stage_project.run(stage, "--dataset", "mykg", params=overrides) == 0
         written.append({p.name: p.read_bytes() for p in rules.iterdir() if p.is_file()})
     assert timing_fields(json.loads(written[0]["stats.json"])) == []
     assert written[0]["stats.json"] == written[1]["stats.json"]

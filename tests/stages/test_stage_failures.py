@@ -12,7 +12,7 @@ import pytest
 from pipeline_steps.common import run_stage
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.tracking import TAG_ERROR
-from tests.helpers import StageProject, ingest_into, stage_runs
+from tests.helpers import StageProject, ingest_chain_kg, ingest_into, stage_runs
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 
@@ -103,21 +103,6 @@ def test_a_params_error_before_the_stage_run_opens_is_a_failed_run(
     assert "ingest.duplicates" in run.data.tags[TAG_ERROR]
 
 
-def _mykg(tmp_path: Path, stage_project: StageProject) -> dict[str, object]:
-    """A small custom KG, ingested into the stage project; its params overrides."""
-    source = tmp_path / "src"
-    source.mkdir()
-    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(30)))
-    custom = {"mykg": {"path": str(source)}}
-    ingest_into(
-        get_spec("mykg", ingest_settings({"custom": custom})),
-        stage_project.layout("mykg").kg,
-        data_dir=None,
-        download_dir=tmp_path / "dl",
-    )
-    return {"ingest.custom": custom}
-
-
 #: mine_rules in a process of its own, stopped while it writes its staged outputs (the
 #: confidence plot is drawn after the Parquet files are staged)
 SIGTERM_WHILE_WRITING = """
@@ -150,7 +135,7 @@ def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
     import sys
     import time
 
-    params = stage_project.write_params(_mykg(tmp_path, stage_project))
+    params = stage_project.write_params(ingest_chain_kg(tmp_path, stage_project))
     env = {**os.environ, "MLFLOW_TRACKING_URI": store}
     env.pop("DVC_STAGE", None)
     argv = ["--dataset", "mykg", "--params", str(params)]
@@ -184,7 +169,7 @@ def test_a_truncated_facts_parquet_is_one_failed_run(
     """A cut-short input fails the stage and its one MLflow run says so."""
     import pipeline_steps.mine_rules as stage
 
-    overrides = _mykg(tmp_path, stage_project)
+    overrides = ingest_chain_kg(tmp_path, stage_project)
     facts = stage_project.layout("mykg").kg / "facts.parquet"
     facts.write_bytes(facts.read_bytes()[: facts.stat().st_size // 2])
     with contextlib.suppress(Exception):  # an InputError (exit 2) once Parquet is checked

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from rulerag.orchestration.workspaces import stream_command
+from tests.helpers import process_running
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -61,18 +62,9 @@ TASK = textwrap.dedent(
 )
 
 
-def running(pid: int) -> bool:
-    """`pid` runs (a zombie does not: this machine's init may never reap an orphan)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
-    except FileNotFoundError:
-        return False
-
-
 def gone_within(pids: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
-    while any(running(pid) for pid in pids):
+    while any(process_running(pid) for pid in pids):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
@@ -85,7 +77,7 @@ def spawned() -> Iterator[list[int]]:
     pids: list[int] = []
     yield pids
     for pid in pids:
-        if running(pid):
+        if process_running(pid):
             os.kill(pid, signal.SIGKILL)
 
 
