@@ -313,21 +313,34 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {run_id}
 
 
-# Two datasets' first stage, slow enough to overlap; each records when it ran, outside the
-# project (the task log shows the same through the stage's output).
+# Two datasets' first stage; each records when it ran (the task log shows it through the
+# stage's output) and waits, up to 90 s, until the other has started too: run at once, their
+# spans overlap whatever the machine's load; run one after the other, they cannot.
 SLOW_DVC_YAML = """\
 stages:
   ingest:
     foreach: ${datasets}
     do:
       cmd: >-
-        python -c "import time; print('stage ${item} start', time.time(), flush=True)" &&
-        sleep 4 && mkdir -p data/${item}/kg && echo ${item} > data/${item}/kg/facts.parquet &&
-        python -c "import time; print('stage ${item} end', time.time(), flush=True)"
+        python rendezvous.py ${item} @RENDEZVOUS@ && mkdir -p data/${item}/kg &&
+        echo ${item} > data/${item}/kg/facts.parquet
       params:
         - ingest
       outs:
         - data/${item}/kg/facts.parquet
+"""
+RENDEZVOUS_PY = """\
+import sys, time
+from pathlib import Path
+
+name, folder = sys.argv[1], Path(sys.argv[2])
+folder.mkdir(exist_ok=True)
+print("stage", name, "start", time.time(), flush=True)
+(folder / name).touch()
+deadline = time.monotonic() + 90
+while len(list(folder.iterdir())) < 2 and time.monotonic() < deadline:
+    time.sleep(0.2)
+print("stage", name, "end", time.time(), flush=True)
 """
 
 
@@ -348,7 +361,11 @@ def test_workspaces_mode_runs_two_datasets_at_once(airflow_project: tuple[Path, 
     tasks run at the same time in workspaces of their own over a local DVC remote; `collect`
     brings their outputs into the project, and DVC agrees."""
     project, home = airflow_project
-    (project / "dvc.yaml").write_text(SLOW_DVC_YAML, encoding="utf-8")
+    rendezvous = project.parent / "rendezvous"
+    (project / "dvc.yaml").write_text(
+        SLOW_DVC_YAML.replace("@RENDEZVOUS@", str(rendezvous)), encoding="utf-8"
+    )
+    (project / "rendezvous.py").write_text(RENDEZVOUS_PY, encoding="utf-8")
     remote = project.parent / "remote"
     env = airflow_env(
         project, home,
@@ -358,7 +375,8 @@ def test_workspaces_mode_runs_two_datasets_at_once(airflow_project: tuple[Path, 
     )  # fmt: skip
     run([str(BIN / "dvc"), "remote", "add", "-d", "store", str(remote)], project, env)
     git = ["git", "-c", "user.email=test@rulerag", "-c", "user.name=test"]
-    run([*git, "commit", "-q", "-am", "slow stand-in stages, a local remote"], project, env)
+    run([*git, "add", "rendezvous.py"], project, env)
+    run([*git, "commit", "-q", "-am", "stand-in stages that meet, a local remote"], project, env)
 
     # Airflow 3's executors run tasks through the execution API: serve it (only it) for them
     with socket.socket() as probe:
