@@ -238,3 +238,150 @@ def test_the_server_applies_the_local_generators_chat_template(llm_server: LlmSe
     ).json()
     assert chat["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"] == len(local_ids)
     assert chat["choices"][0]["message"]["content"] == plain["choices"][0]["text"]
+
+
+def test_siar_and_r3_through_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stage_project: StageProject,
+    llm_server: LlmServer,
+) -> None:
+    """rule_retrieval_eval with `llm.kind: api`: SIAR's self-induced rules and R³'s rankings
+    come from the server (one request per prompt), their rows are written, and a rerun of the
+    stage sends none (`DataLayout.rule_llm_cache`)."""
+    import pipeline_steps.build_benchmark as build_benchmark
+    import pipeline_steps.rule_retrieval_eval as rule_retrieval_eval
+    from tests.support.synthetic_kg import write_synthetic_dataset
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("RULERAG_API_KEY", KEY)
+    layout = stage_project.layout("toy")
+    write_synthetic_dataset(layout, temporal=True)
+    params = {
+        **row_params(llm_server),
+        "build_benchmark.test_size": 20,  # selection `head`: no LLM
+        "rule_retrieval.queries": 3,
+        "rule_retrieval.methods": ["siar", "siar_r3"],
+        "rule_retrieval.retrievers": ["bm25"],
+        "rule_retrieval.query_forms": ["si"],
+        "rule_retrieval.ks": [1, 2],
+        "rule_retrieval.top_k": 2,
+        "rule_retrieval.top_n": 3,
+        "rule_retrieval.shots": 1,
+        "rule_retrieval.similarity": False,
+        "rule_retrieval.llm": {
+            "kind": "api", "model": MODEL, "max_new_tokens": 24, "rank_max_new_tokens": 12,
+            "batch_size": 4,
+        },
+    }  # fmt: skip
+    assert stage_project.run(build_benchmark, "--dataset", "toy", params=params) == 0
+    before = llm_server.requests_to()
+    assert stage_project.run(rule_retrieval_eval, "--dataset", "toy", params=params) == 0
+    sent = llm_server.requests_to() - before
+    metrics = json.loads((layout.rule_retrieval / "metrics.json").read_text())
+    assert metrics["llm"] == f"api:{MODEL}" and metrics["queries"] == 3
+    rows = [r["row"] for r in metrics["rows"]]
+    assert any("SIAR" in r and "R³" not in r for r in rows), rows
+    assert any("SIAR" in r and "R³" in r for r in rows), rows
+    assert 3 < sent <= 6  # 3 self-induced rules, up to 3 rankings (none for one candidate)
+    before = llm_server.requests_to()
+    assert stage_project.run(rule_retrieval_eval, "--dataset", "toy", params=params) == 0
+    assert llm_server.requests_to() == before
+    again = json.loads((layout.rule_retrieval / "metrics.json").read_text())
+    recalls = [(r["row"], r["R@1"], r["R@2"]) for r in metrics["rows"]]
+    assert [(r["row"], r["R@1"], r["R@2"]) for r in again["rows"]] == recalls
+    assert sum(r["llm_calls"] for r in metrics["rows"]) == sent
+    assert [r["llm_calls"] for r in again["rows"]] == [0] * len(recalls)
+
+
+def test_a_verify_and_edit_chain_through_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stage_project: StageProject,
+    llm_server: LlmServer,
+) -> None:
+    """A VE row with `generator: api`: the chain samples its drafts from the server (n
+    requests per query at the chain's temperature), searches the BM25 index and answers."""
+    import pipeline_steps.generate as generate
+    import pipeline_steps.index as index
+    from rulerag.io import write_jsonl
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("RULERAG_API_KEY", KEY)
+    layout = stage_project.layout("toy")
+    write_row_inputs(layout, ["Kabul", "Iran"])
+    f_r = [
+        {"qid": "r0", "query": "what does Y0 visit ?", "answers": ["Kabul"],
+         "oracle_doc_ids": ["D0"], "rule_text": "[E1, visits, E2] leads to [E1, meets, E2]",
+         "head_name": "Y0", "relation_name": "visit"},
+    ]  # fmt: skip
+    write_jsonl(layout.queries("f_r"), f_r)
+    params = {
+        **row_params(llm_server),
+        "index.dense": {},
+        "generation.grid.api_ve": {
+            "retrieval": None, "generator": "api", "prompt": "query", "method": "ve"
+        },
+        "generation.chains": {
+            "shots": 1, "ve_samples": 2, "max_new_tokens": 24, "step_max_new_tokens": 12,
+            "documents": 1,
+        },
+    }  # fmt: skip
+    assert stage_project.run(index, "--dataset", "toy", "--index", "bm25", params=params) == 0
+    before = llm_server.requests_to()
+    code = stage_project.run(generate, "--dataset", "toy", "--config", "api_ve", params=params)
+    assert code == 0
+    assert llm_server.requests_to() - before >= 2 * 2  # ve_samples drafts per query
+    rows = predictions(layout, "api_ve")
+    assert [r["qid"] for r in rows] == ["t0", "t1"]
+    metrics = json.loads((layout.row("api_ve") / "metrics.json").read_text())
+    assert metrics["generator"] == f"ve:api:{MODEL}" and metrics["queries"] == 2
+
+
+def test_qa_rag_answers_its_fixture_through_the_server(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    stage_project: StageProject,
+    llm_server: LlmServer,
+) -> None:
+    """qa_rag's fixture set (tests/stages/test_qa_rag_stage.py) with API rows: Standard RAG
+    and RuleRAG-ICL answered by the server, one request per question and row."""
+    from tests.helpers import require_minilm
+    from tests.support.qa_sets import RULES, write_set
+
+    require_minilm()
+    import pipeline_steps.qa_rag as stage
+
+    corpus = [
+        {"id": "c1", "contents": "2014-01-02 Iran Consult Oman ."},
+        {"id": "c2", "contents": "2014-01-03 China Accuse Japan ."},
+        {"id": "c3", "contents": "Paris is the capital of France ."},
+    ]
+    questions = [
+        {"id": "1", "question": "Iran Consult whom ?", "answer": "Oman"},
+        {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
+        {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
+    ]
+    write_set(tmp_path / "qa" / "toyqa", questions, corpus)
+    bank = stage_project.layout("icews14").rule_bank
+    bank.parent.mkdir(parents=True)
+    RULES.to_parquet(bank)
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    monkeypatch.setenv("RULERAG_API_KEY", KEY)
+    params = {
+        **row_params(llm_server, shots=0),
+        "generation.grid.api_rag": {"retrieval": "standard", "generator": "api", "prompt": "plain"},
+        "qa.datasets": ["toyqa"],
+        "qa.dir": str(tmp_path / "qa"),
+        "qa.retriever": "bm25",
+        "qa.rows": ["api_rag", "api_icl"],
+        "build_benchmark.rule_selection.threshold": 0.2,
+    }
+    before = llm_server.requests_to()
+    assert stage_project.run(stage, "--dataset", "toyqa", params=params) == 0
+    assert llm_server.requests_to() - before == 2 * len(questions)
+    layout = stage_project.layout("toyqa")
+    report = json.loads((layout.qa / "metrics.json").read_text())
+    assert set(report["rows"]) == {"api_rag", "api_icl"}
+    assert {row["generator"] for row in report["rows"].values()} == {f"api:{MODEL}"}
+    assert report["rows"]["api_rag"]["recall_at_10"] == 1.0
