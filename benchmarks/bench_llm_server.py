@@ -113,7 +113,8 @@ def main() -> int:
     settings = load_params(args.params).generation
     settings = replace(settings, test_queries=args.queries)
     grid = grid_config(args.row, settings)
-    if grid.generator != "base" or grid.method or (grid.decoding or settings.decoding) != "generate":
+    decoding = grid.decoding or settings.decoding
+    if grid.generator != "base" or grid.method or decoding != "generate":
         raise SystemExit(f"--row {args.row}: a row with the base generator and plain decoding")
 
     local = run("local torch (float32 of the Q4_1 weights)", base, args.dataset, grid, settings,
