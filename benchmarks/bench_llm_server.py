@@ -15,7 +15,9 @@ stage's code), with the row's prompts and token budget:
 * server: the same row as `generator: api` against llama.cpp serving that Q4_1 GGUF itself
   (quantised weights, its own kernels), no fixed examples (`api.shots: 0`, so both see the same
   single user turn in the same chat template), temperature 0, one request at a time (the
-  server decodes one at a time anyway), with no answer cache (every answer is timed).
+  server decodes one at a time anyway), with no answer cache (every answer is timed), and the
+  stop string "\n" (the local generator stops at the first line break after some text; an
+  answer that starts with a line break is empty here, counted as `server_empty`).
 
 So the two differ in the weights' arithmetic only (Q4_1 blocks vs their float32 dequantisation,
 and llama.cpp's vs torch's kernels), not in prompt or decoding. The data folder is only read
@@ -70,6 +72,7 @@ def compare(local: list[dict], served: list[dict]) -> dict:
     pairs = list(zip(local, served, strict=True))
     assert all(a["qid"] == b["qid"] for a, b in pairs)
     differ = [(a, b) for a, b in pairs if a["generation"].strip() != b["generation"].strip()]
+    empty = sum(not b["generation"].strip() for b in served)
     answers = [(a, b) for a, b in pairs if a["prediction"] != b["prediction"]]
     examples = [
         {
@@ -83,6 +86,7 @@ def compare(local: list[dict], served: list[dict]) -> dict:
     return {
         "queries": len(pairs),
         "generations_differ": len(differ),
+        "server_empty": empty,
         "predictions_differ": len(answers),
         "em_only_local": sum(a["em"] > b["em"] for a, b in pairs),
         "em_only_server": sum(b["em"] > a["em"] for a, b in pairs),
@@ -130,7 +134,9 @@ def main() -> int:
         served_settings = replace(settings, api=api)
 
         def uncached(*row: Any) -> Any:
-            return make_generator(*row, cached=False)
+            generator = make_generator(*row, cached=False)
+            generator.stop = ["\n"]  # as the local generator stops at a line break
+            return generator
 
         served = run("llama.cpp server (Q4_1)", base, args.dataset,
                      replace(grid, generator="api"), served_settings, uncached)  # fmt: skip

@@ -131,6 +131,7 @@ class ApiGenerator:
         system: str | None = None,
         max_tokens: int = 16,
         temperature: float = 0.0,
+        stop: Sequence[str] = (),
         timeout: float = 60.0,
         max_retries: int = 5,
         backoff: float = 1.0,
@@ -159,6 +160,8 @@ class ApiGenerator:
         self.system = system
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
+        #: OpenAI's `stop` strings (none: the answer runs to `max_tokens` or the end token)
+        self.stop = [str(text) for text in stop]
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
@@ -180,10 +183,11 @@ class ApiGenerator:
     def cache_identity(self, max_tokens: int | None = None) -> str:
         """What besides the prompt decides an answer, for an answer cache's key
         (`answer_cache.CachedLLM`): the endpoint without credentials, the model, the decoding
-        settings, and the system turn, prompt style and fixed examples that `messages` wraps
-        around each prompt (their digest). `max_tokens` overrides the generator's own."""
+        settings and `stop` strings, and the system turn, prompt format and fixed examples that
+        `messages` wraps around each prompt (their digest). `max_tokens` overrides the
+        generator's own."""
         wrapping = {"format": asdict(self.prompt_format), "system": self.system}
-        wrapping["examples"] = self.examples
+        wrapping.update(examples=self.examples, stop=self.stop)
         digest = hashlib.sha256(json.dumps(wrapping, sort_keys=True).encode()).hexdigest()
         tokens = self.max_tokens if max_tokens is None else int(max_tokens)
         return (
@@ -214,6 +218,7 @@ class ApiGenerator:
             "messages": self.messages(prompt),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
+            **({"stop": self.stop} if self.stop else {}),
         }
         headers = {"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"}
         last = "no attempt made"

@@ -161,6 +161,7 @@ def test_answer_cache_key_holds_what_changes_an_answer(tmp_path):
             make(server, max_tokens=17)[0],
             make(server, temperature=0.5)[0],
             make(server, system="be brief")[0],
+            make(server, stop=["\n"])[0],
             make(server, prompt_format=PromptFormat("paper"))[0],
         ]
         other_model = make(server)[0]
