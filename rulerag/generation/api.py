@@ -22,15 +22,19 @@ server), with the paper's 3-shot prompt in place of fine-tuning.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import random
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
+from rulerag.errors import InputError
 from rulerag.generation.prompts import PromptFormat
 from rulerag.redact import redact_secrets, redact_url
 
@@ -55,8 +59,11 @@ DEFAULT_KEY_ENV: tuple[str, ...] = ALLOWED_KEY_ENV
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
 
 
-class ApiError(RuntimeError):
-    """The API could not answer (after retries, or a non-retryable status). Never holds the key."""
+class ApiError(InputError, RuntimeError):
+    """The API could not answer (after retries, or a non-retryable status). Never holds the key.
+
+    An `InputError`: a server that is down, a wrong URL, key or model name are the user's to
+    fix, so a stage prints the one line and exits 2 (`run_stage`), with no traceback."""
 
 
 def _airflow_connection(conn_id: str) -> Any:
@@ -124,6 +131,7 @@ class ApiGenerator:
         system: str | None = None,
         max_tokens: int = 16,
         temperature: float = 0.0,
+        stop: Sequence[str] = (),
         timeout: float = 60.0,
         max_retries: int = 5,
         backoff: float = 1.0,
@@ -152,6 +160,8 @@ class ApiGenerator:
         self.system = system
         self.max_tokens = int(max_tokens)
         self.temperature = float(temperature)
+        #: OpenAI's `stop` strings (none: the answer runs to `max_tokens` or the end token)
+        self.stop = [str(text) for text in stop]
         self.timeout = float(timeout)
         self.max_retries = int(max_retries)
         self.backoff = float(backoff)
@@ -169,6 +179,22 @@ class ApiGenerator:
 
     def __repr__(self) -> str:
         return f"ApiGenerator(base_url={self.shown_url!r}, model={self.model!r}, api_key='***')"
+
+    def cache_identity(self, max_tokens: int | None = None) -> str:
+        """What besides the prompt decides an answer, for an answer cache's key
+        (`answer_cache.CachedLLM`): the endpoint without credentials, the model, the decoding
+        settings and `stop` strings, and the system turn, prompt format and fixed examples that
+        `messages` wraps around each prompt (their digest). `max_tokens` overrides the
+        generator's own."""
+        wrapping = {"format": asdict(self.prompt_format), "system": self.system}
+        wrapping.update(examples=self.examples, stop=self.stop)
+        digest = hashlib.sha256(json.dumps(wrapping, sort_keys=True).encode()).hexdigest()
+        tokens = self.max_tokens if max_tokens is None else int(max_tokens)
+        return (
+            f"api:{self.model}@{self.shown_url}:max_tokens={tokens}:"
+            f"temperature={self.temperature}:"
+            f"messages={digest[:16]}"
+        )
 
     def messages(self, prompt: str) -> list[dict[str, str]]:
         """The chat turns sent for one prompt: the fixed examples, then the prompt."""
@@ -192,6 +218,7 @@ class ApiGenerator:
             "messages": self.messages(prompt),
             "max_tokens": self.max_tokens,
             "temperature": self.temperature,
+            **({"stop": self.stop} if self.stop else {}),
         }
         headers = {"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"}
         last = "no attempt made"

@@ -376,7 +376,7 @@ def chain_factory(
 
         base = Path(base)
         layout = DataLayout(base)
-        model = make_generator(base, replace(grid, method=None), settings, None)
+        model = make_generator(base, replace(grid, method=None), settings, None, cached=False)
         if grid.generator == "api":
             model.examples = []  # the chain's prompts carry their own demonstrations
             llm = api_llm(model)

@@ -6,7 +6,9 @@
   was trained with (base model, chat template, prompt style), so it is never prompted
   differently from its training;
 * `api`: an OpenAI-compatible chat endpoint with the paper's fixed F_G examples as a k-shot
-  prompt (`api.py`);
+  prompt (`api.py`), behind the dataset's answer cache (`DataLayout.api_answer_cache`,
+  `answer_cache.CachedGenerator`): a rerun sends no request it has sent before and a run
+  stopped half way (a server gone) resumes from the answers it had;
 * `symbolic` is not built here: it needs no model (`grid.run_row` answers it, `symbolic.py`).
 
 Nothing here imports torch at module level: `passive_openmp` must run before it is loaded.
@@ -72,9 +74,12 @@ def make_generator(
     settings: GenerationSettings,
     retrieval: str | None,
     adapter: Path | None = None,
+    *,
+    cached: bool = True,
 ) -> Any:
     """The row's generator (see the module docstring); `adapter` replaces a trained row's
-    own adapter folder (e.g. one trained on another rule bank)."""
+    own adapter folder (e.g. one trained on another rule bank). `cached=False`: an API row's
+    generator itself, without the answer cache (a chain samples the same prompt n times)."""
     prompt_format = PromptFormat(settings.prompt_style)
     if grid.generator == "symbolic":
         raise ValueError("the symbolic row is answered by rulerag.generation.grid (no model)")
@@ -82,7 +87,7 @@ def make_generator(
         from rulerag.generation.api import ApiGenerator
 
         api = settings.api
-        return ApiGenerator(
+        generator = ApiGenerator(
             base_url=api.base_url,
             model=api.model,
             key_env=api.key_env,
@@ -94,6 +99,16 @@ def make_generator(
             max_retries=api.max_retries,
             backoff=api.backoff,
             concurrency=api.concurrency,
+        )
+        if not cached:
+            return generator
+        from rulerag.generation.answer_cache import CachedGenerator
+
+        return CachedGenerator(
+            generator,
+            DataLayout(Path(base)).api_answer_cache,
+            identity=generator.cache_identity(),
+            batch_size=max(8, 2 * api.concurrency),  # stored after each batch
         )
     from rulerag.generation.local import LocalGenerator
 

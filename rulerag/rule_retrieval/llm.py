@@ -1,114 +1,21 @@
-"""Any prompt -> text generator behind a disk cache, so a rerun costs no LLM call.
+"""The LLM of SIAR and R³, behind the disk cache of `rulerag.generation.answer_cache`.
 
 SIAR and R³ prompt an LLM once or twice per query; on a CPU a rerun of the evaluation with an
-unchanged model must not pay that again. The cache is an SQLite file keyed by the sha256 of
-(the generator's identity, the prompt); misses are deduplicated, sent in batches with a
-progress bar, and stored after each batch, so a killed run resumes where it stopped.
-Generators: the project's local Hugging Face generator and the OpenAI-compatible API one
-(`make_generator`), or anything with `name` and `generate(prompts) -> list[str]`.
+unchanged model must not pay that again (`CachedLLM`: an SQLite prompt -> answer cache, stored
+after each batch, so a killed run resumes where it stopped). Generators: the project's local
+Hugging Face generator and the OpenAI-compatible API one (`make_generator`), or anything with
+`name` and `generate(prompts) -> list[str]`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+
+from rulerag.generation.answer_cache import CachedLLM, TextGenerator
 
 __all__ = ["CachedLLM", "LLMPool", "TextGenerator", "make_generator"]
-
-
-class TextGenerator(Protocol):
-    """What CachedLLM needs from a generator."""
-
-    name: str
-
-    def generate(self, prompts: Sequence[str]) -> list[str]: ...
-
-
-class CachedLLM:
-    """`complete(prompts)`: cached generations; `calls` counts the prompts really sent."""
-
-    def __init__(
-        self,
-        generator: TextGenerator,
-        cache_path: Path | None,
-        *,
-        identity: str | None = None,
-        batch_size: int = 16,
-        progress: bool = True,
-    ) -> None:
-        self.generator = generator
-        #: what makes two generations comparable: model (+ adapter) and decoding settings
-        self.identity = identity or getattr(generator, "name", type(generator).__name__)
-        self.batch_size = max(1, int(batch_size))
-        self.progress = progress
-        self.calls = 0
-        self._memory: dict[str, str] = {}  # this run's answers, with or without a file
-        self._db: sqlite3.Connection | None = None
-        if cache_path is not None:
-            Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(str(cache_path))
-            self._db.execute(
-                "CREATE TABLE IF NOT EXISTS generations "
-                "(key TEXT PRIMARY KEY, identity TEXT, prompt TEXT, output TEXT)"
-            )
-            self._db.commit()
-
-    def key(self, prompt: str) -> str:
-        return hashlib.sha256(f"{self.identity}\0{prompt}".encode()).hexdigest()
-
-    def complete(self, prompts: Sequence[str], desc: str = "LLM") -> list[str]:
-        """One generation per prompt, in order; only prompts not in the cache reach the model."""
-        from tqdm.auto import tqdm
-
-        keys = [self.key(p) for p in prompts]
-        found = self._lookup(set(keys))
-        missing: dict[str, str] = {}
-        for key, prompt in zip(keys, prompts, strict=True):
-            if key not in found and key not in missing:
-                missing[key] = prompt
-        todo = list(missing.items())
-        with tqdm(total=len(todo), desc=desc, disable=not (self.progress and todo)) as bar:
-            for start in range(0, len(todo), self.batch_size):
-                batch = todo[start : start + self.batch_size]
-                outputs = self.generator.generate([prompt for _, prompt in batch])
-                self.calls += len(batch)
-                fresh = {key: out for (key, _), out in zip(batch, outputs, strict=True)}
-                found.update(fresh)
-                self._store([(key, missing[key], out) for key, out in fresh.items()])
-                bar.update(len(batch))
-        return [found[key] for key in keys]
-
-    def _lookup(self, keys: set[str]) -> dict[str, str]:
-        out = {key: self._memory[key] for key in keys if key in self._memory}
-        if self._db is None or len(out) == len(keys):
-            return out
-        wanted = sorted(keys - out.keys())
-        for start in range(0, len(wanted), 500):
-            chunk = wanted[start : start + 500]
-            marks = ",".join("?" * len(chunk))
-            rows = self._db.execute(
-                f"SELECT key, output FROM generations WHERE key IN ({marks})", chunk
-            )
-            out.update(dict(rows.fetchall()))
-        return out
-
-    def _store(self, rows: list[tuple[str, str, str]]) -> None:
-        self._memory.update((key, out) for key, _, out in rows)
-        if self._db is None:
-            return
-        self._db.executemany(
-            "INSERT OR REPLACE INTO generations VALUES (?, ?, ?, ?)",
-            [(key, self.identity, prompt, out) for key, prompt, out in rows],
-        )
-        self._db.commit()
-
-    def close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
 
 
 def make_generator(
@@ -203,10 +110,13 @@ class LLMPool:
                     quantization=spec.quantization,
                 )  # fmt: skip
             stop = "line" if one_line else "budget"
+            identity = f"{spec.kind}:{spec.model}:max_new_tokens={tokens}:stop={stop}"
+            if spec.kind == "api":  # another server or decoding is another answer
+                identity = f"{self._generator.cache_identity(max_tokens=tokens)}:stop={stop}"
             self._llms[purpose] = CachedLLM(
                 _Budget(self._generator, tokens, one_line),
                 self.cache_path,
-                identity=f"{spec.kind}:{spec.model}:max_new_tokens={tokens}:stop={stop}",
+                identity=identity,
                 batch_size=spec.batch_size,
             )
         return self._llms[purpose]

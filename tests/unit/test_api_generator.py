@@ -135,3 +135,53 @@ def test_key_from_a_real_airflow_connection_variable(monkeypatch):
         "pw-123",
         "https://llm.example.org",
     )
+
+
+def test_answer_cache_key_holds_what_changes_an_answer(tmp_path):
+    """The grid's API answer cache: a rerun sends nothing; another model, endpoint, token
+    budget, temperature or set of examples is another key; a failure mid-run keeps the
+    answers already received and a rerun sends only the missing prompts."""
+    from rulerag.generation.answer_cache import CachedGenerator
+
+    cache = tmp_path / "api.sqlite"
+
+    def cached(generator: ApiGenerator) -> CachedGenerator:
+        return CachedGenerator(generator, cache, identity=generator.cache_identity(), batch_size=2)
+
+    prompts = [f"Query: q{i}?" for i in range(5)]
+    with FakeOpenAI([]) as server:
+        generator, _ = make(server)
+        first = cached(generator).generate(prompts)
+        assert len(server.requests) == 5
+        again = cached(make(server)[0])
+        assert again.generate(prompts) == first and again.calls == 0
+        assert len(server.requests) == 5
+        base = generator.cache_identity()
+        variants = [
+            make(server, max_tokens=17)[0],
+            make(server, temperature=0.5)[0],
+            make(server, system="be brief")[0],
+            make(server, stop=["\n"])[0],
+            make(server, prompt_format=PromptFormat("paper"))[0],
+        ]
+        other_model = make(server)[0]
+        other_model.model = "another"
+        other_examples = make(server)[0]
+        other_examples.examples = [("ex1", "a1")]
+        variants += [other_model, other_examples]
+        identities = {g.cache_identity() for g in variants}
+        assert base not in identities and len(identities) == len(variants)
+        assert KEY not in base and "fake-model" in base and server.url in base
+
+    # a server that stops answering after 3 requests: the first batch (2) is kept
+    fresh = tmp_path / "resume.sqlite"
+    with FakeOpenAI([(200, None)] * 3 + [(401, None)] * 10) as server:
+        generator, _ = make(server, max_retries=0)
+        broken = CachedGenerator(generator, fresh, identity="x", batch_size=2)
+        with pytest.raises(ApiError, match=r"2 new answers of this run are kept in .*resume"):
+            broken.generate(prompts)
+    with FakeOpenAI([]) as server:
+        generator, _ = make(server)
+        resumed = CachedGenerator(generator, fresh, identity="x", batch_size=2)
+        resumed.generate(prompts)
+        assert resumed.calls == 3 and len(server.requests) == 3
