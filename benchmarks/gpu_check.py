@@ -105,6 +105,8 @@ class Sizes:
 GPU_SIZES = Sizes(32, 8, 8, 2.0, 16, 20, 24, 8, 4, 2.0, 384, None)
 #: the dry run trains on the top two layers only, with short prompts: a shared 2-core CPU
 CPU_SIZES = Sizes(4, 2, 2, 1.0, 8, 3, 2, 1, 2, 1.0, 128, 2)
+#: parts that must use the GPU when there is one (a run that allocated none of its memory fails)
+GPU_PARTS = ("lora_bf16", "qlora_nf4", "rgft_retriever", "r2ag", "deepspeed_zero2")
 #: parts that need CUDA, and why they are skipped without it (no child process is started)
 CPU_SKIPS = {
     "qlora_nf4": "QLoRA's 4-bit base is a GPU part (bitsandbytes on the CPU is slow; the unit "
@@ -356,6 +358,12 @@ def part_deepspeed_zero2(ctx: Context) -> dict[str, Any]:
     return _lora(ctx, None, deepspeed=True)
 
 
+def _importable(name: str) -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec(name) is not None
+
+
 def _encoder(ctx: Context) -> Any:
     from rulerag.retrieval.encoders import EncoderSpec, load_encoder
 
@@ -440,9 +448,13 @@ def part_r2ag(ctx: Context) -> dict[str, Any]:
         rule_texts,
         name=f"{Path(ctx.encoder).name}-rg",
     )
+    # On CUDA the paper profile's base: 4-bit NF4 in bf16, which load_causal_lm places on the
+    # GPU; a base that is not 4-bit is loaded on the CPU (no device_map), and the GPU guard in
+    # `run_part` would fail the part for it.
+    quantization = "nf4" if ctx.cuda and _importable("bitsandbytes") else None
     generation = generation_settings(
         {"model": ctx.generator, "dtype": "bfloat16" if ctx.cuda else "float32",
-         "max_prompt_tokens": ctx.sizes.max_prompt_tokens}
+         "quantization": quantization, "max_prompt_tokens": ctx.sizes.max_prompt_tokens}
     )  # fmt: skip
     settings = r2ag_settings(
         {
@@ -452,6 +464,7 @@ def part_r2ag(ctx: Context) -> dict[str, Any]:
                 "epochs": ctx.sizes.r2ag_epochs,
                 "batch_size": ctx.sizes.r2ag_batch,
                 "gradient_accumulation": 1,
+                "warmup": 0,  # the default 3 % rounds up to one step at lr 0
                 "learning_rate": 1e-3,
                 "eval_steps": 1000,  # dev loss before and at the end
                 "logging_steps": 1,
@@ -469,7 +482,7 @@ def part_r2ag(ctx: Context) -> dict[str, Any]:
         raise RuntimeError("no optimiser step ran")
     return {
         "why": f"{stats['steps']} steps, {stats['trainable_parameters']:,} R²-Former parameters, "
-        f"dev loss (LM + QDM)",
+        f"LLM {quantization or generation.dtype}, dev loss (LM + QDM)",
         "loss_before": before.get("loss"),
         "loss_after": best.get("loss"),
     }
@@ -545,6 +558,9 @@ def run_part(name: str, context_file: Path, result_file: Path) -> int:
     row.seconds = round(time.perf_counter() - started, 1)
     if ctx.cuda:
         row.peak_gpu_mib = round(torch.cuda.max_memory_allocated() / 2**20, 1)
+        if row.status == "ran" and name in GPU_PARTS and row.peak_gpu_mib < 1:
+            row.status = "failed"
+            row.why = f"ran on the CPU: it allocated no GPU memory ({row.why})"
     Path(result_file).write_text(json.dumps(asdict(row)), encoding="utf-8")
     return 1 if row.status == "failed" else 0
 

@@ -43,3 +43,4 @@ def test_the_cpu_dry_run_trains_what_it_can_and_says_why_it_skips_the_rest(
     assert "CPU faiss" in rows["faiss"]["why"]
     assert "| part | status | device | seconds |" in proc.stdout
     assert "GPU check (CPU dry run)" in proc.stdout
+    print(proc.stdout[proc.stdout.index("GPU check (CPU dry run)") :])  # the table, under -s
