@@ -16,7 +16,8 @@ A missing chunk (the machine went back between calls) is an error naming the par
 What is in it (docs/operations.md, "GPU check", has the measured sizes):
 
 * wheels for Python 3.12 / manylinux x86-64, the versions constraints.txt pins: pydantic,
-  pydantic-core, annotated-types, typing-inspection (`rulerag.settings` imports pydantic),
+  pydantic-core, annotated-types, typing-inspection (`rulerag.settings` imports pydantic) and
+  typing-extensions (pydantic needs >= 4.16; the device's version is not known),
   gguf (the GGUF conversion), hjson + deepspeed (a py3-none-any wheel built here from its
   sdist, `pip wheel --no-deps`), faiss-cpu, and bitsandbytes with only the CUDA 13.0 and CPU
   libraries the device's torch (cu130) loads: the full wheel is 43 MB, mostly CUDA 11.8-12.8
@@ -57,8 +58,8 @@ CALL_LIMIT = 64 * 2**20
 MARGIN = 2 * 2**20
 #: wheels the device lacks, by their constraints.txt names
 WHEELS = (
-    "pydantic", "pydantic_core", "annotated-types", "typing-inspection", "gguf", "hjson",
-    "faiss-cpu", "bitsandbytes",
+    "pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions",
+    "gguf", "hjson", "faiss-cpu", "bitsandbytes",
 )  # fmt: skip
 #: built here from its sdist (no wheel on PyPI)
 SDIST_WHEELS = ("deepspeed",)
