@@ -24,7 +24,8 @@ export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup setup-llm serve-llm run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
-	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains
+	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
+	gpu-bundle gpu-check
 
 setup: $(STAMP)
 
@@ -160,6 +161,19 @@ exp-r2ag-ft: setup
 # they fail, never skip, when it is not installed.
 test: setup setup-llm
 	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+
+# The GPU check (docs/operations.md, "GPU check"): the training code paths a few steps each.
+# Here (no CUDA) `gpu-check` is the CPU dry run; on a GPU machine with the bundle staged and
+# assembled, `make gpu-check PYTHON_GPU=python3 GPU_BUNDLE=/tmp/rulerag-gpu` runs it on the GPU.
+# `gpu-bundle` builds .gpubundle/part1..3 (wheels, models, data slice; each fits one device call).
+PYTHON_GPU ?= $(BIN)/python
+GPU_BUNDLE ?=
+gpu-bundle: setup
+	$(BIN)/python benchmarks/gpu_bundle.py build
+
+gpu-check: $(if $(GPU_BUNDLE),,setup)
+	PYTHONPATH=$(if $(GPU_BUNDLE),$(GPU_BUNDLE)/site:)$(CURDIR) $(PYTHON_GPU) \
+	  benchmarks/gpu_check.py $(if $(GPU_BUNDLE),--bundle $(GPU_BUNDLE)) $(GPU_CHECK_ARGS)
 
 test-fast: setup
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
