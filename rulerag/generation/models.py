@@ -217,10 +217,14 @@ def load_causal_lm(
     """Load a causal LM by alias, path or id.
 
     `quantization="nf4"` loads the base in 4-bit NormalFloat with double quantisation and
-    bfloat16 compute (QLoRA, through bitsandbytes): on this process's GPU under CUDA, else on
-    the CPU, which bitsandbytes >= 0.49 supports (slowly: meant for tests and small models).
-    `dtype` is a torch dtype name ("float32", "bfloat16", "float16") or None for the
-    checkpoint's own.
+    bfloat16 compute (QLoRA, through bitsandbytes); without CUDA it loads on the CPU, which
+    bitsandbytes >= 0.49 supports (slowly: meant for tests and small models). `dtype` is a
+    torch dtype name ("float32", "bfloat16", "float16") or None for the checkpoint's own.
+
+    Under CUDA every model goes to this process's GPU (`LOCAL_RANK`, 0 alone) unless
+    `device_map` says otherwise: the generator, R²AG's training and generation move inputs to
+    wherever the model is, so a model left on the CPU would run there on a GPU machine (the
+    Trainer moves a model itself; a model already on its GPU is no different to it).
     """
     import torch
     from transformers import AutoModelForCausalLM
@@ -240,14 +244,13 @@ def load_causal_lm(
             bnb_4bit_compute_dtype=torch.bfloat16,
         )
         kwargs.setdefault("dtype", torch.bfloat16)
-        if device_map is None:
-            if torch.cuda.is_available():
-                device_map = {"": int(os.environ.get("LOCAL_RANK", 0))}
-            else:
-                logger.warning("4-bit NF4 on the CPU: correct but slow (a GPU is meant)")
-                device_map = {"": "cpu"}
+        if device_map is None and not torch.cuda.is_available():
+            logger.warning("4-bit NF4 on the CPU: correct but slow (a GPU is meant)")
+            device_map = {"": "cpu"}
     elif quantization not in (None, "", "none"):
         raise ValueError(f"quantization must be null or 'nf4', not {quantization!r}")
+    if device_map is None and torch.cuda.is_available():
+        device_map = {"": int(os.environ.get("LOCAL_RANK", 0))}
     if device_map is not None:
         kwargs["device_map"] = device_map
     if trusts_remote_code(name):
