@@ -358,12 +358,6 @@ def part_deepspeed_zero2(ctx: Context) -> dict[str, Any]:
     return _lora(ctx, None, deepspeed=True)
 
 
-def _importable(name: str) -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec(name) is not None
-
-
 def _encoder(ctx: Context) -> Any:
     from rulerag.retrieval.encoders import EncoderSpec, load_encoder
 
@@ -448,10 +442,9 @@ def part_r2ag(ctx: Context) -> dict[str, Any]:
         rule_texts,
         name=f"{Path(ctx.encoder).name}-rg",
     )
-    # On CUDA the paper profile's base: 4-bit NF4 in bf16, which load_causal_lm places on the
-    # GPU; a base that is not 4-bit is loaded on the CPU (no device_map), and the GPU guard in
-    # `run_part` would fail the part for it.
-    quantization = "nf4" if ctx.cuda and _importable("bitsandbytes") else None
+    # On CUDA the LLM in bf16, which load_causal_lm places on this process's GPU (the GPU
+    # guard in `run_part` fails the part if it never touches the GPU).
+    quantization = None
     generation = generation_settings(
         {"model": ctx.generator, "dtype": "bfloat16" if ctx.cuda else "float32",
          "quantization": quantization, "max_prompt_tokens": ctx.sizes.max_prompt_tokens}
