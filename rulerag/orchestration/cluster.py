@@ -344,6 +344,19 @@ class Cluster:
         finally:
             conn.close()
 
+    def metadata_connection(self):  # noqa: ANN201 (psycopg2's connection)
+        """A connection (autocommit) to Airflow's metadata database, for reading what ran
+        where and when (task_instance: start_date, end_date, try_number, external_executor_id)."""
+        import psycopg2
+
+        password = self.secrets()["postgres_password"]
+        port = self.ports()["postgres"]
+        conn = psycopg2.connect(
+            host="127.0.0.1", port=port, user=DB_USER, dbname=DB_NAME, password=password
+        )
+        conn.autocommit = True
+        return conn
+
     def _stop_postgres(self) -> bool:
         if not (self.pg_data / "postmaster.pid").is_file():
             return False
