@@ -42,10 +42,11 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from rulerag.orchestration.processes import group_alive
 
@@ -64,6 +65,10 @@ STOP_GRACE_S = 20.0
 HEARTBEAT_TIMEOUT_S = "60"
 #: processes in the order `up` starts them; `down` stops them in reverse
 SERVICES = ("redis", "api-server", "scheduler", "dag-processor")
+
+
+#: where progress lines go (print, a logger, nothing)
+Echo = Callable[[str], None]
 
 
 class ClusterError(RuntimeError):
@@ -97,10 +102,12 @@ def postgres_bin() -> Path:
     elif shutil.which("pg_ctl"):
         found = Path(shutil.which("pg_ctl") or "").parent
     else:
+        debian = Path("/usr/lib/postgresql")
         versions = sorted(
-            Path("/usr/lib/postgresql").glob("*/bin"), key=lambda p: int(p.parent.name)
-        ) if Path("/usr/lib/postgresql").is_dir() else []  # fmt: skip
-        found = versions[-1] if versions else Path("/nonexistent")
+            (p for p in debian.glob("*/bin") if p.parent.name.isdigit()),
+            key=lambda p: int(p.parent.name),
+        )
+        found = versions[-1] if versions else debian / "<version>" / "bin"
     for name in ("initdb", "pg_ctl", "postgres"):
         if not (found / name).is_file():
             raise ClusterError(
@@ -111,7 +118,8 @@ def postgres_bin() -> Path:
 
 
 def _executable(name: str, where: Path | None = None) -> str:
-    """`name` next to this interpreter (the project venv), else on PATH."""
+    """`name` in `where` (default: next to this interpreter, the project venv), else on
+    PATH; a missing one fails naming the package that has it."""
     local = (where or Path(sys.executable).parent) / name
     found = str(local) if local.is_file() else shutil.which(name)
     if not found:
@@ -344,7 +352,7 @@ class Cluster:
         finally:
             conn.close()
 
-    def metadata_connection(self):  # noqa: ANN201 (psycopg2's connection)
+    def metadata_connection(self) -> Any:
         """A connection (autocommit) to Airflow's metadata database, for reading what ran
         where and when (task_instance: start_date, end_date, try_number, external_executor_id)."""
         import psycopg2
@@ -439,15 +447,33 @@ class Cluster:
     # up / down / status
     # ---------------------------------------------------------------------------------------
 
-    def up(self, timeout: float = 300, echo=print) -> None:  # noqa: ANN001
-        """Start everything, or fail naming what did not start and its log."""
+    def running(self) -> list[str]:
+        """The cluster's processes that run now (any with a live pid file, and Postgres)."""
+        names = sorted(p.stem for p in self.pids.glob("*.pid")) if self.pids.is_dir() else []
+        alive = [name for name in names if self.pid(name) is not None]
+        return [*alive, "postgres"] if self.postgres_running() else alive
+
+    def up(self, timeout: float = 300, echo: Echo = print) -> None:
+        """Start everything, or fail naming what did not start and its log, having stopped
+        what this call started. A cluster that already runs is left alone."""
+        already = self.running()
+        if already:
+            raise ClusterError(
+                f"the cluster in {self.state_dir} already runs ({', '.join(already)}): "
+                "use it, or run down first"
+            )
         redis_server = _executable("redis-server", Path("/usr/bin"))
         airflow = _executable("airflow")
         dvc = _executable("dvc")
         postgres_bin()
-        for name in (*SERVICES, *self.worker_names()):
-            if self.pid(name) is not None:
-                raise ClusterError(f"{name} already runs in {self.state_dir}; run down first")
+        try:
+            self._start(redis_server, airflow, dvc, timeout, echo)
+        except BaseException:
+            echo("up failed: stopping what started")
+            self.down(echo)
+            raise
+
+    def _start(self, redis_server: str, airflow: str, dvc: str, timeout: float, echo: Echo) -> None:
         for sub in (self.logs, self.pids, self.airflow_home, self.remote_dir,
                     self.state_dir / "workspaces", self.state_dir / "redis"):  # fmt: skip
             sub.mkdir(parents=True, exist_ok=True)
@@ -503,12 +529,12 @@ class Cluster:
 
     def _http_ok(self, url: str) -> bool:
         try:
-            with urllib.request.urlopen(url, timeout=5) as reply:  # noqa: S310 (127.0.0.1)
+            with urllib.request.urlopen(url, timeout=5) as reply:
                 return reply.status == 200
         except (urllib.error.URLError, OSError):
             return False
 
-    def _wait(self, ready, name: str, timeout: float) -> None:  # noqa: ANN001
+    def _wait(self, ready: Callable[[], bool], name: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.pid(name) is None and name != "postgres":
@@ -519,7 +545,7 @@ class Cluster:
             time.sleep(1)
         raise ClusterError(f"{name} not ready after {timeout:.0f} s; see {self.logs / name}.log")
 
-    def down(self, echo=print) -> None:  # noqa: ANN001
+    def down(self, echo: Echo = print) -> None:
         """Stop every process group, then Postgres; leaves the state (data, logs) in place."""
         saved = self._json("cluster.json").get("workers", self.workers)
         names = [*SERVICES, *(f"worker{i}" for i in range(1, int(saved) + 1))]
@@ -569,12 +595,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         cluster = Cluster(args.project_dir, args.state_dir, workers)
         if args.command == "up":
-            try:
-                cluster.up()
-            except BaseException:
-                print("up failed: stopping what started", file=sys.stderr)
-                cluster.down()
-                raise
+            cluster.up()
         elif args.command == "down":
             cluster.down()
         elif args.command == "status":

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,10 +85,34 @@ def test_errors_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     assert main(["down", "--state-dir", str(tmp_path / "never")]) == 0
 
 
-def test_env_command_prints_shell_exports(tmp_path: Path, capsys) -> None:  # noqa: ANN001
+def test_env_command_prints_shell_exports(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     cluster = started(tmp_path)
     assert main(["env", "--state-dir", str(cluster.state_dir)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert all(line.startswith("export ") for line in lines)
     assert any(line.startswith("export AIRFLOW__CORE__EXECUTOR=CeleryExecutor") for line in lines)
     assert lines[-1].endswith(':"$PATH"')
+
+
+def test_up_leaves_a_running_cluster_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `up` fails naming what runs, and stops nothing (it used to tear it down)."""
+    cluster = started(tmp_path)
+    cluster.pids.mkdir()
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        (cluster.pids / "redis.pid").write_text(f"{stand_in.pid}\n")
+        assert main(["up", "--state-dir", str(cluster.state_dir)]) == 1
+        assert "already runs (redis): use it, or run down first" in capsys.readouterr().err
+        assert stand_in.poll() is None
+        assert cluster.running() == ["redis"]
+        # down stops the group it recorded
+        assert main(["down", "--state-dir", str(cluster.state_dir)]) == 0
+        assert stand_in.wait(timeout=30) == -15
+        assert cluster.running() == [] and not (cluster.pids / "redis.pid").exists()
+    finally:
+        stand_in.kill()
+        stand_in.wait()
