@@ -155,13 +155,15 @@ airflow: setup
 	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
 
 # docker/compose.yaml's CeleryExecutor cluster on this machine, without Docker: Postgres, Redis,
-# API server, scheduler, DAG processor and CLUSTER_WORKERS Celery workers, the DAG in workspaces
+# API server, scheduler, DAG processor, CLUSTER_WORKERS Celery workers (and CLUSTER_GPU_WORKERS on
+# the queue gpu, for the GPU stages, as compose's gpu-worker), the DAG in workspaces
 # mode over a local-path DVC remote; state, logs and secrets in CLUSTER_STATE (git-ignored).
 # docs/operations.md, "A Celery cluster without Docker". cluster-deps installs Debian's
 # redis-server and postgresql when missing (apt-get, as root or through sudo) and the venv's
 # `celery` extra.
 CLUSTER_STATE ?= .cluster
 CLUSTER_WORKERS ?= 2
+CLUSTER_GPU_WORKERS ?= 0
 CLUSTER_STAMP := $(VENV)/.installed-celery
 CLUSTER := $(BIN)/python -m rulerag.orchestration.cluster --state-dir $(CLUSTER_STATE)
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
@@ -177,7 +179,8 @@ cluster-deps: $(CLUSTER_STAMP)
 	    --no-install-recommends redis-server postgresql; fi
 
 cluster-up: cluster-deps
-	PATH=$(abspath $(BIN)):$$PATH $(CLUSTER) up --workers $(CLUSTER_WORKERS)
+	PATH=$(abspath $(BIN)):$$PATH $(CLUSTER) up --workers $(CLUSTER_WORKERS) \
+	  --gpu-workers $(CLUSTER_GPU_WORKERS)
 
 cluster-down:
 	$(CLUSTER) down

@@ -63,6 +63,8 @@ STOP_GRACE_S = 20.0
 #: seconds without a task heartbeat after which the scheduler fails a task (a worker that died
 #: with it) and retries it; Airflow's default, 300, is the caller's to set
 HEARTBEAT_TIMEOUT_S = "60"
+#: the queue and pool of GPU_STAGES' tasks when the cluster has GPU workers (as compose's)
+GPU_QUEUE, GPU_POOL = "gpu", "gpus"
 #: processes in the order `up` starts them; `down` stops them in reverse
 SERVICES = ("redis", "api-server", "scheduler", "dag-processor")
 
@@ -141,12 +143,17 @@ class Cluster:
     state_dir: Path = field(default_factory=lambda: PROJECT_DIR / ".cluster")
     workers: int = 2
     base_env: Mapping[str, str] | None = None
+    #: workers on the queue `gpu` (GPU_STAGES' tasks, held to the pool `gpus` with one slot
+    #: each, as compose's gpu-worker); 0: no GPU queue, GPU stages run on the workers above
+    gpu_workers: int = 0
 
     def __post_init__(self) -> None:
         self.project_dir = Path(self.project_dir).resolve()
         self.state_dir = Path(self.state_dir).resolve()
         if self.workers < 1:
             raise ClusterError(f"--workers must be at least 1, not {self.workers}")
+        if self.gpu_workers < 0:
+            raise ClusterError(f"--gpu-workers must be at least 0, not {self.gpu_workers}")
 
     # ---------------------------------------------------------------------------------------
     # paths and saved settings
@@ -173,7 +180,11 @@ class Cluster:
         return self.state_dir / "postgres" / "data"
 
     def worker_names(self) -> list[str]:
-        return [f"worker{i}" for i in range(1, self.workers + 1)]
+        """The workers of the queue `default`, then those of the queue `gpu`."""
+        return [
+            *(f"worker{i}" for i in range(1, self.workers + 1)),
+            *(f"gpu-worker{i}" for i in range(1, self.gpu_workers + 1)),
+        ]
 
     def _json(self, name: str) -> dict:
         path = self.state_dir / name
@@ -215,6 +226,7 @@ class Cluster:
             raise ClusterError(f"no cluster started in {self.state_dir} (run up first)")
         env = dict(self._base() if base is None else base)
         env.setdefault("AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT", HEARTBEAT_TIMEOUT_S)
+        slots = str(self.workers + self.gpu_workers)
         db = f"{DB_USER}:{keys['postgres_password']}@127.0.0.1:{ports['postgres']}/{DB_NAME}"
         bin_dir = str(Path(sys.executable).parent)
         env.update(
@@ -226,7 +238,7 @@ class Cluster:
                 f"redis://:{keys['redis_password']}@127.0.0.1:{ports['redis']}/0"
             ),
             AIRFLOW__CELERY__RESULT_BACKEND=f"db+postgresql+psycopg2://{db}",
-            AIRFLOW__CORE__PARALLELISM=str(self.workers),
+            AIRFLOW__CORE__PARALLELISM=slots,
             AIRFLOW__CORE__DAGS_FOLDER=str(self.project_dir / "dags"),
             AIRFLOW__CORE__LOAD_EXAMPLES="False",
             # triggered runs start at once (the DAG has no schedule)
@@ -238,12 +250,17 @@ class Cluster:
             AIRFLOW__API_AUTH__JWT_SECRET=keys["jwt_secret"],
             RULERAG_PROJECT_DIR=str(self.project_dir),
             RULERAG_DAG_MODE="workspaces",
-            RULERAG_DAG_PARALLELISM=str(self.workers),
+            RULERAG_DAG_PARALLELISM=slots,
             RULERAG_DVC_REMOTE=REMOTE_NAME,
             RULERAG_WORKSPACE_ROOT=str(self.state_dir / "workspaces"),
             DVC_NO_ANALYTICS="1",
             PYTHONUNBUFFERED="1",
         )
+        # a queue no worker serves would hold GPU stages forever: set only with GPU workers
+        for key in ("RULERAG_GPU_QUEUE", "RULERAG_GPU_POOL", "RULERAG_GPU_RESOURCE"):
+            env.pop(key, None)
+        if self.gpu_workers:
+            env.update(RULERAG_GPU_QUEUE=GPU_QUEUE, RULERAG_GPU_POOL=GPU_POOL)
         return env
 
     # ---------------------------------------------------------------------------------------
@@ -481,7 +498,7 @@ class Cluster:
             self.state_dir.chmod(0o711)  # the postgres user passes through to postgres/
         keys = self.secrets()
         ports = {"postgres": _free_port(), "redis": _free_port(), "api": _free_port()}
-        saved = {"ports": ports, "workers": self.workers}
+        saved = {"ports": ports, "workers": self.workers, "gpu_workers": self.gpu_workers}
         self._write_private(self.state_dir / "cluster.json", json.dumps(saved, indent=2))
 
         echo(f"postgres on 127.0.0.1:{ports['postgres']}")
@@ -507,6 +524,9 @@ class Cluster:
                               text=True, check=False)  # fmt: skip
         if done.returncode != 0:
             raise ClusterError(f"{shlex.join(remote)}: {done.stderr.strip()}")
+        if self.gpu_workers:  # one slot per GPU worker, as compose's airflow-init
+            pool = [airflow, "pools", "set", GPU_POOL, str(self.gpu_workers), "one slot per GPU"]
+            self._checked(pool, self.logs / "migrate.log", "airflow pools set", env=env)
 
         echo(f"airflow api-server on http://127.0.0.1:{ports['api']}")
         self._spawn("api-server", [airflow, "api-server", "--host", "127.0.0.1", "--port",
@@ -515,9 +535,10 @@ class Cluster:
         self._spawn("dag-processor", [airflow, "dag-processor"], env)
         host = socket.gethostname()
         for name in self.worker_names():
-            echo(f"celery worker {name}@{host} (queue default, concurrency 1)")
+            queue = GPU_QUEUE if name.startswith("gpu-") else "default"
+            echo(f"celery worker {name}@{host} (queue {queue}, concurrency 1)")
             self._spawn(name, [airflow, "celery", "worker", "--celery-hostname",
-                               f"{name}@{host}", "--queues", "default", "--concurrency", "1",
+                               f"{name}@{host}", "--queues", queue, "--concurrency", "1",
                                "--skip-serve-logs"], env)  # fmt: skip
         health = f"http://127.0.0.1:{ports['api']}/api/v2/monitor/health"
         self._wait(lambda: self._http_ok(health), "api-server", timeout)
@@ -547,8 +568,7 @@ class Cluster:
 
     def down(self, echo: Echo = print) -> None:
         """Stop every process group, then Postgres; leaves the state (data, logs) in place."""
-        saved = self._json("cluster.json").get("workers", self.workers)
-        names = [*SERVICES, *(f"worker{i}" for i in range(1, int(saved) + 1))]
+        names = [*SERVICES, *self.worker_names()]
         for stale in sorted(self.pids.glob("*.pid")) if self.pids.is_dir() else []:
             if stale.stem not in names:
                 names.append(stale.stem)
@@ -570,7 +590,8 @@ class Cluster:
         return (
             f"API http://127.0.0.1:{ports.get('api')} (users and passwords: "
             f"{self.airflow_home / 'simple_auth_manager_passwords.json.generated'}); "
-            f"{self.workers} Celery workers; logs in {self.logs}"
+            f"{self.workers} Celery workers, {self.gpu_workers} on the queue gpu; "
+            f"logs in {self.logs}"
         )
 
 
@@ -587,13 +608,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--workers", type=int, default=None,
         help="Celery workers, one task slot each (default: 2; later commands: as started)",
     )  # fmt: skip
+    parser.add_argument(
+        "--gpu-workers", type=int, default=None,
+        help="workers on the queue gpu, for GPU_STAGES (default: 0; later commands: as started)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     saved = {}
     if (args.state_dir / "cluster.json").is_file():
         saved = json.loads((args.state_dir / "cluster.json").read_text(encoding="utf-8"))
-    workers = args.workers or (2 if args.command == "up" else saved.get("workers", 2))
+    up = args.command == "up"
+    workers = args.workers if args.workers is not None else 2 if up else saved.get("workers", 2)
+    gpu_workers = args.gpu_workers
+    if gpu_workers is None:
+        gpu_workers = 0 if up else saved.get("gpu_workers", 0)
     try:
-        cluster = Cluster(args.project_dir, args.state_dir, workers)
+        cluster = Cluster(args.project_dir, args.state_dir, workers, gpu_workers=gpu_workers)
         if args.command == "up":
             cluster.up()
         elif args.command == "down":

@@ -116,3 +116,19 @@ def test_up_leaves_a_running_cluster_alone(
     finally:
         stand_in.kill()
         stand_in.wait()
+
+
+def test_gpu_workers_get_the_queue_and_pool_and_none_without_them(tmp_path: Path) -> None:
+    cluster = started(tmp_path)
+    # a GPU queue from the caller's shell would hold GPU stages where no worker serves it
+    base = {"PATH": "/usr/bin", "RULERAG_GPU_QUEUE": "gpu", "RULERAG_GPU_POOL": "gpus"}
+    plain = Cluster(PROJECT, cluster.state_dir, base_env=base).airflow_env()
+    assert "RULERAG_GPU_QUEUE" not in plain and "RULERAG_GPU_POOL" not in plain
+    gpu = Cluster(PROJECT, cluster.state_dir, workers=2, gpu_workers=1, base_env=base)
+    env = gpu.airflow_env()
+    settings = DagSettings.from_env(env)
+    assert (settings.gpu_queue, settings.gpu_pool, settings.parallelism) == ("gpu", "gpus", 3)
+    assert env["AIRFLOW__CORE__PARALLELISM"] == "3"
+    assert gpu.worker_names() == ["worker1", "worker2", "gpu-worker1"]
+    with pytest.raises(ClusterError, match="--gpu-workers must be at least 0"):
+        Cluster(PROJECT, cluster.state_dir, gpu_workers=-1)
