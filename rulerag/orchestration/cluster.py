@@ -2,10 +2,10 @@
 
 The same services as the compose file's x-airflow-common, as plain processes of this machine:
 Postgres (Airflow's metadata database and Celery's result backend), Redis (Celery's broker),
-the API server, scheduler and DAG processor, and `workers` Celery workers with one task slot
-each, running the DAG in workspaces mode over a DVC remote on a local path (what a shared
-filesystem gives a real cluster; compose uses MinIO). Everything the cluster keeps lives in
-one state folder (default `.cluster/`, git-ignored):
+the API server, scheduler and DAG processor, and `workers` Celery workers (plus `gpu_workers`
+on the queue `gpu`) with one task slot each, running the DAG in workspaces mode over a DVC
+remote on a local path (what a shared filesystem gives a real cluster; compose uses MinIO).
+Everything the cluster keeps lives in one state folder (default `.cluster/`, git-ignored):
 
     postgres/data, postgres/run   Postgres' data folder and socket folder (owned by the user
                                   `postgres` when this runs as root: initdb refuses root)
@@ -20,7 +20,7 @@ Every process is started as the leader of a process group of its own, and `down`
 group (SIGTERM, a grace period, SIGKILL) and Postgres (`pg_ctl stop`), so nothing is left
 running. Ports are free ones, chosen at each `up`, on 127.0.0.1 only.
 
-    python -m rulerag.orchestration.cluster up [--workers 2]
+    python -m rulerag.orchestration.cluster up [--workers 2] [--gpu-workers 0]
     python -m rulerag.orchestration.cluster status
     eval "$(python -m rulerag.orchestration.cluster env)"; airflow dags trigger rulerag ...
     python -m rulerag.orchestration.cluster down
@@ -131,6 +131,28 @@ def _executable(name: str, where: Path | None = None) -> str:
         }.get(name, "make setup")
         raise ClusterError(f"{name} is not installed ({hint})")
     return found
+
+
+#: (module, distribution) the cluster's processes import: the `celery` extra
+CELERY_MODULES = (
+    ("airflow.providers.celery", "apache-airflow-providers-celery"),
+    ("redis", "redis"),
+    ("psycopg2", "psycopg2-binary"),
+    ("asyncpg", "asyncpg"),
+)
+
+
+def require_celery_extra() -> None:
+    """Fail in one line when a module of the `celery` extra is missing, before anything
+    starts (a worker would die on the import, its traceback in a log)."""
+    import importlib.util
+
+    missing = [dist for module, dist in CELERY_MODULES if importlib.util.find_spec(module) is None]
+    if missing:
+        raise ClusterError(
+            f"not installed: {', '.join(missing)} (make cluster-deps, or pip install "
+            "-c constraints.txt -e '.[celery]')"
+        )
 
 
 @dataclass
@@ -479,6 +501,7 @@ class Cluster:
                 f"the cluster in {self.state_dir} already runs ({', '.join(already)}): "
                 "use it, or run down first"
             )
+        require_celery_extra()
         redis_server = _executable("redis-server", Path("/usr/bin"))
         airflow = _executable("airflow")
         dvc = _executable("dvc")

@@ -132,3 +132,14 @@ def test_gpu_workers_get_the_queue_and_pool_and_none_without_them(tmp_path: Path
     assert gpu.worker_names() == ["worker1", "worker2", "gpu-worker1"]
     with pytest.raises(ClusterError, match="--gpu-workers must be at least 0"):
         Cluster(PROJECT, cluster.state_dir, gpu_workers=-1)
+
+
+def test_a_missing_module_of_the_celery_extra_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    def find_spec(name: str, *args: object) -> object:  # every other module is there
+        return None if name == "asyncpg" else object()
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    with pytest.raises(ClusterError, match=r"not installed: asyncpg \(make cluster-deps"):
+        cluster_module.require_celery_extra()
