@@ -153,6 +153,14 @@ def require_celery_extra() -> None:
             f"not installed: {', '.join(missing)} (make cluster-deps, or pip install "
             "-c constraints.txt -e '.[celery]')"
         )
+    import celery
+    from celery.backends import database
+
+    if not hasattr(database, "retry"):  # the provider imports it; celery 5.7 dropped it
+        raise ClusterError(
+            f"celery {celery.__version__} does not work with apache-airflow-providers-celery "
+            "(no celery.backends.database.retry): pip install -c constraints.txt celery==5.6.3"
+        )
 
 
 @dataclass
