@@ -188,7 +188,7 @@ cluster-down:
 cluster-status:
 	$(CLUSTER) status
 
-# The Celery cluster end to end (tests/pipeline/test_cluster.py, about 5 minutes on 2 cores, a
+# The Celery cluster end to end (tests/pipeline/test_cluster.py, 3 to 5 minutes on 2 cores: a
 # cluster start, a serial run and a retried task): not part of `make test` (CI's 30 minutes).
 test-cluster: cluster-deps
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster tests/pipeline/test_cluster.py \
