@@ -24,6 +24,7 @@ export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
 .PHONY: setup setup-llm serve-llm run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
+	cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
 	gpu-bundle gpu-check
 
@@ -214,6 +215,46 @@ airflow: setup
 	AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) \
 	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
+
+# docker/compose.yaml's CeleryExecutor cluster on this machine, without Docker: Postgres, Redis,
+# API server, scheduler, DAG processor, CLUSTER_WORKERS Celery workers (and CLUSTER_GPU_WORKERS on
+# the queue gpu, for the GPU stages, as compose's gpu-worker), the DAG in workspaces
+# mode over a local-path DVC remote; state, logs and secrets in CLUSTER_STATE (git-ignored).
+# docs/operations.md, "A Celery cluster without Docker". cluster-deps installs Debian's
+# redis-server and postgresql when missing (apt-get, as root or through sudo) and the venv's
+# `celery` extra.
+CLUSTER_STATE ?= .cluster
+CLUSTER_WORKERS ?= 2
+CLUSTER_GPU_WORKERS ?= 0
+CLUSTER_STAMP := $(VENV)/.installed-celery
+CLUSTER := $(BIN)/python -m rulerag.orchestration.cluster --state-dir $(CLUSTER_STATE)
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(CLUSTER_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[cpu,gpu,dev,celery]'
+	touch $@
+
+cluster-deps: $(CLUSTER_STAMP)
+	@if ! command -v redis-server >/dev/null || ! { command -v pg_ctl >/dev/null || \
+	  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }; then \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends redis-server postgresql; fi
+
+cluster-up: cluster-deps
+	PATH=$(abspath $(BIN)):$$PATH $(CLUSTER) up --workers $(CLUSTER_WORKERS) \
+	  --gpu-workers $(CLUSTER_GPU_WORKERS)
+
+cluster-down:
+	$(CLUSTER) down
+
+cluster-status:
+	$(CLUSTER) status
+
+# The Celery cluster end to end (tests/pipeline/test_cluster.py, 3 to 5 minutes on 2 cores: a
+# cluster start, a serial run and a retried task): not part of `make test` (CI's 30 minutes).
+test-cluster: cluster-deps
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster tests/pipeline/test_cluster.py \
+	  $(PYTEST_ARGS)
 
 # The project's MLflow store on 127.0.0.1:5000; its artifacts are served from mlartifacts/
 # wherever the project is now (proxied locations, rulerag/tracking/config.py).

@@ -33,7 +33,8 @@ def test_compose_runs_celery_workspaces_and_gpu_workers() -> None:
     env = services["worker"]["environment"]
     assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor"
     assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://redis:")
-    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://")
+    # the driver named: SQLAlchemy 2.1's bare postgresql:// means psycopg 3, which is not installed
+    assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql+psycopg2://")
     settings = DagSettings.from_env({k: str(v) for k, v in env.items() if "${" not in str(v)})
     assert settings.mode == "workspaces" and settings.remote in dvc_remotes()
     # scalable: no fixed name or host port on a worker
