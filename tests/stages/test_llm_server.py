@@ -362,7 +362,8 @@ def test_qa_rag_answers_its_fixture_through_the_server(
         {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
         {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
     ]
-    write_set(tmp_path / "qa" / "toyqa", questions, corpus)
+    qa_sets = tmp_path / "qa"  # outside data/<dataset>/: the QA sets' own folder
+    write_set(qa_sets / "toyqa", questions, corpus)
     bank = stage_project.layout("icews14").rule_bank
     bank.parent.mkdir(parents=True)
     RULES.to_parquet(bank)
@@ -372,7 +373,7 @@ def test_qa_rag_answers_its_fixture_through_the_server(
         **row_params(llm_server, shots=0),
         "generation.grid.api_rag": {"retrieval": "standard", "generator": "api", "prompt": "plain"},
         "qa.datasets": ["toyqa"],
-        "qa.dir": str(tmp_path / "qa"),
+        "qa.dir": str(qa_sets),
         "qa.retriever": "bm25",
         "qa.rows": ["api_rag", "api_icl"],
         "build_benchmark.rule_selection.threshold": 0.2,
