@@ -23,7 +23,7 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
+.PHONY: setup run export test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains
 
 setup: $(STAMP)
@@ -45,6 +45,12 @@ $(STAMP): pyproject.toml constraints.txt
 run: setup
 	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
+
+# RuleQA in the formats others read (docs/export.md): data/<dataset>/export/ for every dataset
+# of params.yaml, with what it needs first (build_benchmark, index, train_retriever).
+export: setup
+	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
+	PATH=$(abspath $(BIN)):$$PATH dvc repro export
 
 # The paper's Fig. 3 (retrieved documents per prompt) and Fig. 5 (generator fine-tuning data)
 # as DVC experiments, one per value, each a full `dvc repro` of what the value changes; then
