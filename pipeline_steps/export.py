@@ -9,6 +9,7 @@ replaced as a whole when everything is written; stats.json gives the rows beside
 from __future__ import annotations
 
 import sys
+from dataclasses import asdict
 
 from pipeline_steps.common import PROJECT_DIR, numeric_metrics, run_stage, stage_inputs
 from rulerag.export.build import export_dataset
@@ -19,8 +20,12 @@ from rulerag.tracking.identity import git_commit
 def main(argv: list[str] | None = None) -> int:
     stage = stage_inputs("export", argv, __doc__)
     name, layout, params = stage.dataset, stage.layout, stage.params
-    sections = {s: params.section_values(s) for s in ("export", "build_benchmark")}
-    with stage.track({"export": sections["export"]}) as run:
+    # the card shows the export's knobs as resolved (defaults included), the benchmark's as written
+    sections = {
+        "export": asdict(params.export),
+        "build_benchmark": params.section_values("build_benchmark"),
+    }
+    with stage.track({"export": params.section_values("export")}) as run:
         export = export_dataset(
             layout, params.export, params.index, params.retrieve.rule_query, stage.model_cache
         )

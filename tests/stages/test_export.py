@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pandas as pd
@@ -84,21 +87,41 @@ def _indexed(project: StageProject, params: dict) -> None:
     model.save(str(project.layout("tiny").model("minilm-rgft")))
 
 
-@pytest.fixture
-def exported(stage_project: StageProject, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """data/tiny/export of a throw-away project (index minilm, then export)."""
+@contextmanager
+def _project_at(root: Path) -> Iterator[StageProject]:
+    """A throw-away project at `root` (as the `stage_project` fixture makes one), its own
+    MLflow store."""
+    import pipeline_steps.common as common
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(common, "PROJECT_DIR", root)
+        patch.setattr(common, "DATA_DIR", root / "data")
+        patch.setattr(common, "MODEL_CACHE", root / ".models")
+        patch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{root / 'mlflow.db'}")
+        yield StageProject(root)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StageProject]:
+    """One project for the module: the tiny benchmark, its minilm index and an encoder where
+    minilm-rgft's goes, exported once (Parquet); the tests only read it."""
     require_minilm()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{stage_project.root / 'mlflow.db'}")
-    _benchmark(stage_project.layout("tiny").root)
-    _indexed(stage_project, PARAMS)
-    assert stage_project.run(export, "--dataset", "tiny", params=PARAMS) == 0
-    return stage_project.layout("tiny").export
+    with _project_at(tmp_path_factory.mktemp("export")) as project:
+        _benchmark(project.layout("tiny").root)
+        _indexed(project, PARAMS)
+        assert project.run(export, "--dataset", "tiny", params=PARAMS) == 0
+        yield project
+
+
+@pytest.fixture
+def exported(built: StageProject) -> Path:
+    return built.layout("tiny").export
 
 
 def test_the_huggingface_folder_loads_with_datasets_as_stats_json_says(
-    exported: Path, stage_project: StageProject
+    exported: Path, built: StageProject
 ) -> None:
-    layout = stage_project.layout("tiny")
+    layout = built.layout("tiny")
     stats = json.loads((layout.benchmark / "stats.json").read_text())
     folder = exported / "huggingface"
     sources = {
@@ -136,24 +159,25 @@ def test_the_huggingface_folder_loads_with_datasets_as_stats_json_says(
     assert "huggingface/README.md" in manifest and "dpr/rgft.json" in manifest
 
 
-def test_a_jsonl_export_loads_the_same_rows(
-    stage_project: StageProject, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    require_minilm()
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{stage_project.root / 'mlflow.db'}")
-    counts = _benchmark(stage_project.layout("tiny").root)
+def test_a_jsonl_export_loads_the_same_rows(built: StageProject, tmp_path: Path) -> None:
+    """The module's inputs copied (no second index), exported as JSON Lines."""
+    shutil.copytree(built.layout("tiny").root, tmp_path / "data" / "tiny")
+    shutil.rmtree(tmp_path / "data" / "tiny" / "export")
     params = {**PARAMS, "export": {**PARAMS["export"], "format": "jsonl"}}
-    _indexed(stage_project, params)
-    assert stage_project.run(export, "--dataset", "tiny", params=params) == 0
-    folder = stage_project.layout("tiny").export / "huggingface"
+    with _project_at(tmp_path) as project:
+        assert project.run(export, "--dataset", "tiny", params=params) == 0
+    folder = project.layout("tiny").export / "huggingface"
     assert (folder / "f_r.jsonl").is_file() and not (folder / "f_r.parquet").exists()
-    loaded = datasets.load_dataset(str(folder), "f_r", split="train")
-    assert loaded.num_rows == counts["f_r"]
-    assert isinstance(loaded[0]["oracle_doc_ids"], list)
+    parquet = built.layout("tiny").export / "huggingface"
+    for config, split in (("f_r", "train"), ("rules", "rules"), ("corpus", "corpus")):
+        loaded = datasets.load_dataset(str(folder), config, split=split)
+        assert (
+            loaded.to_list() == datasets.load_dataset(str(parquet), config, split=split).to_list()
+        )
 
 
-def test_dpr_files_follow_dprs_schema(exported: Path, stage_project: StageProject) -> None:
-    layout = stage_project.layout("tiny")
+def test_dpr_files_follow_dprs_schema(exported: Path, built: StageProject) -> None:
+    layout = built.layout("tiny")
     corpus = {d["id"]: d["contents"] for d in read_jsonl(layout.corpus)}
     f_r = read_jsonl(layout.queries("f_r"))
     oracle: dict[str, set[str]] = {}
@@ -183,9 +207,9 @@ def test_dpr_files_follow_dprs_schema(exported: Path, stage_project: StageProjec
 
 
 def test_the_official_layout_parses_as_its_scripts_split_it(
-    exported: Path, stage_project: StageProject
+    exported: Path, built: StageProject
 ) -> None:
-    layout = stage_project.layout("tiny")
+    layout = built.layout("tiny")
     folder = exported / "rulerag_official"
     # main_train.py: get_dataset("json", DATA_PATH) -> load_dataset("json", data_files=...)
     train = datasets.load_dataset("json", data_files=str(folder / "train.json"))["train"]
