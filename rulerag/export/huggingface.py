@@ -113,8 +113,8 @@ def records_table(name: str, records: Sequence[Mapping[str, Any]]) -> ConfigTabl
     """JSON records (test / f_r / f_g lines) as a config table; columns in the first record's
     key order, every record's keys included."""
     keys = list(dict.fromkeys(k for record in records for k in record))
-    table = pa.Table.from_pylist([dict(r) for r in records], schema=None)
-    return ConfigTable(name, _plain(table.select(keys) if keys else table))
+    table = pa.Table.from_pydict({key: [r.get(key) for r in records] for key in keys})
+    return ConfigTable(name, _plain(table))
 
 
 def yaml_features(schema: pa.Schema) -> list[dict[str, Any]]:

@@ -70,9 +70,11 @@ def prompt_blocks(samples: Sequence[Sample]) -> str:
 
 
 def _field(value: Any, what: str, qid: str) -> str:
-    text = "" if value is None else " ".join(str(value).split())
-    if "\t" in text:
-        raise ValueError(f"{qid}: its {what} holds a tab")
+    """A TSV field as the benchmark wrote it; a tab or line break would shift the columns
+    `read_test_an` splits, so it is refused rather than rewritten."""
+    text = "" if value is None else str(value)
+    if "\t" in text or "\n" in text or "\r" in text:
+        raise ValueError(f"{qid}: its {what} holds a tab or a line break")
     return text
 
 
