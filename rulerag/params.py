@@ -16,8 +16,8 @@ The rules between sections (`cross_section_problems`):
   answer,
 * `generalisation` trains an RGFT query encoder, so `generation.retriever` must be dense when
   it runs on any dataset,
-* `export.retriever` is an encoder of `retrieve.finetune` (export reads its fine-tuned query
-  encoder),
+* `export.datasets` are datasets of the run, and `export.retriever` is an encoder of
+  `retrieve.finetune` (export reads its fine-tuned query encoder),
 * every dataset name (`datasets`, `qa.datasets`, `generalisation.datasets`, `ingest.custom`)
   follows the one rule of `rulerag.settings.check_dataset_name`, and `datasets` /
   `generalisation.datasets` name KGs the registry or `ingest.custom` knows.
@@ -302,15 +302,22 @@ def _known_datasets(params: Params) -> list[str]:
 
 
 def _export_retriever(params: Params) -> list[str]:
-    """`export` reads its retriever's fine-tuned query encoder, which only an encoder of
-    `retrieve.finetune` gets (dvc.yaml's train_retriever instances)."""
-    retriever, finetune = params.export.retriever, params.retrieve.finetune
-    if retriever not in finetune:
-        return [
-            f"export.retriever {retriever!r} is not in retrieve.finetune ({', '.join(finetune)}): "
-            "export reads its fine-tuned query encoder"
-        ]
-    return []
+    """`export` reads the pipeline's outputs for each of its datasets and its retriever's
+    fine-tuned query encoder, which only an encoder of `retrieve.finetune` gets (dvc.yaml's
+    train_retriever instances)."""
+    export, finetune = params.export, params.retrieve.finetune
+    problems = [
+        f"export.datasets: {name!r} is not in datasets ({', '.join(params.datasets)}): export "
+        "reads the outputs the pipeline makes for it"
+        for name in export.datasets
+        if name not in params.datasets
+    ]
+    if export.datasets and export.retriever not in finetune:
+        problems.append(
+            f"export.retriever {export.retriever!r} is not in retrieve.finetune "
+            f"({', '.join(finetune)}): export reads its fine-tuned query encoder"
+        )
+    return problems
 
 
 RULES: tuple[Rule, ...] = (

@@ -161,8 +161,9 @@ def test_the_huggingface_folder_loads_with_datasets_as_stats_json_says(
 
 def test_a_jsonl_export_loads_the_same_rows(built: StageProject, tmp_path: Path) -> None:
     """The module's inputs copied (no second index), exported as JSON Lines."""
-    shutil.copytree(built.layout("tiny").root, tmp_path / "data" / "tiny")
-    shutil.rmtree(tmp_path / "data" / "tiny" / "export")
+    copy = StageProject(tmp_path).layout("tiny")
+    shutil.copytree(built.layout("tiny").root, copy.root)
+    shutil.rmtree(copy.export)
     params = {**PARAMS, "export": {**PARAMS["export"], "format": "jsonl"}}
     with _project_at(tmp_path) as project:
         assert project.run(export, "--dataset", "tiny", params=params) == 0

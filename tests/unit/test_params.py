@@ -392,8 +392,12 @@ def with_values(**sections: Mapping[str, Any]) -> dict[str, Any]:
             r"qa\.rule_bank 'yago' is not in datasets",
         ),
         (
-            with_values(export={"retriever": "mpnet"}),
+            with_values(export={"datasets": ["icews14"], "retriever": "mpnet"}),
             r"export\.retriever 'mpnet' is not in retrieve\.finetune \(minilm\)",
+        ),
+        (
+            with_values(export={"datasets": ["yago"]}),
+            r"export\.datasets: 'yago' is not in datasets \(icews14\)",
         ),
     ],
 )
