@@ -23,8 +23,8 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
-.PHONY: setup setup-llm serve-llm run test test-fast lint lint-docker lock airflow mlflow-ui clean-venv exp-k exp-data \
-	cluster-deps cluster-up cluster-down cluster-status test-cluster \
+.PHONY: setup setup-llm serve-llm run export test test-fast lint lint-docker lock airflow mlflow-ui \
+	clean-venv exp-k exp-data cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
 	gpu-bundle gpu-check
 
@@ -91,6 +91,15 @@ serve-llm: setup-llm
 run: setup
 	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
+
+# RuleQA in the formats others read (docs/export.md): data/<dataset>/export/ for each of
+# EXPORT_DATASETS (of params.yaml's datasets), with what it needs first (build_benchmark,
+# index, train_retriever), as a DVC experiment (the stage is off in `make run`).
+EXPORT_DATASETS ?= icews14
+export: setup
+	export PATH=$(abspath $(BIN)):$$PATH; \
+	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' && \
+	dvc exp show --only-changed --md
 
 # The paper's Fig. 3 (retrieved documents per prompt) and Fig. 5 (generator fine-tuning data)
 # as DVC experiments, one per value, each a full `dvc repro` of what the value changes; then

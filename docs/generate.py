@@ -55,12 +55,13 @@ DATA_FLOW_DOC = PROJECT / "docs" / "data-flow.md"
 DAG_KEY = "dvc-dag"
 
 #: params that switch the opt-in stages on for the diagram (the values of the Makefile's
-#: exp-r2ag, exp-robustness, exp-generalisation targets; `popqa` stands for any QA set)
+#: exp-r2ag, exp-robustness, exp-generalisation, export targets; `popqa` stands for any QA set)
 OPT_IN: dict[str, list[str]] = {
     "r2ag.rows": ["r2ag", "rulerag_r2ag"],
     "generation.robustness_rows": ["standard_rag", "rulerag_icl", "rulerag_ft"],
     "generalisation.datasets": ["icews14"],
     "qa.datasets": ["popqa"],
+    "export.datasets": ["icews14"],
 }
 
 _BLOCK = re.compile(

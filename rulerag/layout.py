@@ -19,6 +19,7 @@ real outputs).
     rule_retrieval/     results.md/.csv, selections.parquet, ...              rule_retrieval_eval
     qa/                 metrics.json, results.md                              qa_rag
     generalisation/     results.md, gains.csv, cells.csv, gains.png           generalisation
+    export/             huggingface/, dpr/, rulerag_official/, stats.json     export
     cache/              rule_llm.sqlite (LLM answers kept across reruns; no stage output)
 """
 
@@ -209,6 +210,11 @@ class DataLayout:
     @property
     def generalisation(self) -> Path:
         return self.root / "generalisation"
+
+    @property
+    def export(self) -> Path:
+        """RuleQA in others' formats (`export`): replaced as a whole folder."""
+        return self.root / "export"
 
     # -- caches that are no stage output --------------------------------------------------
     @property

@@ -16,6 +16,8 @@ The rules between sections (`cross_section_problems`):
   answer,
 * `generalisation` trains an RGFT query encoder, so `generation.retriever` must be dense when
   it runs on any dataset,
+* `export.datasets` are datasets of the run, and `export.retriever` is an encoder of
+  `retrieve.finetune` (export reads its fine-tuned query encoder),
 * every dataset name (`datasets`, `qa.datasets`, `generalisation.datasets`, `ingest.custom`)
   follows the one rule of `rulerag.settings.check_dataset_name`, and `datasets` /
   `generalisation.datasets` name KGs the registry or `ingest.custom` knows.
@@ -47,6 +49,7 @@ from rulerag.settings import SettingsError, check_dataset_name
 if TYPE_CHECKING:  # the section types, imported when a section is read (see the docstring)
     from rulerag.benchmark.settings import BuildBenchmarkSettings
     from rulerag.experiments.generalisation import GeneralisationSettings
+    from rulerag.export.settings import ExportSettings
     from rulerag.generation.config import GenerationSettings
     from rulerag.generation.r2ag.settings import R2AGSettings
     from rulerag.kg.registry import IngestSettings
@@ -83,6 +86,7 @@ SECTIONS: dict[str, str] = {
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
     "qa": "rulerag.qa.settings:qa_settings",
     "generalisation": "rulerag.experiments.generalisation:generalisation_settings",
+    "export": "rulerag.export.settings:export_settings",
 }
 #: top-level keys that are not a stage's section
 OTHER_KEYS = ("datasets",)
@@ -150,6 +154,10 @@ class Params:
     @cached_property
     def generalisation(self) -> GeneralisationSettings:
         return self._section("generalisation")
+
+    @cached_property
+    def export(self) -> ExportSettings:
+        return self._section("export")
 
     def section_values(self, section: str) -> Any:
         """A section as params.yaml writes it (a deep copy): what outputs record as their
@@ -293,12 +301,32 @@ def _known_datasets(params: Params) -> list[str]:
     return problems
 
 
+def _export_retriever(params: Params) -> list[str]:
+    """`export` reads the pipeline's outputs for each of its datasets and its retriever's
+    fine-tuned query encoder, which only an encoder of `retrieve.finetune` gets (dvc.yaml's
+    train_retriever instances)."""
+    export, finetune = params.export, params.retrieve.finetune
+    problems = [
+        f"export.datasets: {name!r} is not in datasets ({', '.join(params.datasets)}): export "
+        "reads the outputs the pipeline makes for it"
+        for name in export.datasets
+        if name not in params.datasets
+    ]
+    if export.datasets and export.retriever not in finetune:
+        problems.append(
+            f"export.retriever {export.retriever!r} is not in retrieve.finetune "
+            f"({', '.join(finetune)}): export reads its fine-tuned query encoder"
+        )
+    return problems
+
+
 RULES: tuple[Rule, ...] = (
     Rule(("generation",), _max_rules),
     Rule(("qa",), _qa_rows),
     Rule(("qa",), _qa_rule_bank),
     Rule(("generalisation",), _generalisation_dense),
     Rule(("generalisation",), _known_datasets),
+    Rule(("export",), _export_retriever),
 )
 
 

@@ -35,6 +35,7 @@ def example_params(root: Path) -> dict[str, Any]:
     generation["robustness_rows"] = generation["robustness_rows"] or ["standard_rag"]
     params["qa"]["datasets"] = params["qa"]["datasets"] or ["toyqa"]
     params["generalisation"]["datasets"] = params["generalisation"]["datasets"] or ["icews14"]
+    params["export"]["datasets"] = params["export"]["datasets"] or ["icews14"]
     return params
 
 

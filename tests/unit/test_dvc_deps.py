@@ -36,7 +36,8 @@ PACKAGES = project_packages(PROJECT)
 def project_stages() -> dict[str, StageInstance]:
     """One instance per stage of the real dvc.yaml: code deps do not vary by item. Opt-in
     matrix axes that are empty by default (`r2ag.rows`, `generation.robustness_rows`,
-    `qa.datasets`, `generalisation.datasets`) are filled so their stages are seen."""
+    `qa.datasets`, `generalisation.datasets`, `export.datasets`) are filled so their stages
+    are seen."""
     params = example_params(PROJECT)
     stages: dict[str, StageInstance] = {}
     for instance in build_graph(PROJECT / "dvc.yaml", params):

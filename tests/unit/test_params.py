@@ -17,6 +17,7 @@ import yaml
 from rulerag import params as params_module
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
 from rulerag.experiments.generalisation import GeneralisationSettings, generalisation_settings
+from rulerag.export.settings import ExportSettings, export_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.registry import IngestSettings, ingest_settings
@@ -47,6 +48,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "apply_rules": (ApplyRulesSettings, apply_rules_settings),
     "qa": (QASettings, qa_settings),
     "generalisation": (GeneralisationSettings, generalisation_settings),
+    "export": (ExportSettings, export_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}
@@ -388,6 +390,14 @@ def with_values(**sections: Mapping[str, Any]) -> dict[str, Any]:
         (
             with_values(qa={"datasets": ["toyqa"], "rule_bank": "yago"}),
             r"qa\.rule_bank 'yago' is not in datasets",
+        ),
+        (
+            with_values(export={"datasets": ["icews14"], "retriever": "mpnet"}),
+            r"export\.retriever 'mpnet' is not in retrieve\.finetune \(minilm\)",
+        ),
+        (
+            with_values(export={"datasets": ["yago"]}),
+            r"export\.datasets: 'yago' is not in datasets \(icews14\)",
         ),
     ],
 )

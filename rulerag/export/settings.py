@@ -1,0 +1,78 @@
+"""params.yaml's `export` section as typed settings (read strictly).
+
+The export is for people who will not run this pipeline, so its knobs are few: the file format
+of the Hugging Face folder, the dense retriever whose untuned top list gives DPR's hard
+negatives and whose fine-tuned query encoder fills the generator prompts (the paper: "we
+leverage the fine-tuned retrievers to retrieve relevant documents for each query in F_G"),
+and the prompt's documents and rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from rulerag.retrieval.configs import SPARSE_INDEXES, TRAINED_MODES
+from rulerag.settings import Count, DatasetName, Name, Positive, load_settings
+
+__all__ = ["EXPORT_FORMATS", "ExportSettings", "export_settings"]
+
+ExportFormat = Literal["parquet", "jsonl"]
+EXPORT_FORMATS: tuple[str, ...] = get_args(ExportFormat)
+DocumentsMode = Literal["rgft", "ssft"]
+
+
+@dataclass(frozen=True)
+class ExportSettings:
+    """params.yaml `export` (stage `export`, data/<dataset>/export/)."""
+
+    #: the datasets exported (each one of `datasets`); [] = the stage is off (`make export`
+    #: switches it on: an export costs minutes of encoding a `make run` need not pay)
+    datasets: tuple[DatasetName, ...] = ()
+    #: the Hugging Face folder's data files: parquet (typed, small) or jsonl (JSON Lines)
+    format: ExportFormat = "parquet"
+    #: a dense encoder of retrieve.finetune: its index and untuned query encoder give DPR's
+    #: hard negatives, its fine-tuned one (`documents_mode`) the prompts' documents
+    retriever: Name = "minilm"
+    #: which fine-tuned query encoder fills the prompts: rgft (RuleRAG-FT's) or ssft
+    documents_mode: DocumentsMode = "rgft"
+    #: hard negatives per DPR record: the first of the untuned top list that are no positive
+    hard_negatives: Count = 10
+    #: documents searched per DPR question (the hard negatives come from these)
+    search_depth: Positive = 30
+    #: retrieved documents per prompt (the paper's profile: 10)
+    documents: Positive = 10
+    #: rules per prompt: the first n of each query's selected rules; null = all of them
+    max_rules: Positive | None = None
+
+    def __post_init__(self) -> None:
+        if self.format not in EXPORT_FORMATS:
+            raise ValueError(f"format must be one of {EXPORT_FORMATS}, not {self.format!r}")
+        if self.retriever in SPARSE_INDEXES:
+            raise ValueError(
+                f"retriever must be a dense encoder (BM25 has no query encoder to fine-tune), "
+                f"not {self.retriever!r}"
+            )
+        if self.documents_mode not in TRAINED_MODES:
+            raise ValueError(f"documents_mode must be one of {TRAINED_MODES}")
+        if self.hard_negatives > self.search_depth:
+            raise ValueError(
+                f"hard_negatives ({self.hard_negatives}) exceeds search_depth "
+                f"({self.search_depth}): the hard negatives come from the searched documents"
+            )
+
+    @property
+    def untuned(self) -> str:
+        """The retrieval configuration of the hard negatives (`minilm-standard`)."""
+        return f"{self.retriever}-standard"
+
+    @property
+    def fine_tuned(self) -> str:
+        """The retrieval configuration of the prompts' documents (`minilm-rgft`)."""
+        return f"{self.retriever}-{self.documents_mode}"
+
+
+def export_settings(section: Mapping[str, Any] | None) -> ExportSettings:
+    """params.yaml's `export` section as typed settings, strictly."""
+    return load_settings(ExportSettings, section, "export")
