@@ -60,13 +60,19 @@ LLAMA_CPP := $(shell grep -oE 'llama-cpp-python\[server\]==[0-9.]+' pyproject.to
 LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
 LLAMA_WHEEL := $(subst -,_,$(firstword $(subst ==, ,$(LLAMA_CPP))))-$(lastword $(subst ==, ,$(LLAMA_CPP)))-*.whl
+# The wheel is built by the interpreter that makes the venv (pip builds it in an isolated
+# environment anyway), so it needs no venv and `make test` builds it while the venv installs.
+LLM_WHEEL_STAMP := $(LLM_WHEELS)/.built
 setup-llm: $(LLM_STAMP)
 
-$(LLM_STAMP): $(STAMP)
+$(LLM_WHEEL_STAMP):
 	mkdir -p $(LLM_WHEELS)
 	ls $(LLM_WHEELS)/$(LLAMA_WHEEL)  >/dev/null 2>&1 || \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/python -m pip wheel --no-deps -w $(LLM_WHEELS) \
-	  '$(LLAMA_CPP)'
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel --quiet --no-deps \
+	  -w $(LLM_WHEELS) '$(LLAMA_CPP)'
+	touch $@
+
+$(LLM_STAMP): $(STAMP) $(LLM_WHEEL_STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt --find-links $(LLM_WHEELS) \
 	  -e '.[cpu,gpu,dev,llm-server]'
 	$(PIP_CHECK)
@@ -168,9 +174,16 @@ exp-r2ag-ft: setup
 	dvc exp show --only-changed --md
 
 # The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
-# they fail, never skip, when it is not installed.
-test: setup setup-llm
-	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+# they fail, never skip, when it is not installed. On a fresh machine llama.cpp compiles (CPU)
+# while pip installs the venv (mostly downloads), two jobs at once. Three pytest workers on
+# two cores: the tests wait on subprocesses and servers a quarter of the time, and the longest
+# (the full pipeline, ~18 min) sets the wall time only when the rest fits beside it.
+PYTEST_WORKERS ?= 3
+test:
+	$(MAKE) --no-print-directory -j2 -O $(STAMP) $(LLM_WHEEL_STAMP)
+	$(MAKE) --no-print-directory $(LLM_STAMP)
+	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest \
+	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # The GPU check (docs/operations.md, "GPU check"): the training code paths a few steps each.
 # Here (no CUDA) `gpu-check` is the CPU dry run; on a GPU machine with the bundle staged and
