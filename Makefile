@@ -175,10 +175,9 @@ exp-r2ag-ft: setup
 
 # The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
 # they fail, never skip, when it is not installed. On a fresh machine llama.cpp compiles (CPU)
-# while pip installs the venv (mostly downloads), two jobs at once. Three pytest workers on
-# two cores: the tests wait on subprocesses and servers a quarter of the time, and the longest
-# (the full pipeline, ~18 min) sets the wall time only when the rest fits beside it.
-PYTEST_WORKERS ?= 3
+# while pip installs the venv (mostly downloads), two jobs at once (5m40s instead of 6m45s).
+# Two pytest workers: a third on two cores made the run longer (24m45s against 22m05s).
+PYTEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j2 -O $(STAMP) $(LLM_WHEEL_STAMP)
 	$(MAKE) --no-print-directory $(LLM_STAMP)
