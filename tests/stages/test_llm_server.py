@@ -347,26 +347,13 @@ def test_qa_rag_answers_its_fixture_through_the_server(
     """qa_rag's fixture set (tests/stages/test_qa_rag_stage.py) with API rows: Standard RAG
     and RuleRAG-ICL answered by the server, one request per question and row."""
     from tests.helpers import require_minilm
-    from tests.support.qa_sets import RULES, write_set
+    from tests.support.qa_sets import TOY_QUESTIONS, write_toy_fixture
 
     require_minilm()
     import pipeline_steps.qa_rag as stage
 
-    corpus = [
-        {"id": "c1", "contents": "2014-01-02 Iran Consult Oman ."},
-        {"id": "c2", "contents": "2014-01-03 China Accuse Japan ."},
-        {"id": "c3", "contents": "Paris is the capital of France ."},
-    ]
-    questions = [
-        {"id": "1", "question": "Iran Consult whom ?", "answer": "Oman"},
-        {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
-        {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
-    ]
     qa_sets = tmp_path / "qa"  # outside data/<dataset>/: the QA sets' own folder
-    write_set(qa_sets / "toyqa", questions, corpus)
-    bank = stage_project.layout("icews14").rule_bank
-    bank.parent.mkdir(parents=True)
-    RULES.to_parquet(bank)
+    write_toy_fixture(qa_sets, stage_project.layout("icews14").rule_bank)
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     monkeypatch.setenv("RULERAG_API_KEY", KEY)
     params = {
@@ -380,7 +367,7 @@ def test_qa_rag_answers_its_fixture_through_the_server(
     }
     before = llm_server.requests_to()
     assert stage_project.run(stage, "--dataset", "toyqa", params=params) == 0
-    assert llm_server.requests_to() - before == 2 * len(questions)
+    assert llm_server.requests_to() - before == 2 * len(TOY_QUESTIONS)
     layout = stage_project.layout("toyqa")
     report = json.loads((layout.qa / "metrics.json").read_text())
     assert set(report["rows"]) == {"api_rag", "api_icl"}

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from tests.helpers import StageProject, require_minilm
-from tests.support.qa_sets import RULES, write_set
+from tests.support.qa_sets import write_toy_fixture
 
 
 @pytest.mark.slow
@@ -23,22 +23,8 @@ def test_stage_answers_a_fixture_set_with_rules(
     require_minilm()
     import pipeline_steps.qa_rag as stage
 
-    corpus = [
-        {"id": "c1", "contents": "2014-01-02 Iran Consult Oman ."},
-        {"id": "c2", "contents": "2014-01-03 China Accuse Japan ."},
-        {"id": "c3", "contents": "2014-01-04 Kerry Criticize or denounce Russia ."},
-        {"id": "c4", "contents": "Paris is the capital of France ."},
-    ]
-    questions = [
-        {"id": "1", "question": "Iran Consult whom ?", "answer": "Oman"},
-        {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
-        {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
-    ]
     qa_sets = tmp_path / "qa"  # outside data/<dataset>/: the QA sets' own folder
-    write_set(qa_sets / "toyqa", questions, corpus)
-    bank = stage_project.layout("icews14").rule_bank
-    bank.parent.mkdir(parents=True)
-    RULES.to_parquet(bank)
+    write_toy_fixture(qa_sets, stage_project.layout("icews14").rule_bank)
     overrides = {
         "qa.datasets": ["toyqa"],
         "qa.dir": str(qa_sets),

@@ -38,3 +38,26 @@ def write_set(folder: Path, questions: Sequence[dict], corpus: Sequence[dict] | 
             "".join(json.dumps(d) + "\n" for d in corpus), encoding="utf-8"
         )
     return folder
+
+
+#: the `qa_rag` stage tests' set: ICEWS-style questions two of the rules match, and one that
+#: no rule is near; its corpus holds each answer's document and one other event
+TOY_CORPUS = [
+    {"id": "c1", "contents": "2014-01-02 Iran Consult Oman ."},
+    {"id": "c2", "contents": "2014-01-03 China Accuse Japan ."},
+    {"id": "c3", "contents": "2014-01-04 Kerry Criticize or denounce Russia ."},
+    {"id": "c4", "contents": "Paris is the capital of France ."},
+]
+TOY_QUESTIONS = [
+    {"id": "1", "question": "Iran Consult whom ?", "answer": "Oman"},
+    {"id": "2", "question": "China Accuse whom ?", "answer": "Japan"},
+    {"id": "3", "question": "What is the capital of France ?", "answer": "Paris"},
+]
+
+
+def write_toy_fixture(qa_sets: Path, rule_bank: Path) -> None:
+    """The set `toyqa` in `qa_sets` (a folder of QA sets, outside data/) and RULES as the
+    rule bank at `rule_bank`."""
+    write_set(qa_sets / "toyqa", TOY_QUESTIONS, TOY_CORPUS)
+    rule_bank.parent.mkdir(parents=True)
+    RULES.to_parquet(rule_bank)
