@@ -45,6 +45,7 @@ check. Only the modules named above are imported: no mlflow, dvc, pyserini or bm
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -338,23 +339,23 @@ def part_lora_bf16(ctx: Context) -> dict[str, Any]:
     return _lora(ctx, None, deepspeed=False)
 
 
-def part_qlora_nf4(ctx: Context) -> dict[str, Any]:
+def _needs_gpu_and(ctx: Context, part: str, module: str) -> None:
+    """Skip `part` without CUDA (CPU_SKIPS says why) or without `module` (not in the bundle)."""
     if not ctx.cuda:
-        raise Skip(CPU_SKIPS["qlora_nf4"])
+        raise Skip(CPU_SKIPS[part])
     try:
-        import bitsandbytes  # noqa: F401
+        importlib.import_module(module)
     except ImportError as err:
-        raise Skip(f"bitsandbytes is not importable ({err}): not in the bundle") from err
+        raise Skip(f"{module} is not importable ({err}): not in the bundle") from err
+
+
+def part_qlora_nf4(ctx: Context) -> dict[str, Any]:
+    _needs_gpu_and(ctx, "qlora_nf4", "bitsandbytes")
     return _lora(ctx, "nf4", deepspeed=False)
 
 
 def part_deepspeed_zero2(ctx: Context) -> dict[str, Any]:
-    if not ctx.cuda:
-        raise Skip(CPU_SKIPS["deepspeed_zero2"])
-    try:
-        import deepspeed  # noqa: F401
-    except ImportError as err:
-        raise Skip(f"deepspeed is not importable ({err}): not in the bundle") from err
+    _needs_gpu_and(ctx, "deepspeed_zero2", "deepspeed")
     return _lora(ctx, None, deepspeed=True)
 
 
