@@ -34,6 +34,7 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -215,11 +216,16 @@ class _ListDataset:
         return self.items[index]
 
 
-def deepspeed_config(path: str | Path) -> dict[str, Any]:
+def deepspeed_config(path: str | Path, warmup: float = 0.1) -> dict[str, Any]:
     """The ZeRO config at `path` as a dict, made runnable on this machine.
 
     Without CUDA, DeepSpeed's CPU accelerator cannot build the fused Adam kernel, so an
     optimizer section gets `torch_adam: true` (torch's own AdamW, same update rule).
+    With no warmup (`warmup: 0`) a scheduler section whose `warmup_num_steps` is "auto" is
+    dropped: the Trainer would fill in 0, which DeepSpeed's warmup schedulers refuse
+    ("warmup_num_steps must be a positive integer"), and without the section the Trainer
+    drives DeepSpeed's optimizer with its own linear schedule, the one a run without
+    DeepSpeed gets.
     """
     path = Path(path)
     try:
@@ -228,7 +234,44 @@ def deepspeed_config(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{path}: not a readable DeepSpeed JSON config: {err}") from err
     if not _cuda() and isinstance(config.get("optimizer"), dict):
         config["optimizer"].setdefault("params", {})["torch_adam"] = True
+    scheduler = config.get("scheduler")
+    if (
+        warmup == 0
+        and isinstance(scheduler, dict)
+        and (scheduler.get("params") or {}).get("warmup_num_steps") == "auto"
+    ):
+        logger.info(
+            "%s: no warmup, so the Trainer's linear schedule replaces %s",
+            path,
+            scheduler.get("type"),
+        )
+        del config["scheduler"]
     return config
+
+
+def deepspeed_arch_list(environ: dict[str, str] | None = None) -> str | None:
+    """Make TORCH_CUDA_ARCH_LIST readable by DeepSpeed's kernel builder; the value it now holds.
+
+    DeepSpeed compiles its fused Adam on first use for the architectures this variable names,
+    and reads each entry as numbers only ("9.0", "9.0+PTX"). CUDA images for Hopper set
+    "9.0a" (the arch-specific target), on which it stops with "invalid literal for int()"
+    (seen on an H100, benchmarks/gpu_check.py). The letter suffix is dropped ("9.0a" -> "9.0"):
+    the fused Adam uses no arch-specific instruction.
+    """
+    env = os.environ if environ is None else environ
+    value = env.get("TORCH_CUDA_ARCH_LIST")
+    if not value:
+        return value
+    entries = [entry for entry in re.split(r"[;\s]+", value.strip()) if entry]
+    plain = []
+    for entry in entries:
+        match = re.fullmatch(r"(\d+)\.(\d+)[a-z]*(\+PTX)?", entry)
+        plain.append(f"{match[1]}.{match[2]}{match[3] or ''}" if match else entry)
+    fixed = ";".join(dict.fromkeys(plain))
+    if plain != entries:
+        logger.info("TORCH_CUDA_ARCH_LIST %r -> %r for DeepSpeed's kernel builder", value, fixed)
+        env["TORCH_CUDA_ARCH_LIST"] = fixed
+    return env["TORCH_CUDA_ARCH_LIST"]
 
 
 def single_process_rendezvous() -> None:
@@ -353,9 +396,11 @@ def train_lora(
 
     if not train:
         raise ValueError("no training samples")
-    deepspeed = deepspeed_config(settings.deepspeed) if settings.deepspeed else None
-    if deepspeed is not None:
+    deepspeed = None
+    if settings.deepspeed:
+        deepspeed = deepspeed_config(settings.deepspeed, settings.warmup)
         single_process_rendezvous()
+        deepspeed_arch_list()
     set_seed(settings.seed)
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)

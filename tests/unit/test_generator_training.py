@@ -272,6 +272,34 @@ def test_deepspeed_config_runs_on_this_machine(tmp_path: Path):
         deepspeed_config(broken)
 
 
+def test_deepspeed_config_without_warmup_leaves_the_schedule_to_the_trainer():
+    """DeepSpeed 0.19's WarmupDecayLR refuses 0 warmup steps (seen on an H100, gpu_check)."""
+    from rulerag.generation.training import DEFAULT_DEEPSPEED_CONFIG, deepspeed_config
+
+    assert deepspeed_config(DEFAULT_DEEPSPEED_CONFIG, warmup=0.1)["scheduler"]["type"] == (
+        "WarmupDecayLR"
+    )
+    assert "scheduler" not in deepspeed_config(DEFAULT_DEEPSPEED_CONFIG, warmup=0)
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ("9.0a", "9.0"),  # the H100 image's value, on which DeepSpeed's builder stopped
+        ("8.0 9.0a", "8.0;9.0"),
+        ("9.0;9.0a+PTX", "9.0;9.0+PTX"),
+        ("7.5+PTX;8.0", "7.5+PTX;8.0"),  # already readable: left as it is
+        ("8.6", "8.6"),
+    ],
+)
+def test_deepspeed_arch_list_drops_arch_suffixes(given: str, expected: str):
+    from rulerag.generation.training import deepspeed_arch_list
+
+    env = {"TORCH_CUDA_ARCH_LIST": given}
+    assert deepspeed_arch_list(env) == expected == env["TORCH_CUDA_ARCH_LIST"]
+    assert deepspeed_arch_list({}) is None
+
+
 def test_settings_reject_unknown_keys():
     with pytest.raises(ValueError, match="unknown"):
         TrainSettings.from_dict({"epochs": 1, "learnin_rate": 1e-4})
