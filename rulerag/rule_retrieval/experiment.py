@@ -180,11 +180,16 @@ def results_markdown(results: pd.DataFrame, title: str, ks: Sequence[int]) -> st
 
 
 def flat_metrics(results: pd.DataFrame, ks: Sequence[int]) -> dict[str, float]:
-    """MLflow metrics: `<retriever>_<form>_<method>[_<query form>].recall_at_<k>`."""
+    """MLflow metrics: `<retriever>_<form>_<method>[_<query form>].recall_at_<k>`.
+
+    A row without a query form holds None, which pandas turns into NaN once the column mixes
+    types (a truthy float that once made names like `natural_head_nan.recall_at_1`): only
+    non-empty strings become parts of a name.
+    """
     out = {}
     for row in results.to_dict("records"):
         parts = (row["retriever"], row["rule_form"], row["method"], row["query_form"])
-        key = "_".join(str(p) for p in parts if p and p != "-")
+        key = "_".join(p for p in parts if isinstance(p, str) and p and p != "-")
         for k in ks:
             out[f"{key}.recall_at_{k}"] = float(row[f"R@{k}"])
     return out

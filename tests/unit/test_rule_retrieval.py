@@ -3,6 +3,7 @@ search, how R³ reorders and survives malformed answers, the cache, the API path
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -235,7 +236,14 @@ def test_the_evaluation_table_reuses_the_induced_rules() -> None:
     assert len(picked) == 2 * len(results)
     table = results_markdown(results, "demo", [1, 2])
     assert "| **sparse retrieval (BM25), natural rules** |" in table
-    assert "bm25_natural_siar_si_input.recall_at_2" in flat_metrics(results, [1, 2])
+    names = flat_metrics(results, [1, 2])
+    assert "bm25_natural_siar_si_input.recall_at_2" in names
+    assert "natural_head.recall_at_1" in names and "bm25_natural_vanilla.recall_at_1" in names
+    # as results.csv reads back (and as MLflow saw it): empty query forms are NaN
+    reread = pd.read_csv(io.StringIO(results.to_csv(index=False)))
+    assert reread["query_form"].isna().any()
+    assert flat_metrics(reread, [1, 2]) == names
+    assert not [name for name in names if "nan" in name.split(".")[0].split("_")]
 
 
 def test_chinese_rules_are_found_with_the_cjk_analyzer(tmp_path: Path) -> None:
