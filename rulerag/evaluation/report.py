@@ -51,7 +51,7 @@ TABLE2_ROWS: tuple[tuple[str, str, str], ...] = (
 #: Rows of methods the RuleRAG paper does not run, with their group and label (no paper figures).
 EXTRA_ROWS: tuple[tuple[str, str, str], ...] = (
     ("symbolic", "Rules alone", "applied rules' best candidate (no LM)"),
-    ("rulerag_icl_evidence", "Rules alone", "RuleRAG-ICL + rule-derived evidence"),
+    ("rulerag_icl_evidence", "Rules as evidence", "RuleRAG-ICL + rule-derived evidence"),
     ("standard_rag_rank", "Answer ranking", "Standard RAG, candidates ranked by the LM"),
     ("rulerag_icl_rank", "Answer ranking", "RuleRAG-ICL, candidates ranked by the LM"),
     ("r2ag", "R²AG", "retriever + R²-Former + frozen generator"),

@@ -79,3 +79,16 @@ def test_without_robust_rows_or_claims_only_table_2(tmp_path: Path) -> None:
     assert report.robust_table is None and report.claims.empty
     assert "Robustness" not in report.markdown and "claims" not in report.markdown
     assert report.markdown.count("\n# ") == 0
+
+
+def test_each_extra_row_sits_in_a_group_that_describes_it() -> None:
+    """The evidence row is RuleRAG-ICL with rule-derived documents, an LM answering: it was
+    grouped under "Rules alone" beside the symbolic row, which no LM answers (issue 32)."""
+    from rulerag.evaluation.report import EXTRA_ROWS, results_table
+
+    groups = {name: group for name, group, _label in EXTRA_ROWS}
+    assert groups["symbolic"] == "Rules alone"
+    assert groups["rulerag_icl_evidence"] != groups["symbolic"]
+    rows = ["symbolic", "rulerag_icl_evidence"]
+    table = results_table({}, "icews14", order=rows)
+    assert list(table["group"]) == ["Rules alone", "Rules as evidence"]
