@@ -105,7 +105,12 @@ EXPORT_DATASETS ?= icews14
 export: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' && \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) export
+
+# What each experiment changed and the headline metrics it moved, one metric a line
+# (`dvc exp show --only-changed --md` printed every metric file's columns: 61,054-character
+# lines); `dvc exp show` still has the whole table.
+EXP_SUMMARY = $(abspath $(BIN))/python -m rulerag.orchestration.exp_summary
 
 # The paper's Fig. 3 (retrieved documents per prompt) and Fig. 5 (generator fine-tuning data)
 # as DVC experiments, one per value, each a full `dvc repro` of what the value changes; then
@@ -115,19 +120,19 @@ EXP_SAMPLES ?= 24 48 96
 exp-k: setup
 	export PATH=$(abspath $(BIN)):$$PATH; for k in $(EXP_K); do \
 	  dvc exp run --name docs-$$k -S generation.num_documents=$$k || exit 1; done; \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) $(addprefix docs-,$(EXP_K))
 
 exp-data: setup
 	export PATH=$(abspath $(BIN)):$$PATH; for n in $(EXP_SAMPLES); do \
 	  dvc exp run --name samples-$$n -S generation.train.samples=$$n || exit 1; done; \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) $(addprefix samples-,$(EXP_SAMPLES))
 
 # R²AG rows beside the grid as a DVC experiment (only train_r2ag, generate_r2ag and report
 # run; the report then tests r2ag vs standard_rag and rulerag_r2ag vs rulerag_icl).
 R2AG_ROWS := -S 'r2ag.rows=[r2ag,rulerag_r2ag]'
 exp-r2ag: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name r2ag $(R2AG_ROWS) && dvc exp show --only-changed --md
+	dvc exp run --name r2ag $(R2AG_ROWS) && $(EXP_SUMMARY) r2ag
 
 # R²AG's Table 3: each retrieval feature left out, then the QDM loss off.
 exp-r2ag-ablation: setup
@@ -139,7 +144,7 @@ exp-r2ag-ablation: setup
 	dvc exp run --name r2ag-no-neighbour $(R2AG_ROWS) -S 'r2ag.features=[relevance,precedent]' \
 	  || exit 1; \
 	dvc exp run --name r2ag-no-qdm $(R2AG_ROWS) -S r2ag.qdm_weight=0 || exit 1; \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) r2ag-no-relevance r2ag-no-precedent r2ag-no-neighbour r2ag-no-qdm
 
 # RuleRAG's robustness test (App. E, Table 7): Standard RAG, RuleRAG-ICL and RuleRAG-FT on the
 # test queries asked through their rules' body relation; the report adds the table and tests.
@@ -147,7 +152,7 @@ exp-robustness: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name robustness \
 	  -S 'generation.robustness_rows=[standard_rag,rulerag_icl,rulerag_ft]' && \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) robustness
 
 # Rule generalisation (Sec. 6, Figure 5): RuleRAG-FT trained on one of 4 disjoint rule banks,
 # tested on each; the heat map is data/<dataset>/generalisation/gains.png (~25 min on 2 cores).
@@ -156,7 +161,7 @@ exp-generalisation: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name generalisation \
 	  -S 'generalisation.datasets=[$(GENERALISATION_DATASETS)]' && \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) generalisation
 
 # VE, CoK and RuleRAG-CoK (the anonymous version's Table 2) beside Standard RAG and RuleRAG-ICL
 # on CHAIN_QUERIES test queries (a 135M model's sampled chains take ~1 min a query on 2 cores).
@@ -165,13 +170,13 @@ exp-chains: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name chains -S generation.test_queries=$(CHAIN_QUERIES) \
 	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' && \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) chains
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).
 exp-r2ag-ft: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
-	dvc exp show --only-changed --md
+	$(EXP_SUMMARY) r2ag-ft
 
 # The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
 # they fail, never skip, when it is not installed. On a fresh machine llama.cpp compiles (CPU)
