@@ -52,7 +52,11 @@ from rulerag.orchestration.dvc_graph import (  # noqa: E402
     stage_edges,
     task_placement,
 )
-from rulerag.orchestration.run_conf import apply_run_conf, validate_run_conf  # noqa: E402
+from rulerag.orchestration.run_conf import (  # noqa: E402
+    apply_run_conf,
+    override_schema,
+    validate_run_conf,
+)
 from rulerag.orchestration.workspaces import (  # noqa: E402
     collect,
     head_commit,
@@ -96,10 +100,11 @@ def _stage_env(run_id: str) -> dict[str, str]:
 
 
 def _multi_select(title: str, description: str, names: list[str]) -> Param:
-    """A trigger-form multi-select of `names`, empty by default."""
+    """A trigger-form multi-select of `names`, empty by default; optional (Airflow's form marks
+    a field required unless its type admits null)."""
     return Param(
         [],
-        type="array",
+        type=["array", "null"],
         title=title,
         description=description,
         items={"type": "string", "enum": names},
@@ -108,9 +113,12 @@ def _multi_select(title: str, description: str, names: list[str]) -> Param:
     )
 
 
-def trigger_params(datasets: list[str], stages: list[str]) -> dict[str, Param]:
+def trigger_params(
+    datasets: list[str], stages: list[str], params: dict[str, Any] | None = None
+) -> dict[str, Param]:
     """The trigger form: datasets and stages as multi-selects of the known names, param
-    overrides as a JSON object; each empty by default, meaning "as params.yaml has it"."""
+    overrides as a JSON object of the keys `params` (params.yaml) has; each empty by default,
+    meaning "as params.yaml has it"."""
     return {
         "datasets": _multi_select(
             "Datasets",
@@ -122,17 +130,19 @@ def trigger_params(datasets: list[str], stages: list[str]) -> dict[str, Param]:
         ),
         "params": Param(
             {},
-            type="object",
+            type=["object", "null"],
             title="params.yaml overrides",
             description='Dotted keys that exist in params.yaml, e.g. {"ingest.duplicates": '
             '"error", "generation.test_queries": 50}; checked before anything runs.',
+            **(override_schema(params) if params is not None else {}),
         ),
     }
 
 
 def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
-    """The form's untouched fields (`[]`, `{}`) mean "unchanged", as if the key were absent."""
-    return {k: v for k, v in conf.items() if not (k in _FORM_FIELDS and v in ([], {}))}
+    """The form's untouched or cleared fields (`[]`, `{}`, null) mean "unchanged", as if the
+    key were absent."""
+    return {k: v for k, v in conf.items() if not (k in _FORM_FIELDS and v in ([], {}, None))}
 
 
 _FORM_FIELDS = ("datasets", "stages", "params")
@@ -342,7 +352,9 @@ def _build_dag() -> DAG:
         default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
         tags=["rulerag", "dvc"],
         params=trigger_params(
-            sorted(_known_datasets(params)), list(load_yaml(DVC_YAML).get("stages") or {})
+            sorted(_known_datasets(params)),
+            list(load_yaml(DVC_YAML).get("stages") or {}),
+            params,
         ),
     ) as dag:
 

@@ -171,9 +171,17 @@ class Params:
         return self.ingest.known_datasets()
 
     def check_all(self) -> Params:
-        """Read every section, so that every rule between them is checked too."""
+        """Read every section, so that every rule between them is checked too; the problems
+        of every section are reported at once (a Trigger form with two bad overrides in two
+        sections used to hear of the first only)."""
+        problems: list[str] = []
         for section in SECTIONS:
-            getattr(self, section)
+            try:
+                getattr(self, section)
+            except SettingsError as err:
+                problems.append(str(err))
+        if problems:
+            raise SettingsError("; ".join(dict.fromkeys(problems)))
         return self
 
     def _section(self, section: str) -> Any:

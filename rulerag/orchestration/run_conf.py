@@ -24,7 +24,7 @@ import math
 import os
 import re
 import tempfile
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -41,6 +41,7 @@ __all__ = [
     "PARAM_KEY_RE",
     "RunConf",
     "apply_run_conf",
+    "override_schema",
     "set_params",
     "validate_run_conf",
 ]
@@ -155,6 +156,103 @@ def _touches(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
+def override_schema(params: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON schema of the trigger form's overrides: the dotted keys a run conf may set.
+
+    Airflow checks a run's conf against its params' schemas when the run is triggered, before
+    a run exists, so a key params.yaml lacks (a typo) is refused in the form itself. What
+    a JSON schema cannot say (types, ranges, rules across sections) `validate_run_conf`
+    checks in the run's first task, every problem at once. Left out: `datasets` (the form's
+    own field), the keys that decide where the API key comes from or goes, and keys that are
+    no dotted identifiers (no conf can name them).
+    """
+    keys: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        children = (
+            node.items()
+            if isinstance(node, Mapping)
+            else enumerate(node)
+            if isinstance(node, list)
+            else ()
+        )
+        for part, value in children:
+            key = f"{prefix}{part}"
+            if key == "datasets" or not PARAM_KEY_RE.match(key):
+                continue
+            if not any(_touches(key, p) for p in PROTECTED_PARAM_KEYS):
+                keys.append(key)
+            walk(value, f"{key}.")
+
+    walk(params, "")
+    return {"properties": {key: {} for key in keys}, "additionalProperties": False}
+
+
+def _listed(problems: Sequence[str]) -> str:
+    """Several problems as one message, one a line."""
+    return f"run conf: {len(problems)} problems:\n" + "\n".join(f"- {p}" for p in problems)
+
+
+def _override_problem(
+    key: Any,
+    value: Any,
+    params: Mapping[str, Any],
+    accepted: Mapping[str, Any],
+    cmd_keys: Collection[str],
+) -> str | None:
+    """What is wrong with overriding `key` by `value` (None: nothing), given the overrides
+    `accepted` before it."""
+    if not isinstance(key, str) or not PARAM_KEY_RE.match(key):
+        return (
+            f"run conf params: invalid key {key!r} (dotted identifiers only, e.g."
+            " 'ingest.duplicates')"
+        )
+    if key == "datasets" or key.startswith("datasets."):
+        return 'run conf params: set datasets with the "datasets" conf key'
+    protected = [p for p in PROTECTED_PARAM_KEYS if _touches(key, p)]
+    if protected:
+        return (
+            f"run conf params: {key!r} decides where the API key comes from or goes "
+            f"({', '.join(protected)}); only params.yaml may set it"
+        )
+    try:
+        current = _lookup(params, key)
+    except KeyError:
+        return (
+            f"run conf params: unknown key {key!r}; only keys already in params.yaml"
+            " can be overridden"
+        )
+    try:
+        _check_value(key, value)
+    except ValueError as err:
+        return str(err)
+    if isinstance(current, Mapping) and (
+        not isinstance(value, Mapping) or any(map(_is_section, current.values()))
+    ):
+        return (
+            f"run conf params: {key!r} is a section of params.yaml; override its keys"
+            f" one by one (e.g. '{key}.<name>')"
+        )
+    dropped = sorted(set(current) - set(value)) if isinstance(current, Mapping) else []
+    if dropped:  # a mapping replaces the whole value: params.yaml would lose these
+        return (
+            f"run conf params: {key!r} would drop {', '.join(map(repr, dropped))} from "
+            f"params.yaml; override its keys one by one (e.g. '{key}.{dropped[0]}')"
+        )
+    for other in accepted:
+        if _touches(key, other):
+            return f"run conf params: keys {other!r} and {key!r} overlap"
+    for s in _strings(value):
+        if any(_touches(key, c) for c in cmd_keys) and not SHELL_SAFE_RE.match(s):
+            return (
+                f"run conf params: {key!r} reaches a stage command; {s!r} may only"
+                " hold letters, digits and _ . , : / = + @ % -"
+            )
+        if "\x00" in s:
+            return f"run conf params: {key!r} holds a NUL character"
+    return None
+
+
 def validate_run_conf(
     conf: Mapping[str, Any] | None,
     params: Mapping[str, Any],
@@ -177,9 +275,10 @@ def validate_run_conf(
         return RunConf()
     if not isinstance(conf, Mapping):
         raise ValueError(f"run conf must be a JSON object, got {type(conf).__name__}")
+    problems: list[str] = []  # every problem of the conf, reported at once
     unknown = sorted(str(k) for k in conf if k not in _CONF_KEYS)
     if unknown:
-        raise ValueError(
+        problems.append(
             f"run conf: unknown key(s) {', '.join(map(repr, unknown))};"
             f" allowed: {', '.join(_CONF_KEYS)}"
         )
@@ -188,96 +287,58 @@ def validate_run_conf(
     if conf.get("datasets") is not None:
         raw = conf["datasets"]
         if not isinstance(raw, list | tuple) or not raw:
-            raise ValueError(
+            problems.append(
                 'run conf "datasets" must be a non-empty list of names, e.g. ["icews14"]'
             )
+            raw = []
         names: list[str] = []
         for name in raw:
             try:  # the one dataset-name rule (rulerag.settings), as params.yaml's own names
                 check_dataset_name(name)
             except SettingsError as err:
-                raise ValueError(f"run conf datasets: {err}") from None
+                problems.append(f"run conf datasets: {err}")
+                continue
             if name not in known_datasets:
-                raise ValueError(
+                problems.append(
                     f"run conf datasets: unknown dataset {name!r}; known:"
                     f" {', '.join(sorted(known_datasets))}"
                 )
-            if name not in names:
+            elif name not in names:
                 names.append(name)
-        datasets = tuple(names)
+        datasets = tuple(names) or None  # none valid: the schema check reads params.yaml's
 
     overrides: dict[str, Any] = {}
     raw_params = conf.get("params")
-    if raw_params is not None:
-        if not isinstance(raw_params, Mapping):
-            raise ValueError(
-                'run conf "params" must be an object of dotted keys, e.g.'
-                ' {"ingest.duplicates": "error"}'
-            )
-        for key, value in raw_params.items():
-            if not isinstance(key, str) or not PARAM_KEY_RE.match(key):
-                raise ValueError(
-                    f"run conf params: invalid key {key!r} (dotted identifiers only, e.g."
-                    " 'ingest.duplicates')"
-                )
-            if key == "datasets" or key.startswith("datasets."):
-                raise ValueError('run conf params: set datasets with the "datasets" conf key')
-            protected = [p for p in PROTECTED_PARAM_KEYS if _touches(key, p)]
-            if protected:
-                raise ValueError(
-                    f"run conf params: {key!r} decides where the API key comes from or goes "
-                    f"({', '.join(protected)}); only params.yaml may set it"
-                )
-            try:
-                current = _lookup(params, key)
-            except KeyError:
-                raise ValueError(
-                    f"run conf params: unknown key {key!r}; only keys already in params.yaml"
-                    " can be overridden"
-                ) from None
-            _check_value(key, value)
-            if isinstance(current, Mapping) and (
-                not isinstance(value, Mapping) or any(map(_is_section, current.values()))
-            ):
-                raise ValueError(
-                    f"run conf params: {key!r} is a section of params.yaml; override its keys"
-                    f" one by one (e.g. '{key}.<name>')"
-                )
-            dropped = sorted(set(current) - set(value)) if isinstance(current, Mapping) else []
-            if dropped:  # a mapping replaces the whole value: params.yaml would lose these
-                raise ValueError(
-                    f"run conf params: {key!r} would drop {', '.join(map(repr, dropped))} from "
-                    f"params.yaml; override its keys one by one (e.g. '{key}.{dropped[0]}')"
-                )
-            for other in overrides:
-                if _touches(key, other):
-                    raise ValueError(f"run conf params: keys {other!r} and {key!r} overlap")
-            for s in _strings(value):
-                if any(_touches(key, c) for c in cmd_keys) and not SHELL_SAFE_RE.match(s):
-                    raise ValueError(
-                        f"run conf params: {key!r} reaches a stage command; {s!r} may only"
-                        " hold letters, digits and _ . , : / = + @ % -"
-                    )
-                if "\x00" in s:
-                    raise ValueError(f"run conf params: {key!r} holds a NUL character")
+    if raw_params is not None and not isinstance(raw_params, Mapping):
+        problems.append(
+            'run conf "params" must be an object of dotted keys, e.g.'
+            ' {"ingest.duplicates": "error"}'
+        )
+        raw_params = None
+    for key, value in (raw_params or {}).items():
+        problem = _override_problem(key, value, params, overrides, cmd_keys)
+        if problem:
+            problems.append(problem)
+        else:
             overrides[key] = copy.deepcopy(list(value) if isinstance(value, tuple) else value)
     stages: tuple[str, ...] | None = None
     if conf.get("stages") is not None:
         raw = conf["stages"]
         if not isinstance(raw, list | tuple) or not raw or not all(isinstance(x, str) for x in raw):
-            raise ValueError('run conf "stages" must be a non-empty list of stage names')
-        if stage_names is not None:
-            unknown_stages = sorted(set(raw) - set(stage_names))
+            problems.append('run conf "stages" must be a non-empty list of stage names')
+        else:
+            unknown_stages = [] if stage_names is None else sorted(set(raw) - set(stage_names))
             if unknown_stages:
-                raise ValueError(
+                problems.append(
                     f"run conf stages: unknown stage(s) {', '.join(map(repr, unknown_stages))};"
-                    f" dvc.yaml has {', '.join(stage_names)}"
+                    f" dvc.yaml has {', '.join(stage_names or ())}"
                 )
-        stages = tuple(dict.fromkeys(raw))
+            stages = tuple(dict.fromkeys(raw))
     result = RunConf(datasets=datasets, params=overrides, stages=stages)
     # Types, ranges and section shapes: the schema every stage loads params.yaml with, applied
     # to what params.yaml would read after this conf ("three" for an int, 10**100, a list
-    # where a scalar belongs fail here, naming the key, before anything is written).
+    # where a scalar belongs fail here, naming the key, before anything is written); every
+    # section's problems at once (`Params.check_all`).
     if check == "schema":
         from rulerag.orchestration.params_check import check_params
 
@@ -286,7 +347,9 @@ def validate_run_conf(
         if check is not None and not result.is_empty:
             check(set_params(params, result))
     except SettingsError as err:
-        raise ValueError(f"run conf params: {err}") from None
+        problems.append(f"run conf params: {err}")
+    if problems:
+        raise ValueError(problems[0] if len(problems) == 1 else _listed(problems))
     return result
 
 

@@ -192,8 +192,10 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert form["datasets"]["items"]["enum"] == sorted(parse_params(params).known_datasets())
     stages = list(read_params_file(PROJECT_DIR / "dvc.yaml")["stages"])
     assert form["stages"]["items"]["enum"] == stages
-    assert form["params"]["type"] == "object" and form["params"]["description"]
+    assert form["params"]["type"] == ["object", "null"] and form["params"]["description"]
     assert all(form[k]["title"] for k in ("datasets", "stages", "params"))
+    # optional: Airflow's form marks a field required unless its type admits null
+    assert all("null" in form[k]["type"] for k in ("datasets", "stages", "params"))
 
 
 def test_workspaces_mode_collects_at_the_end_and_routes_gpu_stages(tmp_path: Path) -> None:
@@ -257,12 +259,19 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert code != 0 and "is not one of" in out, out[-3000:]
     assert last_run_states(home)[0] == run_id  # no run was created
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
-    # What the schema cannot know fails in apply_conf; params.yaml and the stages are left alone.
+    # So is a key params.yaml lacks (the overrides' schema lists the keys it has).
     code, out = dags_test(project, env, {"params": {"ingest.no_such_knob": 1}})
+    assert code != 0 and "'ingest.no_such_knob' was unexpected" in out, out[-3000:]
+    assert last_run_states(home)[0] == run_id  # no run was created
+    # What the schema cannot know fails in apply_conf, every problem at once; params.yaml and
+    # the stages are left alone.
+    bad = {"ingest.duplicates": 5, "generation.test_queries": -3}
+    code, out = dags_test(project, env, {"params": bad})
     _, state, tasks = last_run_states(home)
     assert code != 0 and state == "failed"
     assert tasks["apply_conf"] == "failed"
-    assert "unknown key 'ingest.no_such_knob'" in out
+    assert "ingest.duplicates: Input should be" in out
+    assert "generation.test_queries: Input should be greater than or equal to 1" in out
     stages = {s for t, s in tasks.items() if t not in ("apply_conf", "record_overrides")}
     assert stages == {"upstream_failed"}
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text

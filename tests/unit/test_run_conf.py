@@ -258,3 +258,28 @@ def test_a_mapping_that_would_drop_sibling_keys_is_refused(params_file: Path) ->
         validate_run_conf({"params": {"mine_rules.static": {"max_atoms": 2}}}, params, KNOWN)
     ok = validate_run_conf({"params": {"mine_rules.static.max_atoms": 2}}, params, KNOWN)
     assert ok.params == {"mine_rules.static.max_atoms": 2}
+
+
+def test_every_problem_of_a_conf_is_reported_at_once() -> None:
+    """The issue's form entry named only its first bad override: both are named now, across
+    sections and beside the conf's other problems."""
+    params = read_params_file(PROJECT / "params.yaml")
+    two = {"params": {"ingest.duplicates": 5, "generation.test_queries": -3}}
+    with pytest.raises(ValueError) as caught:
+        validate_run_conf(two, params, KNOWN)
+    assert "ingest.duplicates" in str(caught.value)
+    assert "generation.test_queries" in str(caught.value)
+
+    many = {
+        "datasets": ["nope"],
+        "stages": ["ingest", "no_such_stage"],
+        "params": {"ingest.duplicatez": "drop", "generation.test_queries": -3},
+        "extra": 1,
+    }
+    with pytest.raises(ValueError) as caught:
+        validate_run_conf(many, params, KNOWN, stage_names=["ingest"])
+    message = str(caught.value)
+    assert message.startswith("run conf: 5 problems:\n")
+    for part in ("'extra'", "'nope'", "'ingest.duplicatez'", "'no_such_stage'", "test_queries"):
+        assert part in message
+    assert "datasets must be a non-empty list" not in message  # params.yaml's datasets stand
