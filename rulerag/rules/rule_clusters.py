@@ -189,13 +189,18 @@ def rule_clusters(
     for head, position, keys, cands, scores in record:
         contributions.setdefault(head, []).append((position, keys, cands, scores))
     graph = _Edges.build(train)
-    cache: dict[tuple[int, bool], np.ndarray] = {}
+    cache: dict[tuple[int, bool], tuple[int, np.ndarray]] = {}
     resolution = settings.cluster_resolution
     labels: dict[int, tuple[int, ...] | None] = {}
     thresholds: dict[int, float | None] = {}
     scored: dict[int, float] = {}
     valid_by_head = dict(tuple(valid.groupby("rel", sort=False)))
-    for head in tqdm(sorted(by_head), desc="cluster rules", disable=not progress):
+    # a relation and its inverse one after the other: the cache of prediction sets (shared by
+    # a rule and its mirror) holds one relation's at a time
+    ordered = sorted(by_head, key=lambda h: (h % n_relations, h))
+    for head in tqdm(ordered, desc="cluster rules", disable=not progress):
+        if cache and next(iter(cache.values()))[0] != head % n_relations:
+            cache.clear()
         head_rules = by_head[head]
         labels[head], thresholds[head], scored[head] = None, None, 0.0
         if len(head_rules) < 2 or head not in valid_by_head or head not in contributions:
@@ -225,19 +230,23 @@ def rule_clusters(
 
 
 def _predictions(
-    rule: AppliedRule, graph: _Edges, n_relations: int, cache: dict[tuple[int, bool], np.ndarray]
+    rule: AppliedRule,
+    graph: _Edges,
+    n_relations: int,
+    cache: dict[tuple[int, bool], tuple[int, np.ndarray]],
 ) -> np.ndarray:
     """`rule_predictions`, shared between a static rule and its mirror under the inverse head
-    (the same triples, each pair read backwards)."""
+    (the same triples, each pair read backwards); `cache` holds (relation, predictions)."""
     forward = rule.head < n_relations
     if (rule.index, forward) not in cache:
         mirror = cache.get((rule.index, not forward))
         if mirror is not None:
-            n = graph.n_entities
-            cache[(rule.index, forward)] = np.sort((mirror % n) * n + mirror // n)
+            n, codes = graph.n_entities, mirror[1]
+            predictions = np.sort((codes % n) * n + codes // n)
         else:
-            cache[(rule.index, forward)] = rule_predictions(rule, graph)
-    return cache[(rule.index, forward)]
+            predictions = rule_predictions(rule, graph)
+        cache[(rule.index, forward)] = (rule.head % n_relations, predictions)
+    return cache[(rule.index, forward)][1]
 
 
 class _Validation:
