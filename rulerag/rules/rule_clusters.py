@@ -217,9 +217,11 @@ def rule_clusters(
             [_predictions(rule, graph, n_relations, cache) for rule in head_rules]
         )
         tried: dict[bytes, float] = {}
+        links, found = -1, np.empty(0, np.int64)
         for i in range(1, resolution + 1):
             threshold = i / resolution
-            found = clusters_above(jaccard, threshold)
+            if (jaccard > threshold).sum() != links:  # else the same links, the same clusters
+                links, found = int((jaccard > threshold).sum()), clusters_above(jaccard, threshold)
             mrr = tried.get(found.tobytes())
             if mrr is None:
                 mrr = tried[found.tobytes()] = check.nrnoisy_mrr(found)
@@ -274,7 +276,10 @@ class _Validation:
         sub_of_key = dict(zip(queries["key"].tolist(), queries["sub"].tolist(), strict=False))
         pair_sub = np.array([sub_of_key[k] for k in self.pair_key.tolist()], dtype=np.int64)
         triple = (head * n_entities + pair_sub) * n_entities + pair_codes % n_entities
-        self.competes = ~np.isin(triple, known_codes)
+        at_known = np.minimum(np.searchsorted(known_codes, triple), max(len(known_codes) - 1, 0))
+        self.competes = (
+            known_codes[at_known] != triple if len(known_codes) else np.ones(len(triple), bool)
+        )
         self.fact_key = queries["key"].to_numpy(np.int64)
         wanted = self.fact_key * n_entities + queries["obj"].to_numpy(np.int64)
         at = np.minimum(np.searchsorted(pair_codes, wanted), max(self.n_pairs - 1, 0))
