@@ -63,6 +63,7 @@ __all__ = [
     "ApplySettings",
     "Candidates",
     "ClusterLabels",
+    "TieRank",
     "apply_rule_list",
     "apply_rules",
     "applied_rules",
@@ -77,6 +78,9 @@ __all__ = [
 #: how a candidate's per-rule scores combine into its rank
 Aggregation = Literal["noisy_or", "max", "nrnoisy_or"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+
+#: where an answer tied with other candidates ranks among them
+TieRank = Literal["last", "first"]
 
 #: Per head relation (TLogic id) the cluster of each of its rules, in `applied_rules` order, or
 #: None where SAFRAN's search chose its max approach (maxplus) for that head
@@ -115,12 +119,17 @@ class ApplySettings:
     #: nrnoisy_or: the search scores a clustering by the validation MRR of the top this many
     #: candidates (SAFRAN's TOP_K_OUTPUT, 10)
     cluster_top_k: int = 10
+    #: nrnoisy_or: the search's validation ranks put an answer tied with other candidates
+    #: last among them (SAFRAN) or first (as `filtered_rank`, TLogic's rank, counts)
+    cluster_ties: TieRank = "last"
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {self.aggregation!r}")
         if self.aggregation == "nrnoisy_or" and self.temporal:
             raise ValueError(NRNOISY_TEMPORAL)
+        if self.cluster_ties not in get_args(TieRank):
+            raise ValueError(f"cluster_ties must be last or first, not {self.cluster_ties!r}")
         if self.cluster_resolution < 1 or self.cluster_top_k < 1:
             raise ValueError(
                 "cluster_resolution and cluster_top_k must be at least 1, not "

@@ -24,7 +24,9 @@ As SAFRAN defines it:
   0 keeps the max approach.
 * The validation MRR: the rules grounded on the training graph, each candidate but the answer
   removed if the triple is known in any split, the answer's reciprocal rank if it is within the
-  top `cluster_top_k` (SAFRAN's TOP_K_OUTPUT, 10) with ties ranked last, else 0.
+  top `cluster_top_k` (SAFRAN's TOP_K_OUTPUT, 10) with ties ranked last, else 0
+  (`cluster_ties: first` ranks ties first instead, as this project's `filtered_rank` and
+  TLogic's evaluation do: the search then tunes for the figure we report).
 
 Where it differs:
 
@@ -51,7 +53,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
@@ -62,6 +64,7 @@ from rulerag.rules.application import (
     NRNOISY_TEMPORAL,
     AppliedRule,
     ApplySettings,
+    TieRank,
     _Edges,
     _groundings,
     applied_rules,
@@ -91,13 +94,16 @@ class RuleClusters:
     seconds: float
 
     def summary(self) -> dict[str, Any]:
-        """How many heads took each kind of clustering, and the seconds."""
-        chosen = list(self.thresholds.values())
+        """How many heads took each kind of clustering (max; every rule alone, i.e. plain
+        noisy-or; some rules together), how many rules their clusters merged, the seconds."""
+        chosen = [labels for labels in self.labels.values() if labels is not None]
+        alone = sum(len(set(labels)) == len(labels) for labels in chosen)
         return {
-            "heads": len(chosen),
-            "max": sum(t is None for t in chosen),
-            "noisy_or": sum(t is not None and t >= 1.0 for t in chosen),
-            "clustered": sum(t is not None and t < 1.0 for t in chosen),
+            "heads": len(self.labels),
+            "max": len(self.labels) - len(chosen),
+            "noisy_or": alone,
+            "clustered": len(chosen) - alone,
+            "rules_merged": sum(len(labels) - len(set(labels)) for labels in chosen),
             "seconds": round(self.seconds, 1),
         }
 
@@ -211,6 +217,7 @@ def rule_clusters(
             known_codes,
             n_entities,
             settings.cluster_top_k,
+            settings.cluster_ties,
         )
         best = max(check.maxplus_mrr(), 0.0)
         jaccard = jaccard_matrix(
@@ -262,8 +269,10 @@ class _Validation:
         known_codes: np.ndarray,
         n_entities: int,
         top_k: int,
+        ties: TieRank = "last",
     ) -> None:
         self.top_k = top_k
+        self.ties: TieRank = ties
         positions = np.concatenate([np.full(len(k), p, np.int64) for p, k, _, _ in contributions])
         keys = np.concatenate([k for _, k, _, _ in contributions]).astype(np.int64)
         cands = np.concatenate([c for _, _, c, _ in contributions]).astype(np.int64)
@@ -296,7 +305,8 @@ class _Validation:
         span = int(level.max()) + 2
         rivals = np.sort(self.pair_key[self.competes] * span + level[self.competes])
         answer = self.fact_key * span + level[self.fact_pair]
-        ahead = np.searchsorted(rivals, answer, side="right") - np.searchsorted(
+        side: Literal["left", "right"] = "right" if self.ties == "last" else "left"
+        ahead = np.searchsorted(rivals, answer, side=side) - np.searchsorted(
             rivals, self.fact_key * span, side="left"
         )
         rank = 1 + ahead

@@ -212,20 +212,31 @@ def brute_validation_mrr(facts, by_head, head, labels, settings) -> float:
         if o not in keys:
             continue
         rivals = [c for c in keys if c != o and (s, head, c) not in known]
-        rank = 1 + sum(keys[c] >= keys[o] for c in rivals)
+        if settings.cluster_ties == "last":
+            rank = 1 + sum(keys[c] >= keys[o] for c in rivals)
+        else:
+            rank = 1 + sum(keys[c] > keys[o] for c in rivals)
         total += 1 / rank if rank <= settings.cluster_top_k else 0.0
     return total / len(valid)
 
 
+@pytest.mark.parametrize("ties", ["last", "first"])
 @pytest.mark.parametrize("seed", [3, 4, 5])
-def test_the_threshold_search_picks_the_best_validation_mrr_in_grid_order(seed: int) -> None:
+def test_the_threshold_search_picks_the_best_validation_mrr_in_grid_order(seed, ties) -> None:
     """rule_clusters' choice per head against every grid threshold (and the max approach)
-    scored by brute force; the first best wins, max first, and nothing beats 0."""
+    scored by brute force, ties ranked last (SAFRAN) or first; the first best wins, max
+    first, and nothing beats 0."""
     rng = random.Random(seed)
     facts = random_kg(seed, n=90)
     facts = facts.assign(split=[rng.choice(["train"] * 3 + ["valid"]) for _ in range(len(facts))])
-    settings = ApplySettings(temporal=False, aggregation="nrnoisy_or", top_k=10_000,
-                             cluster_resolution=10, cluster_top_k=3)  # fmt: skip
+    settings = ApplySettings(
+        temporal=False,
+        aggregation="nrnoisy_or",
+        top_k=10_000,
+        cluster_resolution=10,
+        cluster_top_k=3,
+        cluster_ties=ties,
+    )
     chosen = rule_clusters(RANDOM_RULES, facts, N_REL, settings)
     by_head = applied_rules(RANDOM_RULES, N_REL, settings)
     graph = _Edges.build(edges_with_inverses(facts[facts["split"] == "train"], N_REL))
