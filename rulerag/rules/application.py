@@ -640,12 +640,17 @@ def filtered_rank(
     answer: int,
     others: Iterable[int],
     n_entities: int,
+    ties: TieRank = "first",
 ) -> int:
     """TLogic's rank: 1 + the candidates scored strictly higher than the answer, other true
     answers at the query time removed; an answer without a score ranks n_entities. Scores
-    may be rank keys (tuples, compared as tuples)."""
+    may be rank keys (tuples, compared as tuples). `ties="last"` also counts the candidates
+    scored equal (the answer last among its ties, as SAFRAN's and AnyBURL's top-k lists may
+    put it)."""
     if answer not in scores:
         return n_entities
     mine = scores[answer]
-    skip = set(others) - {answer}
+    skip = set(others) | {answer}
+    if ties == "last":
+        return 1 + sum(1 for c, s in scores.items() if s >= mine and c not in skip)
     return 1 + sum(1 for c, s in scores.items() if s > mine and c not in skip)

@@ -17,6 +17,7 @@ from rulerag.rules.application import (
     applied_rules,
     apply_rules,
     edges_with_inverses,
+    filtered_rank,
     noisy_or,
     nrnoisy_or,
 )
@@ -261,3 +262,11 @@ def test_temporal_rules_are_refused() -> None:
     assert str(caught.value) == NRNOISY_TEMPORAL
     with pytest.raises(ValueError, match="cluster_resolution"):
         ApplySettings(temporal=False, aggregation="nrnoisy_or", cluster_resolution=0)
+
+
+def test_filtered_ranks_put_the_answer_first_or_last_among_its_ties() -> None:
+    scores = {1: 0.5, 2: 0.5, 3: 0.7, 4: 0.5, 5: 0.1}
+    assert filtered_rank(scores, 1, set(), 9) == 2  # TLogic's: only 3 is strictly higher
+    assert filtered_rank(scores, 1, set(), 9, ties="last") == 4  # 3, then 2 and 4 tied
+    assert filtered_rank(scores, 1, {2, 1}, 9, ties="last") == 3  # 2 is another answer
+    assert filtered_rank(scores, 6, set(), 9, ties="last") == 9  # not a candidate
