@@ -23,13 +23,7 @@ from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
-from rulerag.rules.application import (
-    Aggregation,
-    ApplySettings,
-    ClusterLabels,
-    TieRank,
-    apply_rule_list,
-)
+from rulerag.rules.application import Aggregation, ApplySettings, ClusterLabels, apply_rule_list
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
@@ -82,9 +76,6 @@ class ApplyRulesSettings:
     cluster_resolution: Positive = 200
     #: nrnoisy_or: the threshold search's validation MRR counts the top this many candidates
     cluster_top_k: Positive = 10
-    #: nrnoisy_or: the search ranks an answer tied with others last (SAFRAN) or first (as the
-    #: reported filtered ranks, TLogic's, do)
-    cluster_ties: TieRank = "last"
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500
@@ -104,7 +95,6 @@ class ApplyRulesSettings:
             aggregation=self.aggregation,
             cluster_resolution=self.cluster_resolution,
             cluster_top_k=self.cluster_top_k,
-            cluster_ties=self.cluster_ties,
         )
 
 

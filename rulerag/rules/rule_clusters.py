@@ -25,8 +25,9 @@ As SAFRAN defines it:
 * The validation MRR: the rules grounded on the training graph, each candidate but the answer
   removed if the triple is known in any split, the answer's reciprocal rank if it is within the
   top `cluster_top_k` (SAFRAN's TOP_K_OUTPUT, 10) with ties ranked last, else 0
-  (`cluster_ties: first` ranks ties first instead, as this project's `filtered_rank` and
-  TLogic's evaluation do: the search then tunes for the figure we report).
+  (`ApplySettings.cluster_ties="first"` ranks ties first instead, as this project's
+  `filtered_rank` and TLogic's evaluation do; the search then favours clusterings that tie the
+  answer with more candidates, a gain of the rank's convention only: docs/results.md).
 
 Where it differs:
 
