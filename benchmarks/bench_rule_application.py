@@ -3,7 +3,8 @@
 Run by hand, never as a test (after `mine_rules` for the dataset):
 
     .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
-        [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max] [--out FILE]
+        [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max|nrnoisy_or]
+        [--data FOLDER] [--out FILE]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -11,7 +12,15 @@ by PCA confidence; `rulerag.rules.application`) and prints queries per minute, M
 Hits@1/3/10 (time-aware filtered, `rulerag.rules.forecasting`) beside TLogic's published
 ICEWS14 figures (its Table 3: MRR 0.4304, Hits@1 0.3356, @3 0.4827, @10 0.6117). The
 reference implementation applies about 210 queries a minute with two processes on a 2-core
-machine. `--limit` evaluates the first N test facts only (a quick look).
+machine. `--limit` evaluates the first N test facts only (a quick look). `--aggregation
+nrnoisy_or` (static KGs) first clusters the rules as SAFRAN does (`rulerag.rules.rule_clusters`:
+Jaccard on the train split, thresholds searched on the valid split) and reports that time
+(`clustering_seconds`, inside `seconds`) and what the search chose per head relation.
+`--data` reads <FOLDER>/<dataset>/ instead of the project's data/ (read only). Beside the
+figures with ties ranked first (TLogic's rank, the project's), `ties_last` has them with the
+answer ranked last among the candidates it ties with, `ties_average` at the mean of the two (as
+SAFRAN's eval.py ranks ties, scipy's rankdata "average"); the same candidates and filter.
+`--cluster-ties first` tunes nrnoisy_or's search for ties ranked first (a comparison only).
 """
 
 from __future__ import annotations
@@ -29,10 +38,22 @@ sys.path.insert(0, str(ROOT))
 
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
-from rulerag.rules.application import ApplySettings  # noqa: E402
+from rulerag.rules.application import (  # noqa: E402
+    AGGREGATIONS,
+    ApplySettings,
+    filtered_rank,
+    time_aware_filter,
+)
 from rulerag.rules.bank import frame_rules  # noqa: E402
-from rulerag.rules.forecasting import forecast  # noqa: E402
+from rulerag.rules.forecasting import (  # noqa: E402
+    ForecastResult,
+    baseline_scores,
+    forecast,
+    forecast_metrics,
+)
+from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
 
+FIGURES = ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
 TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
 
 
@@ -43,11 +64,22 @@ def main() -> int:
     parser.add_argument("--lengths", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--window", type=int, default=0)
     parser.add_argument("--top-k", type=int, default=20)
-    parser.add_argument("--aggregation", choices=["noisy_or", "max"], default="noisy_or")
+    parser.add_argument("--aggregation", choices=AGGREGATIONS, default="noisy_or")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument(
+        "--cluster-ties", choices=["last", "first"], default="last", help="nrnoisy_or's search"
+    )
     parser.add_argument("--rules", type=Path, default=None, help="a rules.parquet to apply")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        default=ROOT / "data",
+        help="the data folder holding <dataset>/ (read only; default: the project's data/)",
+    )
     args = parser.parse_args()
-    layout = DataLayout.of(ROOT / "data", args.dataset)
+    layout = DataLayout.of(args.data, args.dataset)
+    if not layout.facts.is_file():
+        parser.error(f"--data {args.data}: no {layout.facts} (run the pipeline for it first)")
     facts = read_parquet(layout.facts)
     n_relations = len(read_parquet(layout.relations))
     n_entities = len(read_parquet(layout.entities))
@@ -62,25 +94,61 @@ def main() -> int:
         top_k=args.top_k,
         temporal=temporal,
         aggregation=args.aggregation,
+        cluster_ties=args.cluster_ties,
     )
     started = time.perf_counter()
-    result = forecast(facts, rules, n_relations, n_entities, settings)
+    clustering = None
+    if settings.aggregation == "nrnoisy_or":
+        clustering = rule_clusters(rules, facts, n_relations, settings, progress=True)
+    result = forecast(
+        facts,
+        rules,
+        n_relations,
+        n_entities,
+        settings,
+        clusters=clustering.labels if clustering else None,
+    )
     seconds = time.perf_counter() - started
     queries = len(result.ranks)
     report = {
         "dataset": args.dataset,
         "rules": len(rules),
         "aggregation": args.aggregation,
+        "cluster_ties": args.cluster_ties if clustering else None,
         "queries": queries,
         "seconds": round(seconds, 1),
         "queries_per_minute": round(60 * queries / seconds),
+        "clustering_seconds": round(clustering.seconds, 1) if clustering else None,
+        "clusters": clustering.summary() if clustering else None,
         **{k: round(v, 4) for k, v in result.metrics.items()},
+        **tie_figures(result, facts, n_relations, n_entities),
         "tlogic_published": TLOGIC_ICEWS14 if args.dataset == "icews14" else None,
     }
     print(json.dumps(report, indent=2))
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def tie_figures(
+    result: ForecastResult, facts: pd.DataFrame, n_relations: int, n_entities: int
+) -> dict[str, dict[str, float]]:
+    """MRR and Hits@k of the same candidates with each answer ranked last among its ties, and
+    at the mean of its first and last place."""
+    known = time_aware_filter(facts, n_relations)
+    baseline = baseline_scores(facts, n_relations)
+    ranks: list[int] = []
+    for row in result.ranks.itertuples(index=False):
+        found = result.candidates[int(row.key)]
+        scores = found.rank_keys or found.scores or baseline.get(int(row.rel), {})
+        others = known.get((int(row.sub), int(row.rel), int(row.ts)), set())
+        ranks.append(filtered_rank(scores, int(row.obj), others, n_entities, ties="last"))
+    figures = {}
+    average = (result.ranks["rank"].to_numpy(float) + ranks) / 2
+    for name, rank in (("ties_last", ranks), ("ties_average", average)):
+        metrics = forecast_metrics(result.ranks.assign(rank=rank))
+        figures[name] = {k: round(metrics[k], 4) for k in FIGURES}
+    return figures
 
 
 if __name__ == "__main__":

@@ -328,6 +328,24 @@ def _export_retriever(params: Params) -> list[str]:
     return problems
 
 
+def _nrnoisy_static(params: Params) -> list[str]:
+    """`apply_rules.aggregation: nrnoisy_or` (SAFRAN) clusters static rules only
+    (`application.NRNOISY_TEMPORAL` says why); a temporal dataset of the run would stop
+    apply_rules at its start."""
+    if params.apply_rules.aggregation != "nrnoisy_or":
+        return []
+    known = params.known_datasets()
+    temporal = [n for n in params.datasets if n in known and params.ingest.kind(n) == "temporal"]
+    if temporal:
+        return [
+            "apply_rules.aggregation: nrnoisy_or (SAFRAN's non-redundant noisy-or) clusters "
+            "static rules by the triples they infer on the training graph; a temporal rule's "
+            f"predictions depend on the query time, and datasets {', '.join(temporal)} are "
+            "temporal: use noisy_or or max"
+        ]
+    return []
+
+
 RULES: tuple[Rule, ...] = (
     Rule(("generation",), _max_rules),
     Rule(("qa",), _qa_rows),
@@ -335,6 +353,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("generalisation",), _generalisation_dense),
     Rule(("generalisation",), _known_datasets),
     Rule(("export",), _export_retriever),
+    Rule(("apply_rules",), _nrnoisy_static),
 )
 
 

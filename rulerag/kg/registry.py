@@ -342,6 +342,10 @@ class IngestSettings:
         """The registry's KGs and `custom`'s, by name."""
         return known_datasets(self)
 
+    def kind(self, name: str) -> str:
+        """ "temporal" or "static": a known dataset's kind (`get_spec`)."""
+        return get_spec(name, self).kind
+
 
 def ingest_settings(section: Mapping[str, Any] | None) -> IngestSettings:
     """params.yaml's `ingest` section as typed settings, strictly; a custom KG's name must be

@@ -23,10 +23,11 @@ from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
-from rulerag.rules.application import Aggregation, ApplySettings, apply_rule_list
+from rulerag.rules.application import Aggregation, ApplySettings, ClusterLabels, apply_rule_list
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
+from rulerag.rules.rule_clusters import rule_clusters
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
 
 __all__ = [
@@ -67,9 +68,14 @@ class ApplyRulesSettings:
     a: Fraction = 0.5
     min_confidence: Fraction = 0.01
     min_body_support: NonNegative = 2.0  # temporal rules only (AMIE rules have no such floor)
-    #: how a candidate's per-rule scores combine: noisy_or (TLogic; AnyBURL's noisyor) or max
-    #: (AnyBURL's default maxplus: best rule first, ties broken by the next best)
+    #: how a candidate's per-rule scores combine: noisy_or (TLogic; AnyBURL's noisyor), max
+    #: (AnyBURL's default maxplus: best rule first, ties broken by the next best) or
+    #: nrnoisy_or (SAFRAN: max inside clusters of redundant rules, noisy-or across; static)
     aggregation: Aggregation = "noisy_or"
+    #: nrnoisy_or: Jaccard thresholds tried per head relation, i / cluster_resolution
+    cluster_resolution: Positive = 200
+    #: nrnoisy_or: the threshold search's validation MRR counts the top this many candidates
+    cluster_top_k: Positive = 10
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500
@@ -87,6 +93,8 @@ class ApplyRulesSettings:
             min_body_support=self.min_body_support,
             temporal=temporal,
             aggregation=self.aggregation,
+            cluster_resolution=self.cluster_resolution,
+            cluster_top_k=self.cluster_top_k,
         )
 
 
@@ -127,6 +135,12 @@ def apply_mined_rules(
     temporal = bool(facts["time"].notna().any())
     applying = settings.apply_settings(temporal)
     started = time.perf_counter()
+    clustering = (
+        rule_clusters(rules, facts, len(relations), applying)
+        if applying.aggregation == "nrnoisy_or"
+        else None
+    )
+    clusters = clustering.labels if clustering else None
     result = forecast(
         facts,
         rules,
@@ -135,6 +149,7 @@ def apply_mined_rules(
         applying,
         max_facts=settings.evaluate_facts,
         seed=settings.seed,
+        clusters=clusters,
     )
     seconds = time.perf_counter() - started
     metrics = {
@@ -147,6 +162,8 @@ def apply_mined_rules(
         **{k: round(v, 4) for k, v in result.metrics.items()},
         "published": PUBLISHED.get(layout.dataset),
     }
+    if clustering:
+        metrics["clusters"] = clustering.summary()
     history = facts[facts["split"].isin(corpus_splits)]
     answers = rule_answers(
         read_jsonl(layout.queries("test")),
@@ -158,6 +175,7 @@ def apply_mined_rules(
         relation_names=dict(zip(relations["id"], relations["name"], strict=True)),
         time_unit=json.loads(layout.kg_stats.read_text())["time_unit"],
         keep=settings.candidates,
+        clusters=clusters,
     )
     answered = sum(bool(a["candidates"]) for a in answers)
     metrics["ruleqa_answered"] = round(answered / max(1, len(answers)), 4)
@@ -175,11 +193,13 @@ def rule_answers(
     relation_names: Mapping[int, str],
     time_unit: str | None = None,
     keep: int = 10,
+    clusters: ClusterLabels | None = None,
     progress: bool = True,
 ) -> list[dict[str, Any]]:
     """For each RuleQA query (`head`, `relation`, `time`): its best `keep` candidates with
     score, the rule that scored it best (text) and that rule's body facts, written as the
-    corpus writes documents (`Time 2014-06-23 A Make a visit B.`), best first."""
+    corpus writes documents (`Time 2014-06-23 A Make a visit B.`), best first. `clusters`
+    (nrnoisy_or): the rules' clusters as `rule_clusters` learned them on the KG's splits."""
     frame = pd.DataFrame(
         {
             "key": range(len(queries)),
@@ -188,7 +208,9 @@ def rule_answers(
             "ts": [0 if q.get("time") is None else int(q["time"]) for q in queries],
         }
     )
-    found = apply_rule_list(frame, rules, history, n_relations, settings, progress=progress)
+    found = apply_rule_list(
+        frame, rules, history, n_relations, settings, clusters=clusters, progress=progress
+    )
 
     def fact_text(sub: int, rel: int, obj: int, ts: int) -> str:
         if rel >= n_relations:  # an inverse edge, read forwards

@@ -26,7 +26,11 @@ body atoms on the head's own pair (`r1(x, y) & r2(x, y) => r(x, y)`), is applied
 intersection of its atoms' edges. Candidates aggregate by noisy-or, or by AnyBURL's default
 `maxplus` (`aggregation="max"`; Meilicke et al., "Anytime Bottom-Up Rule Learning for
 Knowledge Graph Completion", IJCAI 2019): ordered by their best rule's confidence, ties broken
-by the next best, and so on, i.e. by the descending score lists TLogic's stop compares.
+by the next best, and so on, i.e. by the descending score lists TLogic's stop compares; or by
+SAFRAN's non-redundant noisy-or (`aggregation="nrnoisy_or"`; Ott et al., AKBC 2021): the rules
+of a head relation fall into clusters of rules whose predictions overlap (`rule_clusters`), a
+candidate takes the maximum of its scores inside each cluster and the noisy-or across clusters,
+so that redundant rules count once (static KGs only: see `rulerag.rules.rule_clusters`).
 
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
@@ -53,22 +57,42 @@ from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_to_tlogic
 
 __all__ = [
+    "AGGREGATIONS",
+    "NRNOISY_TEMPORAL",
     "AppliedRule",
     "ApplySettings",
     "Candidates",
+    "ClusterLabels",
+    "TieRank",
     "apply_rule_list",
     "apply_rules",
     "applied_rules",
     "edges_with_inverses",
     "filtered_rank",
     "noisy_or",
+    "nrnoisy_or",
     "time_aware_filter",
 ]
 
 
 #: how a candidate's per-rule scores combine into its rank
-Aggregation = Literal["noisy_or", "max"]
+Aggregation = Literal["noisy_or", "max", "nrnoisy_or"]
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
+
+#: where an answer tied with other candidates ranks among them
+TieRank = Literal["last", "first"]
+
+#: Per head relation (TLogic id) the cluster of each of its rules, in `applied_rules` order, or
+#: None where SAFRAN's search chose its max approach (maxplus) for that head
+ClusterLabels = Mapping[int, Sequence[int] | None]
+
+#: Why nrnoisy_or is refused for temporal rules (ApplySettings and the params check say it)
+NRNOISY_TEMPORAL = (
+    "aggregation nrnoisy_or (SAFRAN) is defined for static rules only: it clusters rules by "
+    "the Jaccard overlap of the triples they infer on the training graph, and a temporal "
+    "rule's predictions and scores depend on the query time (TLogic's recency), so there is "
+    "no time-free set of inferred triples to compare; use noisy_or or max"
+)
 
 
 @dataclass(frozen=True)
@@ -85,13 +109,35 @@ class ApplySettings:
     #: False for a static KG: no time order or recency, a candidate's score from one rule is
     #: the rule's confidence (AMIE's PCA confidence)
     temporal: bool = True
-    #: noisy_or (TLogic; AnyBURL's `noisyor`) or max (AnyBURL's `maxplus`: the best rule's
-    #: score, ties broken by the next best rules)
+    #: noisy_or (TLogic; AnyBURL's `noisyor`), max (AnyBURL's `maxplus`: the best rule's
+    #: score, ties broken by the next best rules) or nrnoisy_or (SAFRAN's non-redundant
+    #: noisy-or: max inside clusters of overlapping rules, noisy-or across; static only)
     aggregation: Aggregation = "noisy_or"
+    #: nrnoisy_or: the Jaccard thresholds SAFRAN's grid search tries per head relation,
+    #: i / cluster_resolution for i = 1..cluster_resolution (SAFRAN's RESOLUTION, 200)
+    cluster_resolution: int = 200
+    #: nrnoisy_or: the search scores a clustering by the validation MRR of the top this many
+    #: candidates (SAFRAN's TOP_K_OUTPUT, 10)
+    cluster_top_k: int = 10
+    #: nrnoisy_or: the search's validation ranks put an answer tied with other candidates
+    #: last among them (SAFRAN) or first (as `filtered_rank`, TLogic's rank, counts). Not a
+    #: params.yaml knob: tuned with ties first, the search prefers clusterings that tie the
+    #: answer with more candidates (FB15k-237: MRR 0.315 with ties first, 0.196 with ties
+    #: last; docs/results.md), a gain of the rank's convention, not of the ranking
+    cluster_ties: TieRank = "last"
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {self.aggregation!r}")
+        if self.aggregation == "nrnoisy_or" and self.temporal:
+            raise ValueError(NRNOISY_TEMPORAL)
+        if self.cluster_ties not in get_args(TieRank):
+            raise ValueError(f"cluster_ties must be last or first, not {self.cluster_ties!r}")
+        if self.cluster_resolution < 1 or self.cluster_top_k < 1:
+            raise ValueError(
+                "cluster_resolution and cluster_top_k must be at least 1, not "
+                f"{self.cluster_resolution} and {self.cluster_top_k}"
+            )
 
 
 #: Rows one hop of a rule's groundings materialises at once (about 0.4 GB of path arrays); a
@@ -208,8 +254,9 @@ class Candidates:
     scores: dict[int, float] = field(default_factory=dict)
     rules: dict[int, int] = field(default_factory=dict)
     explanations: dict[int, list[tuple[int, int, int, int]]] = field(default_factory=dict)
-    #: what candidates are ranked by, higher first: the score itself (noisy-or), or with
-    #: `max` the descending tuple of the candidate's per-rule scores
+    #: what candidates are ranked by, higher first: the score itself (noisy-or), with `max`
+    #: the descending tuple of the candidate's per-rule scores, with `nrnoisy_or` -Π(1 - m)
+    #: over its cluster maxima m (exact where 1 - Π rounds to 1.0)
     rank_keys: dict[int, float | tuple[float, ...]] = field(default_factory=dict)
 
     def ranked(self) -> list[tuple[int, float]]:
@@ -453,15 +500,30 @@ def apply_rules(
     edges: pd.DataFrame,
     settings: ApplySettings = ApplySettings(),
     *,
+    clusters: ClusterLabels | None = None,
+    record: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] | None = None,
     progress: bool = True,
 ) -> dict[int, Candidates]:
-    """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key)."""
+    """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key).
+
+    `clusters` (nrnoisy_or, required there): per head relation its rules' cluster labels
+    (`rule_clusters.rule_clusters`). `record`, if given, receives for every rule applied its
+    (head, position in the head's list, query keys, candidates, scores): what the clustering's
+    threshold search re-aggregates (application order and stops do not depend on clusters).
+    """
     from tqdm.auto import tqdm
 
+    nrnoisy = settings.aggregation == "nrnoisy_or"
+    if nrnoisy and clusters is None:
+        raise ValueError(
+            "aggregation nrnoisy_or needs the rules' clusters (rulerag.rules.rule_clusters)"
+        )
     graph = _Edges.build(edges)
     out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
     # per query and candidate its scores, one per rule, descending: [0] is the best
     lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}
+    # nrnoisy_or: per query of a clustered head and candidate, the best score of each cluster
+    maxima: dict[int, dict[int, dict[int, float]]] = {}
     groups = list(queries.groupby("rel", sort=False))
     total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
@@ -469,7 +531,15 @@ def apply_rules(
         key = group["key"].to_numpy(np.int64)
         sub = group["sub"].to_numpy(np.int64)
         tq = group["ts"].to_numpy(np.int64)
-        for rule in rules.get(int(rel), []):
+        labels = clusters.get(int(rel)) if nrnoisy and clusters is not None else None
+        if labels is not None:
+            if len(labels) != len(rules.get(int(rel), [])):
+                raise ValueError(
+                    f"clusters for head relation {rel}: {len(labels)} labels for "
+                    f"{len(rules.get(int(rel), []))} rules (computed for other rules?)"
+                )
+            maxima.update({int(k): {} for k in key})
+        for position, rule in enumerate(rules.get(int(rel), [])):
             bar.update(1)
             if len(key) == 0:
                 continue
@@ -481,6 +551,10 @@ def apply_rules(
                 scores = settings.a * rule.confidence + (1 - settings.a) * recency
             else:
                 scores = np.full(len(found.key), rule.confidence)
+            if record is not None:
+                record.append(
+                    (int(rel), position, found.key, found.ents[-1], scores.astype(np.float32))
+                )
             scores = scores.astype(np.float32).tolist()
             keys, cands = found.key.tolist(), found.ents[-1].tolist()
             for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
@@ -490,15 +564,25 @@ def apply_rules(
                 if better:
                     out[k].rules[cand] = rule.index
                     out[k].explanations[cand] = _explanation(rule, found, row)
+                if labels is not None:
+                    best = maxima[k].setdefault(cand, {})
+                    cluster = labels[position]
+                    if score > best.get(cluster, -1.0):
+                        best[cluster] = score
             finished = [k for k in set(keys) if _done(lists[k], settings.top_k)]
             if finished:
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
     bar.close()
     for k, candidates in lists.items():
-        if settings.aggregation == "max":
+        if settings.aggregation == "max" or (nrnoisy and k not in maxima):
+            # nrnoisy_or: a head whose search chose SAFRAN's max approach ranks by maxplus
             out[k].scores = {c: s[0] for c, s in candidates.items()}
             out[k].rank_keys = {c: tuple(s) for c, s in candidates.items()}
+        elif nrnoisy:
+            aggregated = {c: nrnoisy_or(m.values()) for c, m in maxima[k].items()}
+            out[k].scores = {c: score for c, (score, _) in aggregated.items()}
+            out[k].rank_keys = {c: rank_key for c, (_, rank_key) in aggregated.items()}
         else:
             out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out
@@ -511,14 +595,17 @@ def apply_rule_list(
     n_relations: int,
     settings: ApplySettings,
     *,
+    clusters: ClusterLabels | None = None,
     progress: bool = True,
 ) -> dict[int, Candidates]:
-    """`apply_rules` from mined rules and history facts (the KG's own frames)."""
+    """`apply_rules` from mined rules and history facts (the KG's own frames); `clusters`
+    (nrnoisy_or) as `rule_clusters.rule_clusters` computed them for the same rules."""
     return apply_rules(
         queries,
         applied_rules(rules, n_relations, settings),
         edges_with_inverses(history, n_relations),
         settings,
+        clusters=clusters,
         progress=progress,
     )
 
@@ -526,6 +613,17 @@ def apply_rule_list(
 def noisy_or(scores: Sequence[float]) -> float:
     """1 - Π(1 - s), in float32 as TLogic computes it (ties are exact float comparisons)."""
     return float(1 - np.prod(1 - np.asarray(scores, np.float32), dtype=np.float32))
+
+
+def nrnoisy_or(maxima: Iterable[float]) -> tuple[float, float]:
+    """SAFRAN's non-redundant noisy-or of one candidate's cluster maxima m: (score, rank key)
+    = (1 - P, -P) with P = Π(1 - m), multiplied one factor at a time in float64 from the
+    largest m down, so that equal multisets give equal keys (SAFRAN multiplies in 50-digit
+    floats; -P keeps the order where 1 - P rounds to 1.0)."""
+    product = 1.0
+    for m in sorted((float(x) for x in maxima), reverse=True):
+        product *= 1.0 - m
+    return 1.0 - product, -product
 
 
 def time_aware_filter(
@@ -545,12 +643,17 @@ def filtered_rank(
     answer: int,
     others: Iterable[int],
     n_entities: int,
+    ties: TieRank = "first",
 ) -> int:
     """TLogic's rank: 1 + the candidates scored strictly higher than the answer, other true
     answers at the query time removed; an answer without a score ranks n_entities. Scores
-    may be rank keys (tuples, compared as tuples)."""
+    may be rank keys (tuples, compared as tuples). `ties="last"` also counts the candidates
+    scored equal (the answer last among its ties, as SAFRAN's and AnyBURL's top-k lists may
+    put it)."""
     if answer not in scores:
         return n_entities
     mine = scores[answer]
-    skip = set(others) - {answer}
+    skip = set(others) | {answer}
+    if ties == "last":
+        return 1 + sum(1 for c, s in scores.items() if s >= mine and c not in skip)
     return 1 + sum(1 for c, s in scores.items() if s > mine and c not in skip)

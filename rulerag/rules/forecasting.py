@@ -4,7 +4,9 @@ On a static KG the same is link prediction: the history is every split but the e
 rules score by their confidence (no recency) and answer subject queries read backwards, and
 the filter removes every known answer (the standard filtered setting; time-aware filtering at a
 single time point). With `aggregation="max"` candidates rank by their score lists
-(`Candidates.rank_keys`) instead of one noisy-or score.
+(`Candidates.rank_keys`) instead of one noisy-or score; with `aggregation="nrnoisy_or"` (static
+KGs) by SAFRAN's non-redundant noisy-or over the rules' clusters (`rule_clusters`: Jaccard on
+the train split, thresholds searched on the valid split).
 
 Every fact (s, r, o, t) of the evaluated split is two queries: (s, r, ?, t) for the object and
 (o, r⁻¹, ?, t) for the subject. Candidates come from `application.apply_rules` (history: every
@@ -30,12 +32,14 @@ import pandas as pd
 from rulerag.rules.application import (
     ApplySettings,
     Candidates,
+    ClusterLabels,
     apply_rule_list,
     edges_with_inverses,
     filtered_rank,
     time_aware_filter,
 )
 from rulerag.rules.rule import Rule
+from rulerag.rules.rule_clusters import rule_clusters
 
 __all__ = ["ForecastResult", "baseline_scores", "forecast", "forecast_queries"]
 
@@ -90,17 +94,23 @@ def forecast(
     split: str = "test",
     max_facts: int | None = None,
     seed: int = 12,
+    clusters: ClusterLabels | None = None,
     progress: bool = True,
 ) -> ForecastResult:
     """Apply `rules` to every fact of `split` (a seeded sample of `max_facts`; both
-    directions) and rank the answers; the history and the filter are every fact."""
+    directions) and rank the answers; the history and the filter are every fact. `clusters`
+    (nrnoisy_or): `rule_clusters(...).labels` for these rules, computed here if None."""
     settings = settings or ApplySettings()
+    if settings.aggregation == "nrnoisy_or" and clusters is None:
+        clusters = rule_clusters(rules, facts, n_relations, settings, progress=progress).labels
     queries = forecast_queries(facts, split, n_relations, max_facts, seed)
     unique = queries.drop_duplicates("key")[["key", "sub", "rel", "ts"]]
     # a temporal KG's history is every fact before the query time (its own split included);
     # a static KG's is every other split
     history = facts if settings.temporal else facts[facts["split"] != split]
-    candidates = apply_rule_list(unique, rules, history, n_relations, settings, progress=progress)
+    candidates = apply_rule_list(
+        unique, rules, history, n_relations, settings, clusters=clusters, progress=progress
+    )
     known = time_aware_filter(facts, n_relations)
     baseline = baseline_scores(facts, n_relations)
     ranks, answered = [], []

@@ -558,3 +558,17 @@ def test_rule_retrievals_analyzer_is_auto_by_default() -> None:
     assert rule_retrieval_settings({"analyzer": "cjk"}).analyzer == "cjk"
     with pytest.raises(SettingsError, match="rule_retrieval.analyzer"):
         rule_retrieval_settings({"analyzer": "french"})
+
+
+def test_apply_rules_aggregation_is_checked_against_the_datasets() -> None:
+    """nrnoisy_or (SAFRAN) clusters static rules only: a temporal dataset of the run is
+    refused before any stage runs; an unknown aggregation is refused naming the key."""
+    section = {**PARAMS["apply_rules"], "aggregation": "nrnoisy_or"}
+    static = {**PARAMS, "apply_rules": section, "datasets": ["fb15k237", "nell995"]}
+    params_check.check_params(static)
+    with pytest.raises(SettingsError, match=r"apply_rules\.aggregation.*icews14 are temporal"):
+        params_check.check_params({**static, "datasets": ["fb15k237", "icews14"]})
+    with pytest.raises(SettingsError, match=r"apply_rules.*aggregation.*nrnoisy"):
+        params_check.check_params(
+            {**PARAMS, "apply_rules": {**PARAMS["apply_rules"], "aggregation": "nrnoisy"}}
+        )

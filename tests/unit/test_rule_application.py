@@ -366,10 +366,17 @@ def test_ragged_ranges_and_weight_blocks() -> None:
     assert split_by_weight(np.array([], dtype=int), 4) == []
 
 
-@pytest.mark.parametrize("temporal", [True, False], ids=["temporal", "static"])
-def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal) -> None:
+@pytest.mark.parametrize(
+    ("temporal", "aggregation"),
+    [(True, "noisy_or"), (False, "noisy_or"), (False, "nrnoisy_or")],
+    ids=["temporal", "static", "static-nrnoisy"],
+)
+def test_the_stage_entry_gives_what_the_stage_computed_before(
+    tmp_path, temporal, aggregation
+) -> None:
     """`apply_mined_rules` against the stage's former sequence, spelled out: forecast the
-    test facts, answer RuleQA's test queries from the corpus splits' history, the report."""
+    test facts, answer RuleQA's test queries from the corpus splits' history, the report
+    (nrnoisy_or: with the clusters learned once on the KG's train and valid splits)."""
     import json
 
     from rulerag.benchmark.files import read_benchmark_files
@@ -385,6 +392,7 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal
     )
     from rulerag.rules.bank import frame_rules
     from rulerag.rules.forecasting import forecast
+    from rulerag.rules.rule_clusters import rule_clusters
     from tests.support.synthetic_kg import write_synthetic_dataset
 
     layout = DataLayout.of(tmp_path / "data", "toy")
@@ -392,7 +400,9 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal
     read_benchmark_files(build_benchmark_settings({"test_size": 30}), layout).write(
         layout.benchmark, {}
     )
-    settings = apply_rules_settings({"evaluate_facts": 40, "candidates": 3, "min_body_support": 0})
+    settings = apply_rules_settings(
+        {"evaluate_facts": 40, "candidates": 3, "min_body_support": 0, "aggregation": aggregation}
+    )
     splits = ("train", "valid")
     applied = apply_mined_rules(settings, splits, layout)
     applied.write(layout.rule_application)
@@ -400,13 +410,23 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(tmp_path, temporal
     rules = frame_rules(bank)
     applying = settings.apply_settings(temporal)
     n_rel, n_ent = len(kg.relations), len(kg.entities)
-    result = forecast(kg.facts, rules, n_rel, n_ent, applying, max_facts=40, seed=settings.seed)
+    clusters = None
+    if aggregation == "nrnoisy_or":
+        clustering = rule_clusters(rules, kg.facts, n_rel, applying)
+        clusters = clustering.labels
+        assert applied.metrics["clusters"] == clustering.summary() | {
+            "seconds": applied.metrics["clusters"]["seconds"]
+        }
+    result = forecast(
+        kg.facts, rules, n_rel, n_ent, applying, max_facts=40, seed=settings.seed,
+        clusters=clusters,
+    )  # fmt: skip
     test = read_jsonl(layout.queries("test"))
     answers = rule_answers(
         test, rules, kg.facts[kg.facts["split"].isin(splits)], n_rel, applying,
         entity_names=dict(zip(kg.entities["id"], kg.entities["name"], strict=True)),
         relation_names=dict(zip(kg.relations["id"], kg.relations["name"], strict=True)),
-        time_unit=kg.time_unit, keep=3,
+        time_unit=kg.time_unit, keep=3, clusters=clusters,
     )  # fmt: skip
     assert read_jsonl(layout.rule_answers) == json.loads(json.dumps(answers))
     assert any(a["candidates"] for a in answers)
