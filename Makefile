@@ -240,7 +240,7 @@ airflow: setup
 	PATH=$(abspath $(BIN)):$$PATH AIRFLOW_HOME=$(abspath .airflow) \
 	AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) \
-	AIRFLOW__API__HOST=127.0.0.1 airflow standalone
+	AIRFLOW__API__HOST=127.0.0.1 $(BIN)/python -m rulerag.orchestration.supervise -- airflow standalone
 
 # docker/compose.yaml's CeleryExecutor cluster on this machine, without Docker: Postgres, Redis,
 # API server, scheduler, DAG processor, CLUSTER_WORKERS Celery workers (and CLUSTER_GPU_WORKERS on

@@ -1,0 +1,121 @@
+"""`make airflow`'s supervisor: a stop reaches every process the server started, even one in a
+session of its own or orphaned, frees its ports and leaves no zombie (issue 32: SIGTERM to
+`airflow standalone` orphaned its children with their ports open; Ctrl-C hung over zombies)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# A stand-in for `airflow standalone`: ignores SIGTERM and SIGINT (as a server busy shutting
+# down would), starts a listener in its own group, one in a new session (setsid), and an
+# orphan (its parent exits at once), then writes their pids (and its own) and ports.
+SERVER = r"""
+import os, signal, socket, subprocess, sys, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+LISTEN = (
+    "import signal, socket, sys, time\n"
+    "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+    "print(s.getsockname()[1], flush=True)\n"
+    "time.sleep(600)\n"
+)
+out = sys.argv[1]
+same = subprocess.Popen([sys.executable, "-c", LISTEN], stdout=subprocess.PIPE, text=True)
+own = subprocess.Popen([sys.executable, "-c", LISTEN], stdout=subprocess.PIPE, text=True,
+                       start_new_session=True)
+middle = subprocess.Popen([sys.executable, "-c",
+    "import subprocess, sys; p = subprocess.Popen([sys.executable, '-c', sys.argv[1]],"
+    " stdout=subprocess.PIPE, text=True); print(p.pid, p.stdout.readline().strip(), flush=True)",
+    LISTEN], stdout=subprocess.PIPE, text=True)
+orphan_pid, orphan_port = middle.stdout.readline().split()
+middle.wait()
+ports = [same.stdout.readline().strip(), own.stdout.readline().strip(), orphan_port]
+pids = [same.pid, own.pid, int(orphan_pid), os.getpid()]
+with open(out + ".tmp", "w") as handle:
+    handle.write(" ".join(map(str, pids)) + "\n" + " ".join(ports) + "\n")
+os.replace(out + ".tmp", out)
+if len(sys.argv) > 2:
+    sys.exit(int(sys.argv[2]))
+time.sleep(600)
+"""
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rpartition(b")")[2].split()[0]
+    except OSError:
+        return True
+    return state in (b"X",)  # a zombie still counts as left behind
+
+
+def _port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _start(tmp_path: Path, *server_args: str) -> tuple[subprocess.Popen, list[int], list[int]]:
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    marker = tmp_path / "started"
+    # stderr to a file, not a pipe: processes left behind would hold a pipe open
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        sup = subprocess.Popen(
+            [sys.executable, "-m", "rulerag.orchestration.supervise", "--grace", "2", "--",
+             sys.executable, str(script), str(marker), *server_args],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr,
+        )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert time.monotonic() < deadline, "the stand-in server did not start"
+        assert sup.poll() is None or server_args, (tmp_path / "stderr.txt").read_text()
+        time.sleep(0.1)
+    pids_line, ports_line = marker.read_text().splitlines()
+    return sup, [int(p) for p in pids_line.split()], [int(p) for p in ports_line.split()]
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stop_signal_ends_every_process_and_frees_the_ports(
+    tmp_path: Path, sig: signal.Signals, code: int
+) -> None:
+    sup, pids, ports = _start(tmp_path)
+    assert all(map(_port_open, ports)) and not any(map(_gone, pids))
+    sup.send_signal(sig)
+    assert sup.wait(timeout=60) == code
+    assert "stopping" in (tmp_path / "stderr.txt").read_text()
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:  # a failing run cleans up after itself
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+def test_a_server_that_exits_leaves_nothing_behind_and_its_status_is_kept(
+    tmp_path: Path,
+) -> None:
+    sup, pids, ports = _start(tmp_path, "3")
+    assert sup.wait(timeout=60) == 3
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
+
+
+def test_a_missing_command_is_named() -> None:
+    from rulerag.orchestration.supervise import main
+
+    assert main(["--", "no-such-command-rulerag"]) == 127
