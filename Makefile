@@ -100,11 +100,12 @@ run: setup
 
 # RuleQA in the formats others read (docs/export.md): data/<dataset>/export/ for each of
 # EXPORT_DATASETS (of params.yaml's datasets), with what it needs first (build_benchmark,
-# index, train_retriever), as a DVC experiment (the stage is off in `make run`).
+# index, train_retriever) and nothing else (the target `export`: no generation grid), as a
+# DVC experiment (the stage is off in `make run`).
 EXPORT_DATASETS ?= icews14
 export: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' && \
+	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' export && \
 	$(EXP_SUMMARY) export
 
 # What each experiment changed and the headline metrics it moved, one metric a line
