@@ -182,7 +182,8 @@ def mine(
         )
     from rulerag.rules.static_miner import mine_static
 
-    return mine_static(facts, n_entities, n_relations, **dataclasses.asdict(settings.static))
+    static = {f.name: getattr(settings.static, f.name) for f in dataclasses.fields(settings.static)}
+    return mine_static(facts, n_entities, n_relations, **static)
 
 
 def import_rules(
