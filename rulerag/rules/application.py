@@ -28,6 +28,15 @@ intersection of its atoms' edges. Candidates aggregate by noisy-or, or by AnyBUR
 Knowledge Graph Completion", IJCAI 2019): ordered by their best rule's confidence, ties broken
 by the next best, and so on, i.e. by the descending score lists TLogic's stop compares.
 
+AnyBURL's rules with constants (static only; `anyburl_miner`) answer a query (e, r, ?) with their
+head constant c, scored by their confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
+s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
+e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
+constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
+way; such rules are never mirrored. `lengths` limits the rules with a body: zero-body rules
+always apply (min_confidence still filters them; AnyBURL's weights put them at 0.01 times their
+confidence, so apply them with a lower min_confidence).
+
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
 inverse head as TLogic learns it, so subject queries (o, r⁻¹, ?, t) find their rules.
@@ -112,6 +121,11 @@ class AppliedRule:
     constraints: tuple[tuple[int, ...], ...]
     confidence: float
     pair: bool = False
+    #: a static rule with constants: the head constant (the candidate it gives) and, for an
+    #: ac1 rule, the body's constant (its one body relation leads from the query's entity to
+    #: it); ac2 rules have a body relation and no body constant, zero-body rules no body
+    constant: int | None = None
+    body_constant: int | None = None
 
     def mirrored(self, n_relations: int) -> AppliedRule:
         """The rule for the inverse head: the body read backwards with each relation
@@ -143,7 +157,9 @@ def applied_rules(
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()
     for index, rule in enumerate(rules):
-        if rule.length not in settings.lengths or rule.temporal != settings.temporal:
+        if rule.temporal != settings.temporal:
+            continue
+        if rule.length not in settings.lengths and (rule.length or not rule.constants):
             continue
         confidence = float(rule.confidence or 0.0) if settings.temporal else rule.score
         if confidence < settings.min_confidence:
@@ -154,10 +170,13 @@ def applied_rules(
         if applied is None:
             continue
         copies = [applied]
-        if rule.length == 1 or not settings.temporal:
+        if (rule.length == 1 or not settings.temporal) and applied.constant is None:
             copies.append(applied.mirrored(n))
         for copy in copies:
-            key = (copy.head, copy.body, copy.constraints, copy.pair)
+            key = (
+                copy.head, copy.body, copy.constraints, copy.pair, copy.constant,
+                copy.body_constant,
+            )  # fmt: skip
             if key in seen:
                 continue
             seen.add(key)
@@ -168,8 +187,10 @@ def applied_rules(
 
 
 def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
-    """The rule in TLogic's ids: a path, or (static) two or more atoms on the head's pair;
-    None for another shape."""
+    """The rule in TLogic's ids: a path, or (static) two or more atoms on the head's pair, or
+    (static) an AnyBURL rule with a head constant; None for another shape."""
+    if rule.constants:
+        return _constant_applied(rule, index, confidence, n)
     try:
         head, body, groups = rule_to_tlogic(rule, n)
     except ValueError:
@@ -181,6 +202,32 @@ def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRul
         return AppliedRule(index, rule.head.relation, tuple(body), (), confidence, pair=True)
     constraints = tuple(tuple(g) for g in groups)
     return AppliedRule(index, head, tuple(body), constraints, confidence)
+
+
+def _constant_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
+    """An AnyBURL rule r(X, c) <= [s(X, d) | s(X, A)] (head r) or r(c, X) <= ... (head r + n,
+    the subject query's), read from X; None for a temporal rule or another shape."""
+    bound = rule.constant_of
+    head = rule.head
+    if rule.temporal or rule.length > 1 or (head.subject in bound) == (head.object in bound):
+        return None
+    if head.subject in bound:
+        relation, x, constant = head.relation + n, head.object, bound[head.subject]
+    else:
+        relation, x, constant = head.relation, head.subject, bound[head.object]
+    if not rule.body:
+        return AppliedRule(index, relation, (), (), confidence, constant=constant)
+    (atom,) = rule.body
+    if x not in (atom.subject, atom.object) or atom.subject == atom.object:
+        return None
+    body, other = (
+        (atom.relation, atom.object) if atom.subject == x else (atom.relation + n, atom.subject)
+    )
+    if other not in bound and other in (head.subject, head.object):
+        return None
+    return AppliedRule(
+        index, relation, (body,), (), confidence, constant=constant, body_constant=bound.get(other)
+    )
 
 
 def edges_with_inverses(facts: pd.DataFrame, n_relations: int) -> pd.DataFrame:
@@ -357,6 +404,8 @@ def _groundings(
     """Every grounding of `rule` for the queries (key, sub, tq); None when there is none."""
     if rule.pair:
         return _pair_groundings(rule, key, sub, tq, edges)
+    if rule.constant is not None:
+        return _constant_groundings(rule, key, sub, tq, edges)
     paths = _Paths(key, tq, [sub], [])
     constrained = sorted({v for group in rule.constraints for v in group})
     unbounded = np.full(len(key), np.iinfo(np.int64).min // 4)
@@ -416,8 +465,50 @@ def _pair_groundings(
     return _best_per_candidate(_Paths(key[rows], tq[rows], [sub[rows], y], [ts]), edges.n_entities)
 
 
+def _constant_groundings(
+    rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: _Edges
+) -> _Paths | None:
+    """The queries an AnyBURL rule with a head constant fires for (see the module docstring),
+    as paths query entity -> body entity (d, or one A) -> the constant; a zero-body rule's
+    paths skip the middle."""
+    c = rule.constant
+    fire = sub != c
+    if not rule.body:
+        rows = np.flatnonzero(fire)
+        if not len(rows):
+            return None
+        return _Paths(key[rows], tq[rows], [sub[rows], np.full(len(rows), c)], [])
+    adjacency = edges.by_relation.get(rule.body[0])
+    if adjacency is None:
+        return None
+    n = edges.n_entities
+    if rule.body_constant is not None:
+        d = rule.body_constant
+        fire &= (sub != d) & np.isin(sub * n + d, edges.pairs(rule.body[0]))
+        rows = np.flatnonzero(fire)
+        middle = np.full(len(rows), d)
+    else:
+        everything = np.full(len(key), edges.t_min)
+        start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
+        loop = np.isin(sub * n + sub, edges.pairs(rule.body[0]))  # s(e, e) is no A
+        fire &= counts > loop
+        rows = np.flatnonzero(fire)
+        first = adjacency.obj[start[rows]] if len(rows) else np.zeros(0, np.int64)
+        second = adjacency.obj[np.minimum(start[rows] + 1, len(adjacency.obj) - 1)]
+        middle = np.where(first == sub[rows], second, first)  # one A other than e
+    if not len(rows):
+        return None
+    ts = np.zeros(len(rows), np.int64) + edges.t_min
+    return _Paths(key[rows], tq[rows], [sub[rows], middle, np.full(len(rows), c)], [ts])
+
+
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
     """The body facts (sub, rel, obj, ts) of one grounding."""
+    if rule.constant is not None:
+        if not rule.body:
+            return []
+        x, y, ts = int(found.ents[0][row]), int(found.ents[1][row]), int(found.times[0][row])
+        return [(x, rule.body[0], y, ts)]
     if rule.pair:
         x, y, ts = int(found.ents[0][row]), int(found.ents[1][row]), int(found.times[0][row])
         return [(x, relation, y, ts) for relation in rule.body]
