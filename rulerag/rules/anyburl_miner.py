@@ -47,6 +47,7 @@ candidate c.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -79,6 +80,11 @@ class ConstantRuleSettings:
     unseen_negatives: Count = 5  # pc in support / (body groundings + pc)
     zero_weight: Fraction = 0.01
     ac2_weight: Fraction = 0.1
+    #: how the closed (path and pair) rules are scored beside them: `pca` keeps AMIE's PCA
+    #: confidence, `anyburl` gives them AnyBURL's too, support / (body size + pc) with the
+    #: standard body size (AnyBURL's cyclic rules count every body grounding (X, Y)), so that
+    #: all rules share one scale (see `closed_rules_confidence`)
+    closed_confidence: Literal["pca", "anyburl"] = "pca"
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.kinds) - set(CONSTANT_KINDS))
@@ -221,6 +227,21 @@ def mine_constant_rules(
                     )
                 )
     return rules
+
+
+def closed_rules_confidence(rules: Sequence[Rule], settings: ConstantRuleSettings) -> list[Rule]:
+    """The closed rules with `confidence` set as `settings.closed_confidence` says (`anyburl`:
+    support / (body_support + pc); `pca`: unchanged, their score stays the PCA confidence)."""
+    if settings.closed_confidence == "pca":
+        return list(rules)
+    pc = settings.unseen_negatives
+    out = []
+    for rule in rules:
+        if rule.support is not None and rule.body_support is not None:
+            confidence = rule.support / (rule.body_support + pc) if rule.body_support + pc else 0.0
+            rule = dataclasses.replace(rule, confidence=float(confidence))
+        out.append(rule)
+    return out
 
 
 def _build(

@@ -533,6 +533,10 @@ def mine_static(
 
         heads = tqdm(heads, desc="static rules", unit="head")
     rules = sorted((rule for r in heads for rule in miner.mine_head(r)), key=_sort_key)
+    if constants.closed_confidence != "pca":
+        from rulerag.rules.anyburl_miner import closed_rules_confidence
+
+        rules = sorted(closed_rules_confidence(rules, constants), key=_sort_key)
     if not constants.kinds:
         return rules
     from rulerag.rules.anyburl_miner import mine_constant_rules

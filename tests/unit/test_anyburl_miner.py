@@ -189,3 +189,15 @@ def test_static_miner_adds_constant_rules_only_when_asked() -> None:
     assert [r for r in both if not r.constants] == plain
     assert {r.key for r in both if r.constants} == set(mined(facts, ALL))
     assert isinstance(MineRulesSettings().static.constants, ConstantRuleSettings)
+
+
+def test_closed_rules_can_take_anyburls_confidence() -> None:
+    facts = toy_facts()
+    section = {"static": {"min_initial_support": 0, "constants": {"closed_confidence": "anyburl"}}}
+    rules = mine(facts, N_ENTITIES, N_RELATIONS, False, mine_rules_settings(section))
+    plain = mine_static(facts, N_ENTITIES, N_RELATIONS, min_initial_support=0, progress=False)
+    assert {r.key for r in rules} == {r.key for r in plain} and rules
+    for rule in rules:
+        assert rule.confidence == pytest.approx(rule.support / (rule.body_support + 5))
+        assert rule.score == rule.confidence and rule.pca_confidence is not None
+    assert all(r.confidence is None for r in plain)
