@@ -465,6 +465,15 @@ def _pair_groundings(
     return _best_per_candidate(_Paths(key[rows], tq[rows], [sub[rows], y], [ts]), edges.n_entities)
 
 
+def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """np.isin(values, table) for a sorted `table`, by binary search: a rule's few queries
+    against a relation's many pairs, millions of times."""
+    if not len(table):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(table, values), len(table) - 1)
+    return table[pos] == values
+
+
 def _constant_groundings(
     rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: _Edges
 ) -> _Paths | None:
@@ -484,13 +493,13 @@ def _constant_groundings(
     n = edges.n_entities
     if rule.body_constant is not None:
         d = rule.body_constant
-        fire &= (sub != d) & np.isin(sub * n + d, edges.pairs(rule.body[0]))
+        fire &= (sub != d) & _in_sorted(sub * n + d, edges.pairs(rule.body[0]))
         rows = np.flatnonzero(fire)
         middle = np.full(len(rows), d)
     else:
         everything = np.full(len(key), edges.t_min)
         start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
-        loop = np.isin(sub * n + sub, edges.pairs(rule.body[0]))  # s(e, e) is no A
+        loop = _in_sorted(sub * n + sub, edges.pairs(rule.body[0]))  # s(e, e) is no A
         fire &= counts > loop
         rows = np.flatnonzero(fire)
         first = adjacency.obj[start[rows]] if len(rows) else np.zeros(0, np.int64)
