@@ -33,7 +33,12 @@ head constant c, scored by their confidence: r(X, c) <= s(X, d) when s(e, d) hol
 s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
 e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
 constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
-way; such rules are never mirrored. `lengths` limits the rules with a body: zero-body rules
+way; such rules are never mirrored. They are applied in bulk after a relation's closed rules,
+to every query of the relation (no stop: millions of them, and their equal confidences, e.g.
+2 / (2 + 5) for every rule seen twice, tie score lists TLogic's stop waits to see differ):
+rules sharing a body fire for the same queries, so each body is matched once, the ac1 rules
+looked up by (body relation, d) from each query entity's own edges, and each candidate's
+firings merge into its score list. `lengths` limits the rules with a body: zero-body rules
 always apply (min_confidence still filters them; AnyBURL's weights put them at 0.01 times their
 confidence, so apply them with a lower min_confidence).
 
@@ -404,8 +409,6 @@ def _groundings(
     """Every grounding of `rule` for the queries (key, sub, tq); None when there is none."""
     if rule.pair:
         return _pair_groundings(rule, key, sub, tq, edges)
-    if rule.constant is not None:
-        return _constant_groundings(rule, key, sub, tq, edges)
     paths = _Paths(key, tq, [sub], [])
     constrained = sorted({v for group in rule.constraints for v in group})
     unbounded = np.full(len(key), np.iinfo(np.int64).min // 4)
@@ -474,50 +477,109 @@ def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
     return table[pos] == values
 
 
-def _constant_groundings(
-    rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: _Edges
-) -> _Paths | None:
-    """The queries an AnyBURL rule with a head constant fires for (see the module docstring),
-    as paths query entity -> body entity (d, or one A) -> the constant; a zero-body rule's
-    paths skip the middle."""
-    c = rule.constant
-    fire = sub != c
-    if not rule.body:
-        rows = np.flatnonzero(fire)
-        if not len(rows):
-            return None
-        return _Paths(key[rows], tq[rows], [sub[rows], np.full(len(rows), c)], [])
-    adjacency = edges.by_relation.get(rule.body[0])
-    if adjacency is None:
-        return None
+@dataclass
+class _ConstantRows:
+    """Firings of constant rules: per row the query, the candidate (the rule's head constant),
+    the score (the rule's confidence), the rule (position in the head's list), the body's
+    other entity (d, one A, or -1 for a zero-body rule)."""
+
+    key: np.ndarray
+    sub: np.ndarray
+    cand: np.ndarray
+    score: np.ndarray
+    rule: np.ndarray
+    middle: np.ndarray
+
+
+def _constant_firings(
+    constant: Sequence[AppliedRule], key: np.ndarray, sub: np.ndarray, edges: _Edges
+) -> Iterable[_ConstantRows]:
+    """Every firing of the constant rules of one head relation for the queries (key, sub), as
+    AnyBURL fires them (module docstring), in blocks: the zero-body rules, then per body
+    relation the ac2 and the ac1 rules. Rules sharing a body fire for the same queries, so
+    each body is matched once: ac1 rules are looked up by (body relation, d) from the query
+    entities' own edges."""
     n = edges.n_entities
-    if rule.body_constant is not None:
-        d = rule.body_constant
-        fire &= (sub != d) & _in_sorted(sub * n + d, edges.pairs(rule.body[0]))
-        rows = np.flatnonzero(fire)
-        middle = np.full(len(rows), d)
-    else:
-        everything = np.full(len(key), edges.t_min)
+    const = np.array([r.constant for r in constant], np.int64)
+    conf = np.array([r.confidence for r in constant], np.float32)
+    body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
+    d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
+
+    def block(q: np.ndarray, i: np.ndarray, middle: np.ndarray) -> _ConstantRows:
+        keep = (sub[q] != const[i]) & ((d[i] < 0) | (sub[q] != d[i]))
+        q, i, middle = q[keep], i[keep], middle[keep]
+        return _ConstantRows(key[q], sub[q], const[i], conf[i], i, middle)
+
+    zero = np.flatnonzero(body < 0)
+    if len(zero):
+        q = np.repeat(np.arange(len(key)), len(zero))
+        i = np.tile(zero, len(key))
+        yield block(q, i, np.full(len(q), -1))
+    everything = np.full(len(key), edges.t_min)
+    for relation in np.unique(body[body >= 0]).tolist():
+        adjacency = edges.by_relation.get(relation)
+        if adjacency is None:
+            continue
         start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
-        loop = _in_sorted(sub * n + sub, edges.pairs(rule.body[0]))  # s(e, e) is no A
-        fire &= counts > loop
-        rows = np.flatnonzero(fire)
-        first = adjacency.obj[start[rows]] if len(rows) else np.zeros(0, np.int64)
-        second = adjacency.obj[np.minimum(start[rows] + 1, len(adjacency.obj) - 1)]
-        middle = np.where(first == sub[rows], second, first)  # one A other than e
-    if not len(rows):
-        return None
-    ts = np.zeros(len(rows), np.int64) + edges.t_min
-    return _Paths(key[rows], tq[rows], [sub[rows], middle, np.full(len(rows), c)], [ts])
+        ac2 = np.flatnonzero((body == relation) & (d < 0))
+        if len(ac2):
+            loop = _in_sorted(sub * n + sub, edges.pairs(relation))  # s(e, e) gives no A
+            fires = np.flatnonzero(counts > loop)
+            first = adjacency.obj[start[fires]]
+            second = adjacency.obj[np.minimum(start[fires] + 1, len(adjacency.obj) - 1)]
+            other = np.where(first == sub[fires], second, first)  # one A other than e
+            q = np.repeat(fires, len(ac2))
+            yield block(q, np.tile(ac2, len(fires)), np.repeat(other, len(ac2)))
+        ac1 = np.flatnonzero((body == relation) & (d >= 0))
+        if len(ac1):
+            ac1 = ac1[np.argsort(d[ac1], kind="stable")]
+            index, q = ragged_ranges(start, start + counts)  # the query entities' s-edges
+            obj = adjacency.obj[index]
+            lo = np.searchsorted(d[ac1], obj, side="left")
+            hi = np.searchsorted(d[ac1], obj, side="right")
+            pos, owner = ragged_ranges(lo, hi)
+            yield block(q[owner], ac1[pos], obj[owner])
+
+
+def _merge_constant_rows(
+    rows: _ConstantRows,
+    constant: Sequence[AppliedRule],
+    lists: dict[int, dict[int, list[float]]],
+    out: dict[int, Candidates],
+) -> None:
+    """Add the firings to each candidate's descending score list; a firing that beats the
+    candidate's best score so far becomes its rule and explanation (ties keep the earlier)."""
+    if not len(rows.key):
+        return
+    order = np.lexsort((rows.rule, -rows.score, rows.cand, rows.key))
+    k, c = rows.key[order], rows.cand[order]
+    cuts = np.flatnonzero((k[1:] != k[:-1]) | (c[1:] != c[:-1])) + 1
+    starts = np.r_[0, cuts].tolist()
+    ends = np.r_[cuts, len(order)].tolist()
+    scores = rows.score[order].tolist()
+    firsts = order[starts]
+    for a, b, kk, cc, row in zip(
+        starts, ends, k[starts].tolist(), c[starts].tolist(), firsts.tolist(), strict=True
+    ):
+        new = scores[a:b]
+        ranked = lists[kk].get(cc)
+        if ranked is None:
+            lists[kk][cc] = new
+        elif new[0] > ranked[0]:
+            lists[kk][cc] = list(heapq.merge(new, ranked, key=_descending))
+        else:
+            lists[kk][cc] = list(heapq.merge(ranked, new, key=_descending))
+            continue
+        rule = constant[int(rows.rule[row])]
+        out[kk].rules[cc] = rule.index
+        middle = int(rows.middle[row])
+        out[kk].explanations[cc] = (
+            [] if middle < 0 else [(int(rows.sub[row]), rule.body[0], middle, 0)]
+        )
 
 
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
     """The body facts (sub, rel, obj, ts) of one grounding."""
-    if rule.constant is not None:
-        if not rule.body:
-            return []
-        x, y, ts = int(found.ents[0][row]), int(found.ents[1][row]), int(found.times[0][row])
-        return [(x, rule.body[0], y, ts)]
     if rule.pair:
         x, y, ts = int(found.ents[0][row]), int(found.ents[1][row]), int(found.times[0][row])
         return [(x, relation, y, ts) for relation in rule.body]
@@ -569,7 +631,11 @@ def apply_rules(
         key = group["key"].to_numpy(np.int64)
         sub = group["sub"].to_numpy(np.int64)
         tq = group["ts"].to_numpy(np.int64)
+        constant = [r for r in rules.get(int(rel), []) if r.constant is not None]
+        every_key, every_sub = key, sub
         for rule in rules.get(int(rel), []):
+            if rule.constant is not None:
+                continue
             bar.update(1)
             if len(key) == 0:
                 continue
@@ -594,6 +660,11 @@ def apply_rules(
             if finished:
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
+        # static rules with constants: every firing at once, for every query of the relation
+        # (TLogic's stop compares score lists that these rules' equal confidences often tie)
+        for block in _constant_firings(constant, every_key, every_sub, graph) if constant else ():
+            _merge_constant_rows(block, constant, lists, out)
+        bar.update(len(constant))
     bar.close()
     for k, candidates in lists.items():
         if settings.aggregation == "max":
