@@ -4,6 +4,8 @@ Run by hand, never as a test (after `mine_rules` for the dataset):
 
     .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
         [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max] [--out FILE]
+        [--data DIR] [--mine] [--constant-kinds ac1 ac2 zero] [--closed-confidence pca|anyburl]
+        [--min-confidence 0.01]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -12,14 +14,24 @@ Hits@1/3/10 (time-aware filtered, `rulerag.rules.forecasting`) beside TLogic's p
 ICEWS14 figures (its Table 3: MRR 0.4304, Hits@1 0.3356, @3 0.4827, @10 0.6117). The
 reference implementation applies about 210 queries a minute with two processes on a 2-core
 machine. `--limit` evaluates the first N test facts only (a quick look).
+
+`--mine` mines the rules in-process instead (params.yaml's `mine_rules` settings, the KG's
+training facts; the mining time is reported), and `--constant-kinds` (implies `--mine`) adds
+AnyBURL's rules with constants of those kinds (`mine_rules.static.constants.kinds`); rules
+by kind are reported; `--closed-confidence` is `mine_rules.static.constants.closed_confidence`
+(implies `--mine`). `--data` reads <DIR>/<dataset>/kg instead of the project's data/ (a
+copy, e.g. another run's output: nothing is written there). `--min-confidence` is
+`apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -29,9 +41,11 @@ sys.path.insert(0, str(ROOT))
 
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
+from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.application import ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import forecast  # noqa: E402
+from rulerag.rules.mining import mine  # noqa: E402
 
 TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
 
@@ -46,22 +60,47 @@ def main() -> int:
     parser.add_argument("--aggregation", choices=["noisy_or", "max"], default="noisy_or")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--rules", type=Path, default=None, help="a rules.parquet to apply")
+    parser.add_argument("--data", type=Path, default=ROOT / "data", help="the data folder")
+    parser.add_argument("--mine", action="store_true", help="mine the rules in-process")
+    parser.add_argument(
+        "--constant-kinds", nargs="*", default=None, choices=["ac1", "ac2", "zero"],
+        help="AnyBURL's rules with constants to mine (implies --mine)",
+    )  # fmt: skip
+    parser.add_argument("--closed-confidence", choices=["pca", "anyburl"], default=None)
+    parser.add_argument("--min-confidence", type=float, default=0.01)
     args = parser.parse_args()
-    layout = DataLayout.of(ROOT / "data", args.dataset)
+    layout = DataLayout.of(args.data, args.dataset)
     facts = read_parquet(layout.facts)
     n_relations = len(read_parquet(layout.relations))
     n_entities = len(read_parquet(layout.entities))
     if args.limit:
         test = facts[facts["split"] == "test"].head(args.limit)
         facts = pd.concat([facts[facts["split"] != "test"], test])
-    rules = frame_rules(read_parquet(args.rules or layout.rules))
     temporal = bool(facts["time"].notna().any())
+    mining_seconds = None
+    if args.mine or args.constant_kinds is not None or args.closed_confidence is not None:
+        settings_mine = load_params(ROOT / "params.yaml").mine_rules
+        constants = settings_mine.static.constants
+        if args.constant_kinds is not None:
+            constants = dataclasses.replace(constants, kinds=tuple(args.constant_kinds))
+        if args.closed_confidence is not None:
+            constants = dataclasses.replace(constants, closed_confidence=args.closed_confidence)
+        if constants != settings_mine.static.constants:
+            static = dataclasses.replace(settings_mine.static, constants=constants)
+            settings_mine = dataclasses.replace(settings_mine, static=static)
+        train = facts[facts["split"].isin(settings_mine.splits)]
+        started = time.perf_counter()
+        rules = mine(train, n_entities, n_relations, temporal, settings_mine)
+        mining_seconds = round(time.perf_counter() - started, 1)
+    else:
+        rules = frame_rules(read_parquet(args.rules or layout.rules))
     settings = ApplySettings(
         lengths=tuple(args.lengths),
         window=args.window,
         top_k=args.top_k,
         temporal=temporal,
         aggregation=args.aggregation,
+        min_confidence=args.min_confidence,
     )
     started = time.perf_counter()
     result = forecast(facts, rules, n_relations, n_entities, settings)
@@ -70,6 +109,10 @@ def main() -> int:
     report = {
         "dataset": args.dataset,
         "rules": len(rules),
+        "rules_by_kind": dict(Counter(rule.kind for rule in rules)),
+        "constant_kinds": args.constant_kinds,
+        "closed_confidence": args.closed_confidence or "pca",
+        "mining_seconds": mining_seconds,
         "aggregation": args.aggregation,
         "queries": queries,
         "seconds": round(seconds, 1),
