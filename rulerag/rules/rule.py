@@ -90,9 +90,10 @@ class Rule:
 
     @property
     def key(self) -> tuple:
-        """Structural identity (head, body, temporal, constraints, constants), ignoring
-        statistics."""
-        return (self.head, self.body, self.temporal, self.var_constraints, self.constants)
+        """Structural identity (head, body, temporal, constraints, and the constants when there
+        are any: a rule without keeps its four-part key), ignoring statistics."""
+        base = (self.head, self.body, self.temporal, self.var_constraints)
+        return (*base, self.constants) if self.constants else base
 
     @property
     def constant_of(self) -> dict[int, int]:
