@@ -136,3 +136,27 @@ def test_forecast_with_constant_rules_ranks_the_planted_answer() -> None:
     result = forecast(kg, rules, N_RELATIONS, N_ENTITIES, settings, progress=False)
     ranks = dict(zip(result.ranks["rel"], result.ranks["rank"], strict=True))
     assert ranks[0] == 1  # gender(8, ?) -> male, by gender(X, male) <= plays_for(X, TEAM)
+
+
+def test_ruleqa_answers_name_a_constant_rule_and_its_evidence() -> None:
+    from rulerag.rules.answers import rule_answers
+
+    facts = toy_facts().assign(time=pd.NA, split="train")
+    ac1 = Rule.with_constant(0, 0, body=(1, False), body_constant=2, confidence=0.5)
+    zero = Rule.with_constant(0, 0, confidence=0.3)
+    entity_names = {i: f"e{i}" for i in range(N_ENTITIES)} | {0: "male", 2: "FC X"}
+    relation_names = {0: "gender", 1: "plays for", 2: "knows"}
+    queries = [
+        {"qid": "q1", "head": 3, "relation": 0, "time": None},
+        {"qid": "q2", "head": 13, "relation": 0, "time": None},
+    ]
+    settings = ApplySettings(temporal=False, min_confidence=0.0)
+    q1, q2 = rule_answers(
+        queries, [ac1, zero], facts, N_RELATIONS, settings, entity_names=entity_names,
+        relation_names=relation_names, progress=False,
+    )  # fmt: skip
+    best = q1["candidates"][0]
+    assert best["name"] == "male" and best["rule"].endswith("leads to [Entity1, gender, male]")
+    assert best["rule"].startswith("[Entity1, plays for, FC X]") and len(best["evidence"]) == 1
+    assert q2["candidates"][0]["rule"] == "(always) leads to [Entity1, gender, male]"
+    assert q2["candidates"][0]["evidence"] == []
