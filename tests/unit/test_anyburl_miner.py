@@ -201,3 +201,36 @@ def test_closed_rules_can_take_anyburls_confidence() -> None:
         assert rule.confidence == pytest.approx(rule.support / (rule.body_support + 5))
         assert rule.score == rule.confidence and rule.pca_confidence is not None
     assert all(r.confidence is None for r in plain)
+
+
+def test_mine_rule_bank_writes_constant_rules_and_counts_kinds(tmp_path) -> None:
+    from rulerag.io import read_parquet
+    from rulerag.rules.bank import frame_rules
+    from rulerag.rules.mining import mine_rule_bank
+    from tests.support.synthetic_kg import synthetic_kg
+
+    kg, _ = synthetic_kg(temporal=False, n_facts=600)
+    section = {"static": {"min_initial_support": 0, "constants": {"kinds": ["ac1", "ac2", "zero"]}}}
+    mined_rules = mine_rule_bank(kg, mine_rules_settings(section), "toy")
+    kinds = mined_rules.stats["rules_by_kind"]
+    assert kinds["zero"] > 0 and kinds["ac2"] > 0 and sum(kinds.values()) == len(mined_rules.rules)
+    assert set(mined_rules.bank["constants"]) == {"[]"}  # the bank keeps closed rules only
+    mined_rules.write(tmp_path, {"test": "1"})
+    back = frame_rules(read_parquet(tmp_path / "rules.parquet"))
+    assert (
+        sum(1 for r in back if r.constants)
+        == len(mined_rules.rules) - kinds["path"] - kinds["pair"]
+    )
+    names = set(kg.entities["name"])
+    zero = next(t for t in mined_rules.rules["text"] if t.startswith("(always)"))
+    head = zero.split("leads to [")[1].rstrip("]").split(", ")
+    assert head[0] in names or head[-1] in names  # the constant by its entity name
+    plain = mine_rule_bank(kg, mine_rules_settings({"static": {"min_initial_support": 0}}), "toy")
+    assert "constants" not in plain.rules.columns
+    assert plain.stats["rules_by_kind"] == {
+        "path": kinds["path"],
+        "pair": kinds["pair"],
+        "ac1": 0,
+        "ac2": 0,
+        "zero": 0,
+    }
