@@ -45,7 +45,8 @@ constants"): with every kind and AnyBURL's confidence for all rules, max aggrega
 MRR goes from 0.2926 (today's default) to 0.3264 on FB15k-237 and from 0.4345 to 0.4460 on
 NELL-995, but the rules go from thousands to millions (6.9 million on FB15k-237) and mining
 plus applying from about a minute to half an hour and 18 GB there, a cost every pipeline run
-would pay for a figure still below AnyBURL's published 0.355.
+would pay for a figure still below AnyBURL's published 0.355 (all with the filtered rank's
+optimistic ties, which docs/results.md quantifies).
 
 On application (AnyBURL's `RuleAcyclic.computeTailResults`): a query (e, r, ?) fires
 r(X, c) <= s(X, d) when s(e, d) holds and e is neither c nor d, r(X, c) <= s(X, A) when e has
