@@ -4,7 +4,8 @@ Run by hand, never as a test (after `mine_rules` for the dataset):
 
     .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
         [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max|nrnoisy_or]
-        [--data FOLDER] [--out FILE]
+        [--data FOLDER] [--out FILE] [--mine] [--constant-kinds ac1 ac2 zero]
+        [--closed-confidence pca|anyburl] [--min-confidence 0.01]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -21,14 +22,23 @@ figures with ties ranked first (TLogic's rank, the project's), `ties_last` has t
 answer ranked last among the candidates it ties with, `ties_average` at the mean of the two (as
 SAFRAN's eval.py ranks ties, scipy's rankdata "average"); the same candidates and filter.
 `--cluster-ties first` tunes nrnoisy_or's search for ties ranked first (a comparison only).
+
+`--mine` mines the rules in-process instead (params.yaml's `mine_rules` settings, the KG's
+training facts; the mining time is reported), and `--constant-kinds` (implies `--mine`) adds
+AnyBURL's rules with constants of those kinds (`mine_rules.static.constants.kinds`); rules
+by kind are reported; `--closed-confidence` is `mine_rules.static.constants.closed_confidence`
+(implies `--mine`). `--min-confidence` is
+`apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -38,6 +48,7 @@ sys.path.insert(0, str(ROOT))
 
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
+from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.application import (  # noqa: E402
     AGGREGATIONS,
     ApplySettings,
@@ -51,6 +62,7 @@ from rulerag.rules.forecasting import (  # noqa: E402
     forecast,
     forecast_metrics,
 )
+from rulerag.rules.mining import mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
 
 FIGURES = ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
@@ -76,6 +88,13 @@ def main() -> int:
         default=ROOT / "data",
         help="the data folder holding <dataset>/ (read only; default: the project's data/)",
     )
+    parser.add_argument("--mine", action="store_true", help="mine the rules in-process")
+    parser.add_argument(
+        "--constant-kinds", nargs="*", default=None, choices=["ac1", "ac2", "zero"],
+        help="AnyBURL's rules with constants to mine (implies --mine)",
+    )  # fmt: skip
+    parser.add_argument("--closed-confidence", choices=["pca", "anyburl"], default=None)
+    parser.add_argument("--min-confidence", type=float, default=0.01)
     args = parser.parse_args()
     layout = DataLayout.of(args.data, args.dataset)
     if not layout.facts.is_file():
@@ -86,8 +105,24 @@ def main() -> int:
     if args.limit:
         test = facts[facts["split"] == "test"].head(args.limit)
         facts = pd.concat([facts[facts["split"] != "test"], test])
-    rules = frame_rules(read_parquet(args.rules or layout.rules))
     temporal = bool(facts["time"].notna().any())
+    mining_seconds = None
+    if args.mine or args.constant_kinds is not None or args.closed_confidence is not None:
+        settings_mine = load_params(ROOT / "params.yaml").mine_rules
+        constants = settings_mine.static.constants
+        if args.constant_kinds is not None:
+            constants = dataclasses.replace(constants, kinds=tuple(args.constant_kinds))
+        if args.closed_confidence is not None:
+            constants = dataclasses.replace(constants, closed_confidence=args.closed_confidence)
+        if constants != settings_mine.static.constants:
+            static = dataclasses.replace(settings_mine.static, constants=constants)
+            settings_mine = dataclasses.replace(settings_mine, static=static)
+        train = facts[facts["split"].isin(settings_mine.splits)]
+        started = time.perf_counter()
+        rules = mine(train, n_entities, n_relations, temporal, settings_mine)
+        mining_seconds = round(time.perf_counter() - started, 1)
+    else:
+        rules = frame_rules(read_parquet(args.rules or layout.rules))
     settings = ApplySettings(
         lengths=tuple(args.lengths),
         window=args.window,
@@ -95,6 +130,7 @@ def main() -> int:
         temporal=temporal,
         aggregation=args.aggregation,
         cluster_ties=args.cluster_ties,
+        min_confidence=args.min_confidence,
     )
     started = time.perf_counter()
     clustering = None
@@ -113,6 +149,10 @@ def main() -> int:
     report = {
         "dataset": args.dataset,
         "rules": len(rules),
+        "rules_by_kind": dict(Counter(rule.kind for rule in rules)),
+        "constant_kinds": args.constant_kinds,
+        "closed_confidence": args.closed_confidence or "pca",
+        "mining_seconds": mining_seconds,
         "aggregation": args.aggregation,
         "cluster_ties": args.cluster_ties if clustering else None,
         "queries": queries,

@@ -15,9 +15,14 @@ object the last variable; a path-shaped body is ordered and numbered along the p
 head's subject (exactly what the static miner produces), any other body keeps its variables in
 order of first appearance and its atoms sorted. Relation names are looked up as written, then
 without / with AMIE's angle brackets (`<livesIn>` <-> `livesIn`). Rules with constants (AMIE's
-`-const`) or a head that is not two distinct variables have no `Rule` form: an error names the
-line, or `skip_unsupported=True` skips them. The "Functional variable" column is kept as
-`extra["functional_variable"]` ("subject" or "object").
+`-const`, AnyBURL's AC1 / AC2 / zero-body rules) are read when `entity_ids` maps the constants'
+names (AMIE writes a constant as the plain entity name in its atom, `?a  gender  male`); a
+constant then becomes a variable bound to that entity (`Rule.constants`), numbered like any
+other term, and a rule without body atoms (`   => ?a  gender  male`, which AMIE never writes but
+our export does for AnyBURL's zero-body rules) is read when its head has a constant. Without
+`entity_ids`, or with a head that is not two distinct terms, a rule has no `Rule` form: an
+error names the line, or `skip_unsupported=True` skips it. The "Functional variable" column is
+kept as `extra["functional_variable"]` ("subject" or "object").
 """
 
 from __future__ import annotations
@@ -132,7 +137,13 @@ def _as_path(
     return (order, visited) if len(used) == len(body) else None
 
 
-def _parse_rule(text: str, relation_ids: Mapping[str, int], path: Path, line: int) -> Rule:
+def _parse_rule(
+    text: str,
+    relation_ids: Mapping[str, int],
+    path: Path,
+    line: int,
+    entity_ids: Mapping[str, int] | None = None,
+) -> Rule:
     if text.count("=>") != 1:
         raise AmieFormatError(path, line, f"expected one '=>' in rule {text!r}")
     body_text, head_text = text.split("=>")
@@ -141,7 +152,8 @@ def _parse_rule(text: str, relation_ids: Mapping[str, int], path: Path, line: in
         heads = _split_atoms(head_text)
     except ValueError as err:
         raise AmieFormatError(path, line, str(err)) from None
-    if len(heads) != 1 or not body:
+    head_constant = len(heads) == 1 and not all(t.startswith("?") for t in heads[0][::2])
+    if len(heads) != 1 or not (body or head_constant):
         raise AmieFormatError(path, line, f"expected a body and one head atom in {text!r}")
     head = heads[0]
     ids = {}
@@ -150,10 +162,18 @@ def _parse_rule(text: str, relation_ids: Mapping[str, int], path: Path, line: in
         if rid is None:
             raise AmieFormatError(path, line, f"unknown relation {rel!r} (not in relation_ids)")
         ids[rel] = rid
+    constants: dict[str, int] = {}
     for s, _rel, o in [head, *body]:
         for term in (s, o):
-            if not term.startswith("?"):
-                raise _Unsupported(f"constant {term!r}: rules with constants have no Rule form")
+            if term.startswith("?"):
+                continue
+            if entity_ids is None:
+                raise _Unsupported(
+                    f"constant {term!r}: rules with constants need entity_ids to be read"
+                )
+            if term not in entity_ids:
+                raise AmieFormatError(path, line, f"unknown entity {term!r} (not in entity_ids)")
+            constants[term] = int(entity_ids[term])
     if head[0] == head[2]:
         raise _Unsupported(f"head {head} does not have two distinct variables")
 
@@ -169,18 +189,24 @@ def _parse_rule(text: str, relation_ids: Mapping[str, int], path: Path, line: in
     atoms = tuple(Atom(ids[r], number[s], number[o]) for s, r, o in ordered)
     if walk is None:
         atoms = tuple(sorted(atoms))
-    return Rule(head=Atom(ids[head[1]], 0, len(names) - 1), body=atoms)
+    bound = tuple(sorted((number[name], entity) for name, entity in constants.items()))
+    return Rule(head=Atom(ids[head[1]], 0, len(names) - 1), body=atoms, constants=bound)
 
 
 def read_amie_tsv(
-    path: Path | str, relation_ids: Mapping[str, int], *, skip_unsupported: bool = False
+    path: Path | str,
+    relation_ids: Mapping[str, int],
+    *,
+    skip_unsupported: bool = False,
+    entity_ids: Mapping[str, int] | None = None,
 ) -> list[Rule]:
     """Rules from an AMIE 3 output file (log lines around the table are skipped).
 
     `relation_ids` maps the relation names as AMIE printed them (i.e. as they were in the TSV
     given to AMIE) to our relation ids. Unknown relations always raise `AmieFormatError` naming
     the line; rules the Rule type cannot hold raise too unless `skip_unsupported` (then they are
-    skipped with one warning giving their count).
+    skipped with one warning giving their count). `entity_ids` maps constants' names to entity
+    ids; without it a rule with a constant cannot be held.
     """
     path = Path(path)
     lines = path.read_text(encoding="utf-8").splitlines()
@@ -207,7 +233,7 @@ def read_amie_tsv(
                 raise AmieFormatError(path, line_no, f"a rule without '=>': {fields[0][:80]!r}")
             continue  # AMIE's closing log lines ("Mining done in ...")
         try:
-            rule = _parse_rule(fields[0], relation_ids, path, line_no)
+            rule = _parse_rule(fields[0], relation_ids, path, line_no, entity_ids)
         except _Unsupported as why:
             if not skip_unsupported:
                 raise AmieFormatError(path, line_no, str(why)) from None
@@ -240,7 +266,9 @@ def _head_subject_name(text: str) -> str:
 
 
 def _with(rule: Rule, stats: Mapping[str, float | None], extra: Mapping[str, str]) -> Rule:
-    return Rule(head=rule.head, body=rule.body, extra=dict(extra), **stats)
+    return Rule(
+        head=rule.head, body=rule.body, constants=rule.constants, extra=dict(extra), **stats
+    )
 
 
 def _format_ratio(value: float | None) -> str:
@@ -286,27 +314,43 @@ def _variable(index: int, last: int) -> str:
     return f"?{letter}{suffix or ''}"
 
 
-def format_amie_rule(rule: Rule, relation_names: Mapping[int, str] | Sequence[str]) -> str:
-    """One rule as AMIE writes it: `?a  r1  ?e  ?e  r2  ?b   => ?a  r  ?b`."""
+def format_amie_rule(
+    rule: Rule,
+    relation_names: Mapping[int, str] | Sequence[str],
+    entity_names: Mapping[int, str] | Sequence[str] | None = None,
+) -> str:
+    """One rule as AMIE writes it: `?a  r1  ?e  ?e  r2  ?b   => ?a  r  ?b`; a constant as its
+    entity name (`entity_names`, needed then): `?a  s  d   => ?a  r  c`."""
     if rule.temporal or rule.var_constraints:
         raise ValueError("AMIE's format holds static rules only")
     last = rule.head.object
+    if rule.constants and entity_names is None:
+        raise ValueError(f"a rule with constants {rule.constants} needs entity_names")
+    bound = {v: _check_name(str(entity_names[e])) for v, e in rule.constants}  # type: ignore[index]
+
+    def term(v: int) -> str:
+        return bound.get(v) or _variable(v, last)
 
     def atom(a: Atom) -> str:
         rel = _check_name(str(relation_names[a.relation]))
-        return f"{_variable(a.subject, last)}  {rel}  {_variable(a.object, last)}"
+        return f"{term(a.subject)}  {rel}  {term(a.object)}"
 
     body = "  ".join(atom(a) for a in rule.body)
     return f"{body}   => {atom(rule.head)}"
 
 
 def write_amie_tsv(
-    rules: Iterable[Rule], path: Path | str, relation_names: Mapping[int, str] | Sequence[str]
+    rules: Iterable[Rule],
+    path: Path | str,
+    relation_names: Mapping[int, str] | Sequence[str],
+    entity_names: Mapping[int, str] | Sequence[str] | None = None,
 ) -> None:
     """Write rules as AMIE 3's output table (header plus one line per rule), atomically.
 
     Relation names are written as given: pass the names the other tool should see (e.g. the
-    KG's keys or bracketed names). Ratios use up to 9 decimals like AMIE, with a leading zero.
+    KG's keys or bracketed names); so are constants' `entity_names` (unique ones, e.g. the
+    KG's keys, so the file reads back). Ratios use up to 9 decimals like AMIE, with a leading
+    zero.
     """
     path = Path(path)
     lines = ["\t".join(HEADER)]
@@ -316,7 +360,7 @@ def write_amie_tsv(
         lines.append(
             "\t".join(
                 [
-                    format_amie_rule(rule, relation_names),
+                    format_amie_rule(rule, relation_names, entity_names),
                     _format_ratio(rule.head_coverage),
                     _format_ratio(rule.std_confidence),
                     _format_ratio(rule.pca_confidence),

@@ -230,7 +230,7 @@ def rule_answers(
                         "entity": entity,
                         "name": entity_names[entity],
                         "score": round(score, 6),
-                        "rule": rules[candidates.rules[entity]].text(relation_names),
+                        "rule": rules[candidates.rules[entity]].text(relation_names, entity_names),
                         "evidence": [fact_text(*f) for f in candidates.explanations[entity]],
                     }
                     for entity, score in ranked

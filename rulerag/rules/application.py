@@ -32,6 +32,20 @@ of a head relation fall into clusters of rules whose predictions overlap (`rule_
 candidate takes the maximum of its scores inside each cluster and the noisy-or across clusters,
 so that redundant rules count once (static KGs only: see `rulerag.rules.rule_clusters`).
 
+AnyBURL's rules with constants (static only; `anyburl_miner`) answer a query (e, r, ?) with their
+head constant c, scored by their confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
+s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
+e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
+constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
+way; such rules are never mirrored. They are applied in bulk after a relation's closed rules,
+to every query of the relation (no stop: millions of them, and their equal confidences, e.g.
+2 / (2 + 5) for every rule seen twice, tie score lists TLogic's stop waits to see differ):
+rules sharing a body fire for the same queries, so each body is matched once, the ac1 rules
+looked up by (body relation, d) from each query entity's own edges, and each candidate's
+firings merge into its score list. `lengths` limits the rules with a body: zero-body rules
+always apply (min_confidence still filters them; AnyBURL's weights put them at 0.01 times their
+confidence, so apply them with a lower min_confidence).
+
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
 inverse head as TLogic learns it, so subject queries (o, r⁻¹, ?, t) find their rules.
@@ -158,6 +172,11 @@ class AppliedRule:
     constraints: tuple[tuple[int, ...], ...]
     confidence: float
     pair: bool = False
+    #: a static rule with constants: the head constant (the candidate it gives) and, for an
+    #: ac1 rule, the body's constant (its one body relation leads from the query's entity to
+    #: it); ac2 rules have a body relation and no body constant, zero-body rules no body
+    constant: int | None = None
+    body_constant: int | None = None
 
     def mirrored(self, n_relations: int) -> AppliedRule:
         """The rule for the inverse head: the body read backwards with each relation
@@ -189,7 +208,9 @@ def applied_rules(
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()
     for index, rule in enumerate(rules):
-        if rule.length not in settings.lengths or rule.temporal != settings.temporal:
+        if rule.temporal != settings.temporal:
+            continue
+        if rule.length not in settings.lengths and (rule.length or not rule.constants):
             continue
         confidence = float(rule.confidence or 0.0) if settings.temporal else rule.score
         if confidence < settings.min_confidence:
@@ -200,10 +221,13 @@ def applied_rules(
         if applied is None:
             continue
         copies = [applied]
-        if rule.length == 1 or not settings.temporal:
+        if (rule.length == 1 or not settings.temporal) and applied.constant is None:
             copies.append(applied.mirrored(n))
         for copy in copies:
-            key = (copy.head, copy.body, copy.constraints, copy.pair)
+            key = (
+                copy.head, copy.body, copy.constraints, copy.pair, copy.constant,
+                copy.body_constant,
+            )  # fmt: skip
             if key in seen:
                 continue
             seen.add(key)
@@ -214,8 +238,10 @@ def applied_rules(
 
 
 def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
-    """The rule in TLogic's ids: a path, or (static) two or more atoms on the head's pair;
-    None for another shape."""
+    """The rule in TLogic's ids: a path, or (static) two or more atoms on the head's pair, or
+    (static) an AnyBURL rule with a head constant; None for another shape."""
+    if rule.constants:
+        return _constant_applied(rule, index, confidence, n)
     try:
         head, body, groups = rule_to_tlogic(rule, n)
     except ValueError:
@@ -227,6 +253,32 @@ def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRul
         return AppliedRule(index, rule.head.relation, tuple(body), (), confidence, pair=True)
     constraints = tuple(tuple(g) for g in groups)
     return AppliedRule(index, head, tuple(body), constraints, confidence)
+
+
+def _constant_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
+    """An AnyBURL rule r(X, c) <= [s(X, d) | s(X, A)] (head r) or r(c, X) <= ... (head r + n,
+    the subject query's), read from X; None for a temporal rule or another shape."""
+    bound = rule.constant_of
+    head = rule.head
+    if rule.temporal or rule.length > 1 or (head.subject in bound) == (head.object in bound):
+        return None
+    if head.subject in bound:
+        relation, x, constant = head.relation + n, head.object, bound[head.subject]
+    else:
+        relation, x, constant = head.relation, head.subject, bound[head.object]
+    if not rule.body:
+        return AppliedRule(index, relation, (), (), confidence, constant=constant)
+    (atom,) = rule.body
+    if x not in (atom.subject, atom.object) or atom.subject == atom.object:
+        return None
+    body, other = (
+        (atom.relation, atom.object) if atom.subject == x else (atom.relation + n, atom.subject)
+    )
+    if other not in bound and other in (head.subject, head.object):
+        return None
+    return AppliedRule(
+        index, relation, (body,), (), confidence, constant=constant, body_constant=bound.get(other)
+    )
 
 
 def edges_with_inverses(facts: pd.DataFrame, n_relations: int) -> pd.DataFrame:
@@ -463,6 +515,116 @@ def _pair_groundings(
     return _best_per_candidate(_Paths(key[rows], tq[rows], [sub[rows], y], [ts]), edges.n_entities)
 
 
+def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """np.isin(values, table) for a sorted `table`, by binary search: a rule's few queries
+    against a relation's many pairs, millions of times."""
+    if not len(table):
+        return np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(table, values), len(table) - 1)
+    return table[pos] == values
+
+
+@dataclass
+class _ConstantRows:
+    """Firings of constant rules: per row the query, the candidate (the rule's head constant),
+    the score (the rule's confidence), the rule (position in the head's list), the body's
+    other entity (d, one A, or -1 for a zero-body rule)."""
+
+    key: np.ndarray
+    sub: np.ndarray
+    cand: np.ndarray
+    score: np.ndarray
+    rule: np.ndarray
+    middle: np.ndarray
+
+
+def _constant_firings(
+    constant: Sequence[AppliedRule], key: np.ndarray, sub: np.ndarray, edges: _Edges
+) -> Iterable[_ConstantRows]:
+    """Every firing of the constant rules of one head relation for the queries (key, sub), as
+    AnyBURL fires them (module docstring), in blocks: the zero-body rules, then per body
+    relation the ac2 and the ac1 rules. Rules sharing a body fire for the same queries, so
+    each body is matched once: ac1 rules are looked up by (body relation, d) from the query
+    entities' own edges."""
+    n = edges.n_entities
+    const = np.array([r.constant for r in constant], np.int64)
+    conf = np.array([r.confidence for r in constant], np.float32)
+    body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
+    d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
+
+    def block(q: np.ndarray, i: np.ndarray, middle: np.ndarray) -> _ConstantRows:
+        keep = (sub[q] != const[i]) & ((d[i] < 0) | (sub[q] != d[i]))
+        q, i, middle = q[keep], i[keep], middle[keep]
+        return _ConstantRows(key[q], sub[q], const[i], conf[i], i, middle)
+
+    zero = np.flatnonzero(body < 0)
+    if len(zero):
+        q = np.repeat(np.arange(len(key)), len(zero))
+        i = np.tile(zero, len(key))
+        yield block(q, i, np.full(len(q), -1))
+    everything = np.full(len(key), edges.t_min)
+    for relation in np.unique(body[body >= 0]).tolist():
+        adjacency = edges.by_relation.get(relation)
+        if adjacency is None:
+            continue
+        start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
+        ac2 = np.flatnonzero((body == relation) & (d < 0))
+        if len(ac2):
+            loop = _in_sorted(sub * n + sub, edges.pairs(relation))  # s(e, e) gives no A
+            fires = np.flatnonzero(counts > loop)
+            first = adjacency.obj[start[fires]]
+            second = adjacency.obj[np.minimum(start[fires] + 1, len(adjacency.obj) - 1)]
+            other = np.where(first == sub[fires], second, first)  # one A other than e
+            q = np.repeat(fires, len(ac2))
+            yield block(q, np.tile(ac2, len(fires)), np.repeat(other, len(ac2)))
+        ac1 = np.flatnonzero((body == relation) & (d >= 0))
+        if len(ac1):
+            ac1 = ac1[np.argsort(d[ac1], kind="stable")]
+            index, q = ragged_ranges(start, start + counts)  # the query entities' s-edges
+            obj = adjacency.obj[index]
+            lo = np.searchsorted(d[ac1], obj, side="left")
+            hi = np.searchsorted(d[ac1], obj, side="right")
+            pos, owner = ragged_ranges(lo, hi)
+            yield block(q[owner], ac1[pos], obj[owner])
+
+
+def _merge_constant_rows(
+    rows: _ConstantRows,
+    constant: Sequence[AppliedRule],
+    lists: dict[int, dict[int, list[float]]],
+    out: dict[int, Candidates],
+) -> None:
+    """Add the firings to each candidate's descending score list; a firing that beats the
+    candidate's best score so far becomes its rule and explanation (ties keep the earlier)."""
+    if not len(rows.key):
+        return
+    order = np.lexsort((rows.rule, -rows.score, rows.cand, rows.key))
+    k, c = rows.key[order], rows.cand[order]
+    cuts = np.flatnonzero((k[1:] != k[:-1]) | (c[1:] != c[:-1])) + 1
+    starts = np.r_[0, cuts].tolist()
+    ends = np.r_[cuts, len(order)].tolist()
+    scores = rows.score[order].tolist()
+    firsts = order[starts]
+    for a, b, kk, cc, row in zip(
+        starts, ends, k[starts].tolist(), c[starts].tolist(), firsts.tolist(), strict=True
+    ):
+        new = scores[a:b]
+        ranked = lists[kk].get(cc)
+        if ranked is None:
+            lists[kk][cc] = new
+        elif new[0] > ranked[0]:
+            lists[kk][cc] = list(heapq.merge(new, ranked, key=_descending))
+        else:
+            lists[kk][cc] = list(heapq.merge(ranked, new, key=_descending))
+            continue
+        rule = constant[int(rows.rule[row])]
+        out[kk].rules[cc] = rule.index
+        middle = int(rows.middle[row])
+        out[kk].explanations[cc] = (
+            [] if middle < 0 else [(int(rows.sub[row]), rule.body[0], middle, 0)]
+        )
+
+
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
     """The body facts (sub, rel, obj, ts) of one grounding."""
     if rule.pair:
@@ -539,7 +701,16 @@ def apply_rules(
                     f"{len(rules.get(int(rel), []))} rules (computed for other rules?)"
                 )
             maxima.update({int(k): {} for k in key})
+        constant = [r for r in rules.get(int(rel), []) if r.constant is not None]
+        if constant and nrnoisy:
+            raise ValueError(
+                "aggregation nrnoisy_or does not take rules with constants "
+                "(mine_rules.static.constants.kinds): choose max or noisy_or for them"
+            )
+        every_key, every_sub = key, sub
         for position, rule in enumerate(rules.get(int(rel), [])):
+            if rule.constant is not None:
+                continue
             bar.update(1)
             if len(key) == 0:
                 continue
@@ -573,6 +744,11 @@ def apply_rules(
             if finished:
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
+        # static rules with constants: every firing at once, for every query of the relation
+        # (TLogic's stop compares score lists that these rules' equal confidences often tie)
+        for block in _constant_firings(constant, every_key, every_sub, graph) if constant else ():
+            _merge_constant_rows(block, constant, lists, out)
+        bar.update(len(constant))
     bar.close()
     for k, candidates in lists.items():
         if settings.aggregation == "max" or (nrnoisy and k not in maxima):

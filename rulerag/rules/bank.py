@@ -3,6 +3,12 @@
 The paper keeps a small bank of confident rules (557 for ICEWS14, 367 for FB15k-237, ...) of
 one body atom; the miners find many more. `select_bank` keeps rules by body length, minimum
 confidence and support, and the best N per head relation, so the bank's size is a knob.
+
+Rules with constants (AnyBURL's AC1 / AC2 / zero-body rules) add two columns to a rules frame,
+`constants` (JSON `[[variable, entity], ...]`) and `kind`; a frame without such rules has
+neither, so every file mined before (and every temporal KG's) keeps its bytes. The RuleRAG bank
+keeps only rules without constants (`select_bank`): its documents verbalise one-atom rules
+over variables, which a constant rule is not.
 """
 
 from __future__ import annotations
@@ -31,25 +37,32 @@ STAT_COLUMNS = (
 
 def rule_id(rule: Rule) -> str:
     """A stable id from the rule's structure alone, so ids survive re-mining and re-ranking."""
-    payload = json.dumps(
-        [
-            [rule.head.relation, rule.head.subject, rule.head.object],
-            [[a.relation, a.subject, a.object] for a in rule.body],
-            rule.temporal,
-            [list(g) for g in rule.var_constraints],
-        ]
-    )
+    parts: list = [
+        [rule.head.relation, rule.head.subject, rule.head.object],
+        [[a.relation, a.subject, a.object] for a in rule.body],
+        rule.temporal,
+        [list(g) for g in rule.var_constraints],
+    ]
+    if rule.constants:  # only then, so ids of rules without constants stay as they were
+        parts.append([list(pair) for pair in rule.constants])
+    payload = json.dumps(parts)
     return "R" + hashlib.sha1(payload.encode()).hexdigest()[:12]
 
 
 def rules_frame(
-    rules: Iterable[Rule], relation_names: Sequence[str] | Mapping[int, str]
+    rules: Iterable[Rule],
+    relation_names: Sequence[str] | Mapping[int, str],
+    entity_names: Sequence[str] | Mapping[int, str] | None = None,
 ) -> pd.DataFrame:
-    """One row per rule: id, structure, statistics, the ranking score and the text form.
+    """One row per rule: id, structure, statistics, the ranking score and the text form
+    (constants by `entity_names`, needed when a rule has constants); with any rule that has
+    constants or no body, the `constants` and `kind` columns too.
 
     Rows are sorted by head relation, score (descending) and id, so files are deterministic.
     """
     rows = []
+    rules = list(rules)
+    with_constants = any(rule.constants or not rule.body for rule in rules)
     for rule in rules:
         row = {
             "rule_id": rule_id(rule),
@@ -61,8 +74,11 @@ def rules_frame(
             "temporal": rule.temporal,
             "var_constraints": json.dumps([list(g) for g in rule.var_constraints]),
             "score": rule.score,
-            "text": rule.text(relation_names),
+            "text": rule.text(relation_names, entity_names),
         }
+        if with_constants:
+            row["constants"] = rule.constants_json()
+            row["kind"] = rule.kind
         for column in STAT_COLUMNS:
             value = getattr(rule, column)
             row[column] = np.nan if value is None else float(value)
@@ -71,6 +87,8 @@ def rules_frame(
         "rule_id", "head_relation", "head_relation_name", "length", "body", "body_relations",
         "temporal", "var_constraints", "score", *STAT_COLUMNS, "text",
     ]  # fmt: skip
+    if with_constants:
+        columns += ["constants", "kind"]
     frame = pd.DataFrame(rows, columns=columns)
     frame = frame.astype({"head_relation": "int32", "length": "int8", "temporal": "bool"})
     frame = frame.sort_values(
@@ -82,9 +100,19 @@ def rules_frame(
 def frame_rules(frame: pd.DataFrame) -> list[Rule]:
     """Rebuild Rule objects from a rules frame (the inverse of `rules_frame`)."""
     rules = []
+    has_constants = "constants" in frame.columns
     for row in frame.itertuples(index=False):
         body = tuple(Atom(*atom) for atom in json.loads(row.body))
-        n_vars = 1 + max([0] + [max(a.subject, a.object) for a in body])
+        constants = (
+            tuple((int(v), int(e)) for v, e in json.loads(row.constants)) if has_constants else ()
+        )
+        # the head is [Entity1, r, EntityN]: N counts the body's variables and the constants'
+        # (a rule without a body still has two head variables)
+        n_vars = 1 + max(
+            [1 if constants else 0]
+            + [max(a.subject, a.object) for a in body]
+            + [v for v, _ in constants]
+        )
         stats = {
             c: None if pd.isna(getattr(row, c)) else float(getattr(row, c)) for c in STAT_COLUMNS
         }
@@ -94,6 +122,7 @@ def frame_rules(frame: pd.DataFrame) -> list[Rule]:
                 body=body,
                 temporal=bool(row.temporal),
                 var_constraints=tuple(tuple(g) for g in json.loads(row.var_constraints)),
+                constants=constants,
                 **stats,
             )
         )
@@ -111,8 +140,12 @@ class BankConfig:
 
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:
-    """Keep rules of the configured lengths, confidence and support; then the best N per head."""
+    """Keep rules of the configured lengths, confidence and support; then the best N per head.
+    Rules with constants never enter the bank (the module docstring says why)."""
     support = frame["support"].fillna(0)
+    if "constants" in frame.columns:
+        frame = frame[frame["constants"] == "[]"]
+        support = support[frame.index]
     keep = (
         frame["length"].isin(config.lengths)
         & (frame["score"] >= config.min_confidence)

@@ -23,11 +23,12 @@ from rulerag.kg.schema import KnowledgeGraph
 from rulerag.rules.bank import (
     BankConfig,
     confidence_histogram,
+    frame_rules,
     rules_frame,
     rules_text,
     select_bank,
 )
-from rulerag.rules.rule import Rule
+from rulerag.rules.rule import RULE_KINDS, Rule
 from rulerag.rules.static_miner import StaticMinerSettings
 from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
 from rulerag.settings import DatasetName, Seed, load_settings, param_key
@@ -153,7 +154,8 @@ def mine_rule_bank(
         rules = mine(facts, len(kg.entities), len(kg.relations), kg.temporal, settings)
     seconds = time.perf_counter() - started
     relation_names = kg.relations.set_index("id")["name"].to_dict()
-    frame = rules_frame(rules, relation_names)
+    entity_names = kg.entities["name"].tolist() if any(r.constants for r in rules) else None
+    frame = rules_frame(rules, relation_names, entity_names)
     bank = select_bank(frame, settings.bank_for(dataset))
     miner = "import" if imported else ("temporal" if kg.temporal else "static")
     stats = describe_rules(dataset, miner, frame, bank, facts, paper_bank_size)
@@ -180,7 +182,8 @@ def mine(
         )
     from rulerag.rules.static_miner import mine_static
 
-    return mine_static(facts, n_entities, n_relations, **dataclasses.asdict(settings.static))
+    static = {f.name: getattr(settings.static, f.name) for f in dataclasses.fields(settings.static)}
+    return mine_static(facts, n_entities, n_relations, **static)
 
 
 def import_rules(
@@ -225,8 +228,10 @@ def describe_rules(
     paper_bank_size: int | None = None,
 ) -> dict[str, Any]:
     """stats.json of `mine_rules`: rules and bank by length, relations the bank covers; the
-    same for the same KG and settings (the mining time is `MinedRules.seconds`)."""
+    same for the same KG and settings (the mining time is `MinedRules.seconds`). The static
+    miner's also counts rules by kind (path, pair, ac1, ac2, zero)."""
     with_facts = int(facts["relation"].nunique())
+    by_kind = {} if miner != "static" else {"rules_by_kind": rule_kinds(frame)}
     return {
         "dataset": dataset,
         "miner": miner,
@@ -234,6 +239,7 @@ def describe_rules(
         "rules_by_length": {
             str(k): int(v) for k, v in frame["length"].value_counts().sort_index().items()
         },
+        **by_kind,
         "bank": len(bank),
         "bank_by_length": {
             str(k): int(v) for k, v in bank["length"].value_counts().sort_index().items()
@@ -246,6 +252,17 @@ def describe_rules(
         "bank_mean_confidence": round(float(bank["score"].mean()), 4) if len(bank) else 0.0,
         "paper_bank_size": paper_bank_size,
     }
+
+
+def rule_kinds(frame: pd.DataFrame) -> dict[str, int]:
+    """Rules per kind (every kind named, 0 when absent): the frame's `kind` column, or for a
+    frame without constants path and pair told apart by the body's variables."""
+    if "kind" in frame.columns:
+        kinds = frame["kind"]
+    else:
+        kinds = pd.Series([r.kind for r in frame_rules(frame)], dtype=object)
+    counts = kinds.value_counts()
+    return {kind: int(counts.get(kind, 0)) for kind in RULE_KINDS}
 
 
 def plot_confidence(hist: pd.DataFrame, path: Path, title: str) -> None:

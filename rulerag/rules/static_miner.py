@@ -61,6 +61,7 @@ import pandas as pd
 import scipy.sparse as sp
 from annotated_types import Ge, Le
 
+from rulerag.rules.anyburl_miner import ConstantRuleSettings
 from rulerag.rules.rule import Atom, Rule
 from rulerag.settings import STRICT_INT, Count, Fraction
 
@@ -453,7 +454,7 @@ def _code_of(atom: Atom) -> int:
 
 
 def _sort_key(rule: Rule) -> tuple:
-    return (rule.head.relation, -(rule.pca_confidence or 0.0), len(rule.body), rule.body)
+    return (rule.head.relation, -rule.score, len(rule.body), rule.body, rule.constants)
 
 
 @dataclass(frozen=True)
@@ -470,6 +471,8 @@ class StaticMinerSettings:
     min_std_confidence: Fraction = 0.0
     min_initial_support: Count = 100  # head relations with fewer facts are skipped (AMIE's -mins)
     skyline: bool = True  # keep a refined rule only if it beats its parents' PCA confidence
+    #: AnyBURL's rules with constants (`anyburl_miner`), none by default
+    constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
 
 
 _DEFAULT = StaticMinerSettings()
@@ -487,6 +490,7 @@ def mine_static(
     min_std_confidence: float = _DEFAULT.min_std_confidence,
     min_initial_support: int = _DEFAULT.min_initial_support,
     skyline: bool = _DEFAULT.skyline,
+    constants: ConstantRuleSettings = _DEFAULT.constants,
     progress: bool = True,
 ) -> list[Rule]:
     """Mine closed Horn rules of up to `max_atoms` atoms (head included) from static facts.
@@ -497,6 +501,9 @@ def mine_static(
     pca_body_support, head_coverage, std_confidence and pca_confidence, and
     `extra["functional_variable"]` ("subject" or "object": the head end the PCA was taken on).
     See the module docstring for the exact semantics and how they relate to AMIE 3's flags.
+
+    With `constants.kinds`, AnyBURL's rules with constants of those kinds follow (each head
+    relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence.
     """
     if max_atoms not in (2, 3):
         raise ValueError(f"max_atoms must be 2 or 3, got {max_atoms}")
@@ -525,5 +532,21 @@ def mine_static(
         from tqdm.auto import tqdm
 
         heads = tqdm(heads, desc="static rules", unit="head")
-    rules = [rule for r in heads for rule in miner.mine_head(r)]
-    return sorted(rules, key=_sort_key)
+    rules = sorted((rule for r in heads for rule in miner.mine_head(r)), key=_sort_key)
+    if constants.closed_confidence != "pca":
+        from rulerag.rules.anyburl_miner import closed_rules_confidence
+
+        rules = sorted(closed_rules_confidence(rules, constants), key=_sort_key)
+    if not constants.kinds:
+        return rules
+    from rulerag.rules.anyburl_miner import mine_constant_rules
+
+    found = mine_constant_rules(
+        facts["head"].to_numpy(np.int64),
+        facts["relation"].to_numpy(np.int64),
+        facts["tail"].to_numpy(np.int64),
+        n_entities,
+        n_relations,
+        constants,
+    )
+    return sorted([*rules, *found], key=_sort_key)

@@ -95,6 +95,8 @@ def rule_to_tlogic(rule: Rule, n_relations: int) -> tuple[int, list[int], list[l
     """
     n = n_relations
     length = rule.length
+    if rule.constants:
+        raise ValueError(f"TLogic's rules have no constants: {rule}")
     if length == 0 or rule.head.subject != 0 or rule.head.object != length:
         raise ValueError(f"not a TLogic path rule (head must be [Entity1, r, EntityN]): {rule}")
 
