@@ -251,10 +251,13 @@ def test_conf_values_are_checked_by_the_stages_schema(
 
 
 def test_a_mapping_that_would_drop_sibling_keys_is_refused(params_file: Path) -> None:
-    """{"mine_rules.static": {"max_atoms": 2}} used to replace the section, deleting its other
-    keys from params.yaml; a mapping may now only keep or add keys."""
+    """{"mine_rules.bank": {"top_n_per_head": 2}} used to replace the section, deleting its
+    other keys from params.yaml; a mapping may now only keep or add keys (a section holding
+    sections, like mine_rules.static, is refused as a whole)."""
     params = read_params_file(PROJECT / "params.yaml")
-    with pytest.raises(ValueError, match=r"'mine_rules\.static' would drop 'min_head_coverage'"):
+    with pytest.raises(ValueError, match=r"'mine_rules\.bank' would drop 'lengths'"):
+        validate_run_conf({"params": {"mine_rules.bank": {"top_n_per_head": 2}}}, params, KNOWN)
+    with pytest.raises(ValueError, match=r"'mine_rules\.static' is a section of params\.yaml"):
         validate_run_conf({"params": {"mine_rules.static": {"max_atoms": 2}}}, params, KNOWN)
     ok = validate_run_conf({"params": {"mine_rules.static.max_atoms": 2}}, params, KNOWN)
     assert ok.params == {"mine_rules.static.max_atoms": 2}
