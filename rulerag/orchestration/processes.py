@@ -32,7 +32,15 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["GRACE_S", "Terminated", "group_alive", "raise_on_sigterm", "start_group", "stop_group"]
+__all__ = [
+    "GRACE_S",
+    "Terminated",
+    "group_alive",
+    "proc_table",
+    "raise_on_sigterm",
+    "start_group",
+    "stop_group",
+]
 
 #: seconds a stopped group gets between SIGTERM and SIGKILL: enough for a stage to discard its
 #: staging folder and record its MLflow run KILLED. (Airflow kills a task that has not exited
@@ -77,8 +85,8 @@ def start_group(
     )  # fmt: skip
 
 
-def _proc_groups() -> Iterator[tuple[int, str, int]]:
-    """(pid, state, process group) of every process Linux's /proc shows."""
+def proc_table() -> Iterator[tuple[int, str, int, int]]:
+    """(pid, state, parent pid, process group) of every process Linux's /proc shows."""
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
@@ -87,14 +95,14 @@ def _proc_groups() -> Iterator[tuple[int, str, int]]:
                 fields = handle.read().rpartition(b")")[2].split()
         except OSError:  # it exited meanwhile
             continue
-        yield int(entry.name), fields[0].decode(), int(fields[2])
+        yield int(entry.name), fields[0].decode(), int(fields[1]), int(fields[2])
 
 
 def group_alive(pgid: int) -> bool:
     """Whether a process of group `pgid` still runs. Zombies do not count: an orphan is reaped
     by whatever init the machine has, some (a container's) never do."""
     if os.path.isdir("/proc/self"):
-        return any(group == pgid and state not in "ZX" for _, state, group in _proc_groups())
+        return any(group == pgid and state not in "ZX" for _, state, _, group in proc_table())
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

@@ -30,7 +30,7 @@ from contextlib import suppress
 from pathlib import Path
 from types import FrameType
 
-from rulerag.orchestration.processes import GRACE_S, start_group
+from rulerag.orchestration.processes import GRACE_S, proc_table, start_group
 
 __all__ = ["descendants", "main", "supervise"]
 
@@ -44,27 +44,12 @@ def _become_subreaper() -> None:
             ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every live process /proc shows (zombies left out)."""
-    out = {}
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                fields = handle.read().rpartition(b")")[2].split()
-        except OSError:
-            continue
-        if fields[0] not in (b"Z", b"X"):
-            out[int(entry.name)] = int(fields[1])
-    return out
-
-
 def descendants(root: int) -> set[int]:
-    """The live processes under `root` in the process tree."""
+    """The live processes (zombies left out) under `root` in the process tree."""
     children: dict[int, list[int]] = {}
-    for pid, parent in _parents().items():
-        children.setdefault(parent, []).append(pid)
+    for pid, state, parent, _group in proc_table():
+        if state not in "ZX":
+            children.setdefault(parent, []).append(pid)
     found: set[int] = set()
     stack = [root]
     while stack:
