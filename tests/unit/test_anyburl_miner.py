@@ -93,8 +93,9 @@ def brute_force(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tup
     return out
 
 
-def mined(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tuple, Rule]:
-    rules = mine_constant_rules(
+def mine_toy(facts: pd.DataFrame, settings: ConstantRuleSettings) -> list[Rule]:
+    """The constant rules of a toy KG's facts (N_ENTITIES, N_RELATIONS)."""
+    return mine_constant_rules(
         facts["head"].to_numpy(),
         facts["relation"].to_numpy(),
         facts["tail"].to_numpy(),
@@ -102,6 +103,10 @@ def mined(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tuple, Ru
         N_RELATIONS,
         settings,
     )
+
+
+def mined(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tuple, Rule]:
+    rules = mine_toy(facts, settings)
     keys = [rule.key for rule in rules]
     assert len(keys) == len(set(keys)), "a rule was found twice"
     return {rule.key: rule for rule in rules}

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules.anyburl_miner import ConstantRuleSettings, mine_constant_rules
+from rulerag.rules.anyburl_miner import ConstantRuleSettings
 from rulerag.rules.application import (
     ApplySettings,
     applied_rules,
@@ -17,20 +17,13 @@ from rulerag.rules.application import (
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
 from rulerag.rules.static_miner import mine_static
-from tests.unit.test_anyburl_miner import N_ENTITIES, N_RELATIONS, toy_facts
+from tests.unit.test_anyburl_miner import N_ENTITIES, N_RELATIONS, mine_toy, toy_facts
 
 ALL = ConstantRuleSettings(kinds=("ac1", "ac2", "zero"), min_body_constant_groundings=2)
 
 
 def rules_for(facts: pd.DataFrame) -> list[Rule]:
-    constant = mine_constant_rules(
-        facts["head"].to_numpy(),
-        facts["relation"].to_numpy(),
-        facts["tail"].to_numpy(),
-        N_ENTITIES,
-        N_RELATIONS,
-        ALL,
-    )
+    constant = mine_toy(facts, ALL)
     closed = mine_static(
         facts, N_ENTITIES, N_RELATIONS, min_initial_support=0, min_pca_confidence=0.0,
         min_head_coverage=0.0, progress=False,
