@@ -63,6 +63,7 @@ from typing import Literal
 
 import numpy as np
 
+from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
 from rulerag.settings import Count, Fraction, Positive
 
@@ -149,8 +150,8 @@ class _Graph:
         key = src * self.n_codes + code
         if not len(self.out_key):
             return np.zeros(len(key), np.int64)
-        pos = np.minimum(np.searchsorted(self.out_key, key), len(self.out_key) - 1)
-        return np.where(self.out_key[pos] == key, self.out_count[pos], 0)
+        pos, found = sorted_lookup(self.out_key, key)
+        return np.where(found, self.out_count[pos], 0)
 
     def code_pairs(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         """(src, dst) of every edge with code c."""

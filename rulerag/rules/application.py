@@ -66,7 +66,7 @@ from typing import Literal, get_args
 import numpy as np
 import pandas as pd
 
-from rulerag.rules.ranges import ragged_ranges, split_by_weight
+from rulerag.rules.ranges import ragged_ranges, sorted_lookup, split_by_weight
 from rulerag.rules.rule import Rule
 from rulerag.rules.tlogic_io import rule_to_tlogic
 
@@ -515,15 +515,6 @@ def _pair_groundings(
     return _best_per_candidate(_Paths(key[rows], tq[rows], [sub[rows], y], [ts]), edges.n_entities)
 
 
-def _in_sorted(values: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """np.isin(values, table) for a sorted `table`, by binary search: a rule's few queries
-    against a relation's many pairs, millions of times."""
-    if not len(table):
-        return np.zeros(len(values), dtype=bool)
-    pos = np.minimum(np.searchsorted(table, values), len(table) - 1)
-    return table[pos] == values
-
-
 @dataclass
 class _ConstantRows:
     """Firings of constant rules: per row the query, the candidate (the rule's head constant),
@@ -570,7 +561,7 @@ def _constant_firings(
         start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
         ac2 = np.flatnonzero((body == relation) & (d < 0))
         if len(ac2):
-            loop = _in_sorted(sub * n + sub, edges.pairs(relation))  # s(e, e) gives no A
+            loop = sorted_lookup(edges.pairs(relation), sub * n + sub)[1]  # s(e, e) gives no A
             fires = np.flatnonzero(counts > loop)
             first = adjacency.obj[start[fires]]
             second = adjacency.obj[np.minimum(start[fires] + 1, len(adjacency.obj) - 1)]

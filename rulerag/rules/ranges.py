@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["ragged_ranges", "split_by_weight"]
+__all__ = ["ragged_ranges", "sorted_lookup", "split_by_weight"]
 
 
 def ragged_ranges(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -33,3 +33,14 @@ def split_by_weight(weights: np.ndarray, limit: int) -> list[slice]:
         nxt = int(np.searchsorted(cum, base + limit, side="right"))
         cuts.append(max(nxt, cuts[-1] + 1))
     return [slice(a, b) for a, b in zip(cuts[:-1], cuts[1:], strict=True)]
+
+
+def sorted_lookup(table: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each of `values` sits in the sorted `table` and whether it is there: (positions,
+    found), by binary search (np.isin sorts both sides on every call; the callers look a few
+    values up in a large table, many times). A position is clipped into the table (0 for an
+    empty one), so `table[pos]` and arrays aligned with it may be indexed where `found`."""
+    if not len(table):
+        return np.zeros(len(values), np.int64), np.zeros(len(values), dtype=bool)
+    pos = np.minimum(np.searchsorted(table, values), len(table) - 1)
+    return pos, table[pos] == values

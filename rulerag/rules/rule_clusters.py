@@ -72,6 +72,7 @@ from rulerag.rules.application import (
     apply_rules,
     edges_with_inverses,
 )
+from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
 
 __all__ = [
@@ -286,17 +287,10 @@ class _Validation:
         sub_of_key = dict(zip(queries["key"].tolist(), queries["sub"].tolist(), strict=False))
         pair_sub = np.array([sub_of_key[k] for k in self.pair_key.tolist()], dtype=np.int64)
         triple = (head * n_entities + pair_sub) * n_entities + pair_codes % n_entities
-        at_known = np.minimum(np.searchsorted(known_codes, triple), max(len(known_codes) - 1, 0))
-        self.competes = (
-            known_codes[at_known] != triple if len(known_codes) else np.ones(len(triple), bool)
-        )
+        self.competes = ~sorted_lookup(known_codes, triple)[1]
         self.fact_key = queries["key"].to_numpy(np.int64)
         wanted = self.fact_key * n_entities + queries["obj"].to_numpy(np.int64)
-        at = np.minimum(np.searchsorted(pair_codes, wanted), max(self.n_pairs - 1, 0))
-        self.fact_found = (
-            pair_codes[at] == wanted if self.n_pairs else np.zeros(len(wanted), dtype=bool)
-        )
-        self.fact_pair = at
+        self.fact_pair, self.fact_found = sorted_lookup(pair_codes, wanted)
 
     def mrr(self, value: np.ndarray) -> float:
         """SAFRAN's validation MRR with each candidate pair's `value` (lower ranks higher)."""

@@ -16,7 +16,7 @@ from rulerag.rules.application import (
     noisy_or,
     time_aware_filter,
 )
-from rulerag.rules.ranges import ragged_ranges, split_by_weight
+from rulerag.rules.ranges import ragged_ranges, sorted_lookup, split_by_weight
 from rulerag.rules.rule import Atom, Rule
 
 N_REL = 4  # 0 body, 1 head, 2 a, 3 b
@@ -364,6 +364,17 @@ def test_ragged_ranges_and_weight_blocks() -> None:
     assert all(weights[p].sum() <= 4 or p.stop - p.start == 1 for p in parts)
     assert [(p.start, p.stop) for p in parts] == [(0, 1), (1, 2), (2, 5), (5, 7), (7, 8)]
     assert split_by_weight(np.array([], dtype=int), 4) == []
+
+
+def test_sorted_lookup_is_isin_with_positions() -> None:
+    rng = np.random.default_rng(3)
+    table = np.unique(rng.integers(0, 50, 30))
+    values = rng.integers(-5, 60, 200)
+    pos, found = sorted_lookup(table, values)
+    assert (found == np.isin(values, table)).all()
+    assert (table[pos[found]] == values[found]).all()
+    pos, found = sorted_lookup(table[:0], values)
+    assert not found.any() and not pos.any() and len(pos) == len(values)
 
 
 @pytest.mark.parametrize(
