@@ -99,10 +99,9 @@ def trusts_remote_code(name: str) -> bool:
     return bool(hub and hub.trust_remote_code)
 
 
-def default_cache_dir() -> Path:
-    """`rulerag.model_cache.default_model_cache()`: RULERAG_MODEL_CACHE, a checkout's
-    `.models`, else the user's cache (never a folder inside an MLflow model's artifacts)."""
-    return default_model_cache()
+#: where converted models go when the caller names no folder: `rulerag.model_cache`'s one rule
+#: (RULERAG_MODEL_CACHE, a checkout's .models, else the user's cache), as for the encoders
+default_cache_dir = default_model_cache
 
 
 def find_package_file(package: str, filename: str) -> Path:
