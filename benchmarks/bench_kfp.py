@@ -129,7 +129,8 @@ def main() -> int:
         print(f"| serial `dvc repro --single-item` | {serial_s:.1f} |")
         print(f"| `compile` (the project's interpreter reads the graph) | {compile_s:.1f} |")
         print(f"| `run-local` ({len(spans)} tasks), start to end | {run_s:.1f} |")
-        print(f"| of which the run itself (`run_local`, after the CLI starts) | {summary['seconds']:.1f} |")
+        inner = summary["seconds"]
+        print(f"| of which the run itself (`run_local`, after the CLI starts) | {inner:.1f} |")
         for task in ("prepare", *(n.replace("@", "-").replace("_", "-") for n in instances),
                      "collect"):  # fmt: skip
             if task in spans:

@@ -6,16 +6,17 @@ each stage instance is one component whose task runs `dvc repro --single-item <i
 workspace of its own over the DVC remote (`kfp_tasks.run_stage`, the DAG's workspaces mode).
 The pipeline's parameters are the DAG conf's: `datasets`, `stages` and `params` overrides,
 checked by the same code (`run_conf.validate_run_conf`) in the first task, `prepare`; the last
-task, `collect`, returns the run's dvc.lock (and, for a local run, writes it into the project
-with the outputs pulled). GPU stages ask for an accelerator, every stage task is retried once,
-and KFP's cache is off: DVC decides what reruns.
+tasks, a chain of `collect` links (`LINK_SIZE` stage tasks each, see kfp_tasks), return the
+run's dvc.lock (and, for a local run, write it into the project with the outputs pulled). GPU
+stages ask for an accelerator, every stage task is retried once, and KFP's cache is off: DVC
+decides what reruns.
 
 The KFP SDK compiles (`kfp.compiler.Compiler`, IR YAML) and runs the pipeline on this machine
 (`kfp.local.SubprocessRunner`). Its pins (protobuf < 7, requests == 2.33.0) clash with the
 project's lock, so it lives in a venv of its own (`make kfp` builds `.venv/kfp` from
-constraints-kfp.txt) that reads this package through PYTHONPATH; the stage commands still run
-in the project's venv (`dvc` and `python` from PATH). The images in docker/ carry kfp without
-its dependencies, which is how KFP installs itself into a component's image.
+constraints-kfp.txt) that reads this package through PYTHONPATH; the graph is read, and every
+task runs, in the project's interpreter (`python` and `dvc` from PATH). The images in docker/
+carry kfp without its dependencies, which is how KFP installs itself into a component's image.
 
     python -m rulerag.orchestration.kfp_pipeline compile --output kfp/rulerag-pipeline.yaml
     python -m rulerag.orchestration.kfp_pipeline run-local --pipeline kfp/rulerag-pipeline.yaml \\
@@ -36,7 +37,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from kfp import compiler, dsl, kubernetes
 from kfp.dsl import Artifact, Input, Output
@@ -59,6 +60,9 @@ __all__ = [
 ]
 
 PIPELINE_NAME = "rulerag"
+#: stage tasks per link of the collect chain: their whole dvc.lock entries (a few KiB each,
+#: twice in the executor's input) stay far below Linux's 128 KiB cap on one argument
+LINK_SIZE = 8
 #: the project's interpreter, when the `python` on PATH is not it
 PYTHON_ENV = "RULERAG_PYTHON"
 #: the images docker/ builds (docker/README.md); a registry's copy on a cluster
@@ -167,19 +171,31 @@ def prepare(
     ])  # fmt: skip
 
 
-def run_stage(instance: str, upstream: list, upstream_tokens: str, state: Input[Artifact]) -> str:
+def run_stage(
+    instance: str, upstream: list, upstream_tokens: str, state: Input[Artifact]
+) -> NamedTuple("Outputs", [("entry", str), ("pull", str)]):
     """dvc repro --single-item <instance> in a workspace over the DVC remote."""
     import json
+    from collections import namedtuple
 
-    return _task([
+    result = json.loads(_task([
         "run-stage", "--instance", instance, "--upstream", json.dumps(upstream),
         "--tokens", upstream_tokens, "--state", state.path,
-    ])  # fmt: skip
+    ]))  # fmt: skip
+    return namedtuple("Outputs", ["entry", "pull"])(result["entry"], result["pull"])
 
 
-def collect(tokens: str, into_project: bool, state: Input[Artifact], lock: Output[Artifact]) -> str:
-    """The run's dvc.lock; with into_project, the project's too, its outputs pulled."""
-    args = ["collect", "--tokens", tokens, "--state", state.path, "--lock", lock.path]
+def collect(
+    tokens: str,
+    into_project: bool,
+    previous: Input[Artifact],
+    state: Input[Artifact],
+    lock: Output[Artifact],
+) -> str:
+    """A link of the collect chain: the previous link's dvc.lock with these entries put in;
+    the last link, with into_project, writes it into the project and pulls the outputs."""
+    args = ["collect", "--tokens", tokens, "--state", state.path, "--previous", previous.path,
+            "--lock", lock.path]  # fmt: skip
     return _task([*args, "--into-project"] if into_project else args)
 
 
@@ -273,8 +289,11 @@ def build_pipeline(
     graph = read_graph(project, datasets) if graph is None else graph
     instances, chosen = list(graph["instances"]), list(graph["datasets"])
     names = [inst["name"] for inst in instances]
+    if not names:
+        raise ValueError(f"dvc.yaml generates no stage instance for {', '.join(chosen)}")
     kfp_names: dict[str, str] = {}
-    for name in [*names, "prepare", "collect"]:
+    links = -(-len(names) // LINK_SIZE)
+    for name in [*names, "prepare", "collect", *(f"collect-{i}" for i in range(1, links))]:
         other = kfp_names.setdefault(component_name(name), name)
         if other != name:
             raise ValueError(
@@ -308,7 +327,7 @@ def build_pipeline(
             task = component(
                 instance=inst["name"],
                 upstream=ups,
-                upstream_tokens=" ".join(str(tasks[u].output) for u in ups),
+                upstream_tokens=" ".join(str(tasks[u].outputs["pull"]) for u in ups),
                 state=first.outputs["state"],
             )
             _configure(task, options).set_display_name(inst["name"])
@@ -316,13 +335,23 @@ def build_pipeline(
             if is_gpu:
                 task.set_accelerator_type(options.accelerator).set_accelerator_limit(1)
             tasks[inst["name"]] = task
-        last = cpu[collect](
-            tokens=" ".join(str(t.output) for t in tasks.values()),
-            into_project=collect_into_project,
-            state=first.outputs["state"],
-        )
-        _configure(last, options).set_display_name("collect")
-        return last.outputs["Output"]
+        # the collect chain: each link takes the whole entries of LINK_SIZE stage tasks (in
+        # the graph's order, so early links run early) and the lock the previous link wrote
+        links = [names[i : i + LINK_SIZE] for i in range(0, len(names), LINK_SIZE)]
+        previous = first.outputs["state"]
+        for number, link in enumerate(links, start=1):
+            final = number == len(links)
+            step = _named(cpu[collect], "collect" if final else f"collect-{number}")(
+                tokens=" ".join(str(tasks[name].outputs["entry"]) for name in link),
+                into_project=collect_into_project if final else False,
+                previous=previous,
+                state=first.outputs["state"],
+            )
+            _configure(step, options).set_display_name(
+                "collect" if final else f"collect {number} of {len(links)}"
+            )
+            previous = step.outputs["lock"]
+        return step.outputs["Output"]
 
     return rulerag
 

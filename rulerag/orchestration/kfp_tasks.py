@@ -14,15 +14,22 @@ checked against params.yaml's registry, which needs the whole library.
   project's cached outputs to the DVC remote, as the DAG's `apply_conf` does in workspaces mode.
 - `run_stage` (one task per stage instance): `dvc repro --single-item <instance>` in a
   workspace of its own that pulls its inputs from the DVC remote and pushes its outputs there
-  (`workspaces.run_in_workspace`, the DAG's workspaces mode); returns its dvc.lock entry.
-- `collect` (last): the run's dvc.lock (the state's with every entry of the run put in), as an
-  artifact; on request, also written into the project with its outputs pulled there
-  (`workspaces.collect`), so a local run ends as a serial `dvc repro` leaves the project.
+  (`workspaces.run_in_workspace`, the DAG's workspaces mode); returns its dvc.lock entry twice:
+  whole (`entry`, for `collect`) and cut to what a downstream workspace pulls by (`pull`: its
+  command and outs).
+- `collect` (last, in links of a few stage tasks each, see below): the run's dvc.lock (the
+  state's with every entry of the run put in), as an artifact; on request, also written into
+  the project with its outputs pulled there (`workspaces.collect`), so a local run ends as a
+  serial `dvc repro` leaves the project.
 
 dvc.lock entries travel between tasks as KFP string parameters: one token per entry, zlib-
 compressed JSON in URL-safe base64 (`pack_entries`). KFP substitutes an upstream task's output
 into a downstream input verbatim (`kfp.local` even inside the JSON it hands the executor), so a
 token must hold no quote, brace or space; several upstream tokens arrive joined by spaces.
+KFP hands a task its inputs on its command line, where Linux caps one argument at 128 KiB, so
+no task takes every entry of a run at once: a stage task takes its upstreams' `pull` tokens
+(hundreds of bytes each), and `collect` is a chain of links, each adding the whole entries of a
+few stage tasks to the lock the previous link wrote (an artifact: a file, not an argument).
 """
 
 from __future__ import annotations
@@ -48,6 +55,7 @@ from rulerag.orchestration.workspaces import (
     head_commit,
     overlay_lock,
     push_outputs,
+    read_lock_entries,
     run_in_workspace,
 )
 from rulerag.params import parse_params, read_params_file
@@ -77,6 +85,7 @@ PROJECT_ENV = "RULERAG_PROJECT_DIR"
 RUN_TAG_PREFIX = "kfp-"
 _TOKEN_PREFIX = "e1."  # a format version, so another encoding can be told apart
 _STATE_PARAMS, _STATE_LOCK, _STATE_RUN = "params.yaml", "dvc.lock", "run.json"
+_LINK_RAN = "ran.json"  # a collect link's list of the instances the run finished so far
 
 Echo = Callable[[str], None]
 
@@ -295,18 +304,18 @@ def run_stage(
     settings: DagSettings | None = None,
     env: Mapping[str, str] | None = None,
     echo: Echo = log.info,
-) -> str:
-    """Reproduce `instance` in a workspace of its own; its dvc.lock entry as a token ("" when
-    this run does not select it).
+) -> dict[str, str]:
+    """Reproduce `instance` in a workspace of its own; its dvc.lock entry as the tokens
+    `entry` (whole) and `pull` (command and outs), both "" when this run does not select it.
 
     `upstream`: the instances it depends on (the graph's); `upstream_tokens`: their tasks'
-    tokens, space-separated (a skipped upstream's is empty: the workspace then pulls that
-    output as the project's dvc.lock has it).
+    `pull` tokens, space-separated (a skipped upstream's is empty: the workspace then pulls
+    that output as the project's dvc.lock has it).
     """
     run, params_text, lock_text = _read_state(state_dir)
     if instance not in run["selected"]:
         echo(f"{instance}: not selected by this run (stages {run['stages'] or 'all'})")
-        return ""
+        return {"entry": "", "pull": ""}
     entries = unpack_entries(upstream_tokens)
     stray = sorted(set(entries) - set(upstream))
     if stray:
@@ -324,44 +333,57 @@ def run_stage(
         env=_stage_env(run["run_id"], env),
         echo=echo,
     )
-    return pack_entries({instance: entry})
+    pull = {key: entry[key] for key in ("cmd", "outs") if key in entry}
+    return {"entry": pack_entries({instance: entry}), "pull": pack_entries({instance: pull})}
 
 
 def collect(
     *,
     tokens: str,
     state_dir: str | Path,
-    lock_path: str | Path,
+    previous_dir: str | Path,
+    lock_dir: str | Path,
     into_project: bool,
     project: Path | None = None,
     settings: DagSettings | None = None,
     env: Mapping[str, str] | None = None,
     echo: Echo = log.info,
 ) -> dict[str, Any]:
-    """Write the run's dvc.lock to `lock_path`; with `into_project`, also bring every finished
-    instance into the project (its dvc.lock entries, its outputs pulled). Returns a summary."""
-    run, _, lock_text = _read_state(state_dir)
+    """One link of the collect chain: the lock `previous_dir` holds (the first link: the run
+    state's, the project's dvc.lock) with the entries of `tokens` put in, into `lock_dir`
+    (`dvc.lock`, and `ran.json`: the instances this run finished so far). The last link, with
+    `into_project`, also brings every instance the run finished into the project (its
+    dvc.lock entries, its outputs pulled). Returns a summary."""
+    run, _, _ = _read_state(state_dir)
+    previous = Path(previous_dir)
+    base = previous / _STATE_LOCK
+    ran_file = previous / _LINK_RAN
+    ran = json.loads(ran_file.read_text(encoding="utf-8")) if ran_file.is_file() else []
     entries = unpack_entries(tokens)
-    Path(lock_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(lock_path).write_text(overlay_lock(lock_text, entries), encoding="utf-8")
+    ran = sorted({*ran, *entries})
+    text = overlay_lock(base.read_text(encoding="utf-8") if base.is_file() else None, entries)
+    out = Path(lock_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / _STATE_LOCK).write_text(text, encoding="utf-8")
+    (out / _LINK_RAN).write_text(json.dumps(ran), encoding="utf-8")
     brought: list[str] = []
     if into_project:
         project = project_dir(env) if project is None else project
+        finished = read_lock_entries(out / _STATE_LOCK, ran)
         brought = collect_into_project(
             project,
-            entries,
+            finished,
             DagSettings.from_env(env) if settings is None else settings,
             _stage_env(run["run_id"], env),
             echo=echo,
         )
-    summary = {
+    echo(f"KFP run {run['run_id']}: {len(ran)} stage instances finished so far")
+    return {
         "run": RUN_TAG_PREFIX + run["run_id"],
         "commit": run["commit"],
-        "ran": sorted(entries),
+        "ran": ran,
         "collected": brought,
     }
-    echo(f"KFP run {run['run_id']}: {len(entries)} stage instances finished")
-    return summary
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,6 +424,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     c = sub.add_parser("collect")
     c.add_argument("--tokens", default="")
     c.add_argument("--state", type=Path, required=True)
+    c.add_argument("--previous", type=Path, required=True)
     c.add_argument("--lock", type=Path, required=True)
     c.add_argument("--into-project", action="store_true")
     for command in (g, p, s, c):
@@ -429,8 +452,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             )  # fmt: skip
         else:
             result = collect(
-                tokens=args.tokens, state_dir=args.state, lock_path=args.lock,
-                into_project=args.into_project, echo=echo,
+                tokens=args.tokens, state_dir=args.state, previous_dir=args.previous,
+                lock_dir=args.lock, into_project=args.into_project, echo=echo,
             )  # fmt: skip
     except (ValueError, SettingsError, StateError, OSError, RuntimeError) as err:
         print(f"kfp task {args.task}: {err}", file=sys.stderr)
