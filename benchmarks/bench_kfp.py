@@ -136,7 +136,11 @@ def main() -> int:
             if task in spans:
                 print(f"| task `{task}` | {spans[task]:.1f} |")
         ours = {"prepare", "collect", *(n.replace("@", "-").replace("_", "-") for n in instances)}
-        skipped = [s for t, s in spans.items() if t not in ours]
+        links = [s for t, s in spans.items() if re.fullmatch(r"collect-\d+", t)]
+        skipped = [s for t, s in spans.items() if t not in ours and not re.match("collect-", t)]
+        if links:
+            print(f"| {len(links)} earlier links of the collect chain, each (mean) | "
+                  f"{sum(links) / len(links):.1f} |")  # fmt: skip
         if skipped:
             print(f"| {len(skipped)} tasks of unselected stages, each (mean) | "
                   f"{sum(skipped) / len(skipped):.1f} |")  # fmt: skip
