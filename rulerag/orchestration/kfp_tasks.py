@@ -39,6 +39,7 @@ import base64
 import json
 import logging
 import os
+import re
 import sys
 import zlib
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -226,6 +227,8 @@ def prepare(
     project = project_dir(env) if project is None else project
     settings = DagSettings.from_env(env) if settings is None else settings
     run_id = _check_run_id(run_id)
+    if commit and not re.fullmatch(r"[0-9a-f]{7,40}", commit):  # it reaches `git checkout`
+        raise ValueError(f"run commit {commit[:80]!r}: a commit's hex id (7 to 40 digits)")
     dvc_yaml, params_yaml = project / "dvc.yaml", project / "params.yaml"
     current = read_params_file(params_yaml)
     conf = {

@@ -93,6 +93,11 @@ def test_make_kfp_compiles_the_stage_graph_of_the_chosen_datasets(tmp_path: Path
     assert spec["pipelineInfo"]["name"] == "rulerag"
     assert set(spec["root"]["inputDefinitions"]["parameters"]) == STAGE_PARAMETERS
     tasks = spec["root"]["dag"]["tasks"]
+    # prepare takes the run's choices from the pipeline's parameters, the run id from KFP
+    wired = tasks["prepare"]["inputs"]["parameters"]
+    for name in ("datasets", "stages", "params", "commit"):
+        assert wired[name] == {"componentInputParameter": name}
+    assert wired["run_id"]["runtimeValue"]["constant"] == "{{$.pipeline_job_uuid}}"
     executors = spec["deploymentSpec"]["executors"]
     links = sorted((k for k in tasks if k.startswith("collect")), key=lambda k: (len(k), k))
     stage_tasks = {k: t for k, t in tasks.items() if k != "prepare" and k not in links}

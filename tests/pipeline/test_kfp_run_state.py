@@ -69,8 +69,8 @@ def _prepare(project: Path, state: Path, **conf: object) -> dict:
     names = [i["name"] for i in graph(project)["instances"]] if compiled is None else compiled
     return prepare(
         datasets=conf.get("datasets"), stages=conf.get("stages"), params=conf.get("params"),
-        commit="", compiled=names, compiled_datasets=["icews14"], run_id="123",
-        state_dir=state, project=project, env={},
+        commit=str(conf.get("commit", "")), compiled=names, compiled_datasets=["icews14"],
+        run_id="123", state_dir=state, project=project, env={},
     )  # fmt: skip
 
 
@@ -121,6 +121,7 @@ def test_prepare_writes_the_runs_params_and_selection(project: Path, tmp_path: P
         ({"datasets": ["nell995"]}, "compiled for icews14; recompile"),
         ({"datasets": ["atlantis"]}, "unknown dataset 'atlantis'"),
         ({"compiled": ["ingest@icews14"]}, "no task for: mine_rules@icews14"),
+        ({"commit": "--upload-pack=touch /tmp/x"}, "a commit's hex id"),
     ],
 )
 def test_prepare_refuses_a_bad_run(project: Path, tmp_path: Path, conf: dict, message: str) -> None:
