@@ -231,12 +231,14 @@ def prepare(
         raise ValueError(f"run commit {commit[:80]!r}: a commit's hex id (7 to 40 digits)")
     dvc_yaml, params_yaml = project / "dvc.yaml", project / "params.yaml"
     current = read_params_file(params_yaml)
-    conf = {
-        key: list(value) if isinstance(value, list | tuple) else dict(value)
+    conf = {  # empty: as params.yaml has it; anything else is checked as a run conf's is
+        key: value
         for key, value in (("datasets", datasets), ("stages", stages), ("params", params))
-        if value  # an empty list or mapping: as params.yaml has it
+        if value not in (None, [], {}, ())
     }
-    unknown = sorted(set(conf.get("datasets", ())) - set(compiled_datasets))
+    asked = conf.get("datasets")
+    names = {d for d in asked if isinstance(d, str)} if isinstance(asked, list | tuple) else set()
+    unknown = sorted(names - set(compiled_datasets))
     known = parse_params(current, str(params_yaml)).known_datasets()
     if unknown and set(unknown) <= set(known):  # known, just not compiled in: say so
         raise ValueError(

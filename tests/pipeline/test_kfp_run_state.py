@@ -122,6 +122,7 @@ def test_prepare_writes_the_runs_params_and_selection(project: Path, tmp_path: P
         ({"datasets": ["atlantis"]}, "unknown dataset 'atlantis'"),
         ({"compiled": ["ingest@icews14"]}, "no task for: mine_rules@icews14"),
         ({"commit": "--upload-pack=touch /tmp/x"}, "a commit's hex id"),
+        ({"datasets": "icews14"}, "must be a non-empty list"),
     ],
 )
 def test_prepare_refuses_a_bad_run(project: Path, tmp_path: Path, conf: dict, message: str) -> None:
