@@ -460,6 +460,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as err:
         print(f"kfp: {err}", file=sys.stderr)
         return 2
+    except RuntimeError as err:  # kfp.local: a task failed (its log says why, above)
+        print(f"kfp: {err}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

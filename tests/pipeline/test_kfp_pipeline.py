@@ -203,6 +203,17 @@ def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Pa
     assert json.loads(status.stdout) == {}, status.stdout
     assert not list((tmp_path / "workspaces").iterdir())
 
+    # a bad choice fails the run in `prepare`, before any stage task starts
+    failed = subprocess.run(
+        [str(KFP_PYTHON), "-m", "rulerag.orchestration.kfp_pipeline", "run-local", "--pipeline",
+         str(pipeline), "--pipeline-root", str(tmp_path / "kfp"), "--datasets", "atlantis"],
+        cwd=project, env={**run_env, "PYTHONPATH": str(project)}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    said = failed.stdout + failed.stderr
+    assert failed.returncode == 1 and "unknown dataset 'atlantis'" in said, said[-4000:]
+    assert "Inner task failed: 'prepare'" in said.replace("\x1b[96m", "").replace("\x1b[0m", "")
+
     from mlflow import MlflowClient
 
     client = MlflowClient(tracking_uri=store)
