@@ -114,6 +114,9 @@ def test_index_train_retrieve_report(project: StageProject) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{project.root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rulerag/tiny")
     runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("rulerag.run_kind") == "pipeline"]
+    runs = [r for r in runs if r is not parent]  # the stage runs, nested under their pipeline's
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     instances = sorted(r.data.tags["rulerag.stage_instance"] for r in runs)
     assert instances == sorted(
         [
