@@ -77,6 +77,52 @@ def test_server_command_serves_the_project_store_and_its_artifacts(tmp_path: Pat
     assert "--workers" not in config.server_command(tmp_path)  # MLflow's default
 
 
+def test_the_ui_server_is_the_project_app_where_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make mlflow-ui` runs MLflow's server as the `rulerag-ui` app (pyproject.toml's
+    `mlflow.app` entry point), found as MLflow finds app plugins; without it, MLflow's own."""
+    from mlflow.server import _find_app
+
+    info = tmp_path / "site" / "demo-0.dist-info"  # what `pip install -e .` declares
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[mlflow.app]\nrulerag-ui = rulerag.tracking.ui_app:create_app\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    command = config.server_command(tmp_path)
+    assert command[command.index("--app-name") + 1] == "rulerag-ui"
+    assert _find_app("rulerag-ui") == "rulerag.tracking.ui_app:create_app"
+    monkeypatch.setattr(config, "ui_app_installed", lambda: False)  # an older install
+    assert "--app-name" not in config.server_command(tmp_path)
+
+
+def test_the_ui_app_opens_on_the_model_training_view() -> None:
+    """The UI's page carries the script that stores the model-training view as a fresh
+    browser's choice (a stored choice is kept); MLflow's API is untouched. In Chromium:
+    benchmarks/mlflow_ui_check.py."""
+    from mlflow.server import app as flask_app
+
+    from rulerag.tracking import ui_app
+
+    html = "<html><head><title>MLflow</title></head></html>"
+    assert ui_app.with_default_view(html).startswith("<html><head>" + ui_app.DEFAULT_VIEW_SCRIPT)
+    assert ui_app.with_default_view(ui_app.with_default_view(html)).count("<script>") == 1
+    assert "if(window.localStorage.getItem(k)===null)" in ui_app.DEFAULT_VIEW_SCRIPT
+    original = flask_app.view_functions["serve"]
+    try:
+        ui_app.create_app()
+        client = flask_app.test_client()
+        page = client.get("/")
+        assert page.status_code == 200 and page.mimetype == "text/html"
+        body = page.get_data(as_text=True)
+        assert ui_app.DEFAULT_VIEW_SCRIPT in body and "static-files" in body  # MLflow's page
+        assert client.get("/health").get_data(as_text=True) == "OK"
+    finally:
+        flask_app.view_functions["serve"] = original
+
+
 # -- identity: the tags a run starts with -----------------------------------------------------
 
 
