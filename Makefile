@@ -114,7 +114,7 @@ export: setup
 # the outputs of stage instances params.yaml does not list (issue 32, defect 8: after an Airflow
 # run over three datasets, an experiment on icews14 emptied the other two's folders). `dvc exp
 # show` and the summary below read the experiment; `dvc exp apply <name>` brings its outputs
-# into the workspace (docs/operations.md, "Experiments keep the workspace"). Cost: the copy
+# into the workspace (docs/experiments.md, "Experiments keep the workspace"). Cost: the copy
 # checks the experiment's inputs out of the DVC cache, about 8.5 s per GB here. Its stages track
 # into this project's MLflow store and share its model cache.
 EXP_MODEL_CACHE ?= $(or $(RULERAG_MODEL_CACHE),$(CURDIR)/.models)
