@@ -200,14 +200,13 @@ def send_run(
         if artifacts is not None and artifacts.is_dir() and any(artifacts.iterdir()):
             _upload(client, run, artifacts, tracking_uri, project_dir)
         if record.models and staging is not None:
-            models = staging / MODELS_DIRNAME
             log_logged_models(
                 client,
                 tracking_uri,
                 run,
                 experiment_id,
                 record.models,
-                lambda path: models / path,
+                lambda path: _model_folder(staging, path),
                 lambda location, folder: artifact_repository(
                     location, tracking_uri, project_dir
                 ).log_artifacts(str(folder)),
@@ -217,6 +216,13 @@ def send_run(
         if parent_id is not None:
             _settle(client, experiment_id, record, staging, tracking_uri, project_dir)
         return run_id
+
+
+def _model_folder(staging: Path, artifact_path: str) -> Path:
+    """A saved model's folder in a staging (or spool) folder: `models/<path>`, or
+    `artifacts/<path>` in a run spooled by a version that kept models among the artifacts."""
+    folder = staging / MODELS_DIRNAME / artifact_path
+    return folder if folder.is_dir() else staging / "artifacts" / artifact_path
 
 
 def _settle(

@@ -86,6 +86,9 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: 
 
     location = client.get_model_version_download_uri(name, versions[1].version)
     model = str(local_artifact_path(location, tmp_path))  # version 2's folder (its logged model)
+    mlmodel = (Path(model) / "MLmodel").read_text(encoding="utf-8")  # issue 32, defect 3
+    assert f"run_id: {run.run_id}" in mlmodel and "model_id: m-" in mlmodel
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "mlartifacts").rglob("*"))
     prompts = ["who meets e1 ? Answer:", "who meets e3 ? Answer:"]
     loaded = mlflow.pyfunc.load_model(model)
     expected = LocalGenerator.from_pretrained(str(base), adapter=folder, chat_template=False)
@@ -94,6 +97,8 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: 
     assert expected.generate(prompts) != plain.generate(prompts)  # the adapter is applied
     short = mlflow.pyfunc.load_model(model, model_config={"max_new_tokens": 1})
     assert [len(text.split()) for text in short.predict(prompts)] == [1, 1]  # load-time config
+    after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "mlartifacts").rglob("*"))
+    assert after == before  # loading wrote nothing into the store (defect 3)
 
 
 def test_encoder_is_registered_and_loads_as_sentence_transformer(tmp_path: Path) -> None:

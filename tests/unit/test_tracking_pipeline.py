@@ -237,3 +237,32 @@ def test_benchmark_splits_are_run_inputs_also_after_a_replay(tmp_path: Path) -> 
     assert json.loads(item.dataset.profile) == {"num_rows": 2}
     assert json.loads(item.dataset.source)["uri"].endswith("data/toy/benchmark/test.jsonl")
     assert [(t.key, t.value) for t in item.tags] == [("mlflow.data.context", "test")]
+
+
+def test_a_model_spooled_by_the_previous_version_is_logged_on_replay(tmp_path: Path) -> None:
+    """Runs spooled before models moved out of the run's artifacts keep them in
+    `artifacts/<path>`: the replay finds them there."""
+    folder = tmp_path / ".mlflow-spool" / "20261126T000000000000Z-train_generator-toy-0a1b2c3d"
+    (folder / "artifacts").mkdir(parents=True)
+    _save_model(folder / "artifacts" / "model")
+    record = {
+        "format": 1,
+        "experiment": "rulerag/toy",
+        "run_name": "train_generator@toy",
+        "stage": "train_generator",
+        "dataset": "toy",
+        "start_time": 1_764_115_200_000,
+        "end_time": 1_764_115_260_000,
+        "status": "FINISHED",
+        "tags": {},
+        "params": {},
+        "metrics": [],
+        "models": [{"artifact_path": "model", "name": "rulerag-toy-generator-old"}],
+        "partial_run_ids": [],
+    }
+    (folder / "run.json").write_text(json.dumps(record), encoding="utf-8")
+    assert replay_spool(tmp_path, default_tracking_uri(tmp_path)) == 1
+    client = _client(tmp_path)
+    (version,) = client.search_model_versions("name='rulerag-toy-generator-old'")
+    (logged,) = client.search_logged_models([client.get_run(version.run_id).info.experiment_id])
+    assert version.source == f"models:/{logged.model_id}"
