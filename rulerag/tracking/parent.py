@@ -4,7 +4,8 @@ pipeline's summary, so a pipeline run is one row to compare.
 A pipeline run (`make run`, one `dvc repro`, one Airflow DAG run) is named by the tag
 `rulerag.pipeline_run` (`rulerag.tracking.identity`). Its runs of one dataset live in that
 dataset's experiment, and MLflow nests runs only inside one experiment, so each dataset's
-experiment gets one parent run per pipeline run: named after the pipeline run, tagged
+experiment gets one parent run per pipeline run: named after when and how it started
+(`parent_name`: `11-27 06:14:00 make`), tagged
 `rulerag.run_kind = pipeline` (and not `rulerag.stage`), with params.yaml's params, the git
 commit, the user and, under Airflow, a link to the DAG run. The report stage's headline
 metrics and files (report/results.md, results.png) go to it (`StageRun.log_summary`).
@@ -30,6 +31,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,9 +82,28 @@ def wants_parent(record: RunRecord) -> bool:
     return not pipeline.startswith("standalone-") and bool(PIPELINE_ID_RE.match(pipeline))
 
 
+_MAKE_ID = re.compile(
+    r"^(?P<kind>make)-\d{4}(?P<m>\d\d)(?P<d>\d\d)T(?P<H>\d\d)(?P<M>\d\d)(?P<S>\d\d)-"
+)
+_AIRFLOW_ID = re.compile(
+    r"^(?P<kind>[a-z_]+?)__\d{4}-(?P<m>\d\d)-(?P<d>\d\d)T(?P<H>\d\d):(?P<M>\d\d):(?P<S>\d\d)"
+)
+_DVC_ID = re.compile(r"^dvc-\d+-(?P<epoch>\d+)$")
+
+
 def parent_name(pipeline: str) -> str:
-    """The parent's run name: the pipeline-run id (`make-20261127T061400-ab12cd34`,
-    `manual__2026-11-27T06:14:00+00:00`), which starts with what tells pipeline runs apart."""
+    """The parent's run name: when the pipeline run started (UTC), then its kind, as the runs
+    table shows about 16 characters of it: `make-20261127T061400-ab12cd34` -> `11-27 06:14:00
+    make`, Airflow's `manual__2026-11-27T06:14:00+00:00` -> `11-27 06:14:00 manual`,
+    `dvc-<pid>-<start>` -> `<start> dvc`; any other id as it is. The id itself is the tag
+    `rulerag.pipeline_run`."""
+    match = _MAKE_ID.match(pipeline) or _AIRFLOW_ID.match(pipeline)
+    if match:
+        return "{m}-{d} {H}:{M}:{S} {kind}".format(**match.groupdict())
+    match = _DVC_ID.match(pipeline)
+    if match:
+        started = datetime.fromtimestamp(int(match["epoch"]), UTC)
+        return f"{started:%m-%d %H:%M:%S} dvc"
     return truncate(pipeline, 250)
 
 

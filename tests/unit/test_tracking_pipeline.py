@@ -23,7 +23,7 @@ from rulerag.tracking import (
     stage_run,
 )
 from rulerag.tracking.models import CHAMPION_ALIAS, moves_champion
-from rulerag.tracking.parent import ensure_parent, settle_parent
+from rulerag.tracking.parent import ensure_parent, parent_name, settle_parent
 from rulerag.tracking.record import RunRecord
 
 pytestmark = pytest.mark.usefixtures("clean_tracking_env")
@@ -75,7 +75,7 @@ def test_a_pipeline_run_is_one_parent_row_with_its_stages_nested_and_its_summary
     (parent,) = parents
     children = [r for r in runs if r not in parents]
     assert len(children) == 3
-    assert parent.info.run_name == "make-20261127T061400-ab12cd34"
+    assert parent.info.run_name == "11-27 06:14:00 make"  # what the table's column shows
     assert {c.data.tags[TAG_PARENT_RUN] for c in children} == {parent.info.run_id}
     assert parent.info.status == "FINISHED"  # the retry is the report's latest run
     assert parent.info.end_time == max(c.info.end_time for c in children)
@@ -88,6 +88,20 @@ def test_a_pipeline_run_is_one_parent_row_with_its_stages_nested_and_its_summary
     # the other dataset's experiment has a parent of its own (MLflow nests within one)
     other = _runs(tmp_path, "other")
     assert sorted(r.data.tags.get(TAG_RUN_KIND, "stage") for r in other) == ["pipeline", "stage"]
+
+
+@pytest.mark.parametrize(
+    ("pipeline", "name"),
+    [
+        ("make-20261127T061400-ab12cd34", "11-27 06:14:00 make"),
+        ("manual__2026-11-27T06:14:00.123456+00:00", "11-27 06:14:00 manual"),
+        ("scheduled__2026-11-27T00:00:00+00:00", "11-27 00:00:00 scheduled"),
+        ("dvc-4242-1764223200", "11-27 06:00:00 dvc"),
+        ("test-full-pipeline", "test-full-pipeline"),
+    ],
+)
+def test_parent_names_start_with_when_the_pipeline_run_started(pipeline: str, name: str) -> None:
+    assert parent_name(pipeline) == name
 
 
 def test_a_stage_run_by_hand_gets_no_parent(tmp_path: Path) -> None:
