@@ -114,12 +114,14 @@ export: setup
 # the outputs of stage instances params.yaml does not list (issue 32, defect 8: after an Airflow
 # run over three datasets, an experiment on icews14 emptied the other two's folders). `dvc exp
 # show` and the summary below read the experiment; `dvc exp apply <name>` brings its outputs
-# into the workspace (docs/experiments.md, "Experiments keep the workspace"). Cost: the copy
-# checks the experiment's inputs out of the DVC cache, about 8.5 s per GB here. Its stages track
-# into this project's MLflow store and share its model cache.
+# into the workspace (docs/experiments.md, "Experiments keep the workspace"). The copy gets
+# dvc.lock (`--copy-paths`: git does not track it, and without it every stage would rerun, their
+# persistent outputs keeping them out of DVC's run cache) and checks the experiment's inputs out
+# of the DVC cache, about 8.6 s per GB here. Its stages track into this project's MLflow store
+# and share its model cache.
 EXP_MODEL_CACHE ?= $(or $(RULERAG_MODEL_CACHE),$(CURDIR)/.models)
 EXP_RUN = RULERAG_TRACKING_PROJECT='$(CURDIR)' RULERAG_MODEL_CACHE='$(EXP_MODEL_CACHE)' \
-	dvc exp run --temp --name
+	dvc exp run --temp $(if $(wildcard dvc.lock),--copy-paths dvc.lock) --name
 
 # What each experiment changed and the headline metrics it moved, one metric a line
 # (`dvc exp show --only-changed --md` printed every metric file's columns: 61,054-character

@@ -23,6 +23,11 @@ pytestmark = pytest.mark.slow  # a dozen DVC and git commands, ~20 s
 
 DVC_YAML = """\
 stages:
+  seed:  # persistent output, as most of the project's: DVC's run cache never restores it
+    cmd: mkdir -p out/seed && python -c "import uuid; print(uuid.uuid4())" > out/seed/id.txt
+    outs:
+      - out/seed/id.txt:
+          persist: true
   make:
     foreach: ${items}
     do:
@@ -89,6 +94,12 @@ def test_make_exp_run_keeps_them_and_records_the_experiment(repo: Path) -> None:
     assert (repo / "out" / "b" / "file.txt").read_text(encoding="utf-8") == "b 1\n"  # kept
     assert (repo / "out" / "a" / "file.txt").read_text(encoding="utf-8") == "a 1\n"
     assert "scale: 1" in (repo / "params.yaml").read_text(encoding="utf-8")  # untouched
+    # the workspace's dvc.lock (not in git, as the project's) went along: `seed` did not rerun
+    refs = _run(["git", "for-each-ref", "--format=%(refname)", "refs/exps"], repo).split()
+    (ref,) = [name for name in refs if name.endswith("/scaled")]
+    locked = _run(["git", "show", f"{ref}:dvc.lock"], repo)
+    seed = (repo / "dvc.lock").read_text(encoding="utf-8").split("seed:")[1].split("make@")[0]
+    assert seed in locked
     shown = json.loads(_run(["dvc", "exp", "show", "--json"], repo))
     (experiment,) = [e for row in shown for e in row.get("experiments") or [] if e["name"]]
     assert experiment["name"] == "scaled"
