@@ -108,6 +108,21 @@ export: setup
 	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' export && \
 	$(EXP_SUMMARY) export
 
+# One DVC experiment: `$(EXP_RUN) <name> <dvc exp run arguments>`, run in a temporary copy of
+# the project (`dvc exp run --temp`; the workspace's uncommitted changes go with it), so the
+# workspace stays as it is: `dvc exp run` there, like `dvc exp apply` and `dvc checkout`, removes
+# the outputs of stage instances params.yaml does not list (issue 32, defect 8: after an Airflow
+# run over three datasets, an experiment on icews14 emptied the other two's folders). `dvc exp
+# show` and the summary below read the experiment; `dvc exp apply <name>` brings its outputs
+# into the workspace (docs/experiments.md, "Experiments keep the workspace"). The copy gets
+# dvc.lock (`--copy-paths`: git does not track it, and without it every stage would rerun, their
+# persistent outputs keeping them out of DVC's run cache) and checks the experiment's inputs out
+# of the DVC cache, about 8.6 s per GB here. Its stages track into this project's MLflow store
+# and share its model cache.
+EXP_MODEL_CACHE ?= $(or $(RULERAG_MODEL_CACHE),$(CURDIR)/.models)
+EXP_RUN = RULERAG_TRACKING_PROJECT='$(CURDIR)' RULERAG_MODEL_CACHE='$(EXP_MODEL_CACHE)' \
+	dvc exp run --temp $(if $(wildcard dvc.lock),--copy-paths dvc.lock) --name
+
 # What each experiment changed and the headline metrics it moved, one metric a line
 # (`dvc exp show --only-changed --md` printed every metric file's columns: 61,054-character
 # lines); `dvc exp show` still has the whole table.
@@ -120,12 +135,12 @@ EXP_K ?= 1 3 5 10
 EXP_SAMPLES ?= 24 48 96
 exp-k: setup
 	export PATH=$(abspath $(BIN)):$$PATH; for k in $(EXP_K); do \
-	  dvc exp run --name docs-$$k -S generation.num_documents=$$k || exit 1; done; \
+	  $(EXP_RUN) docs-$$k -S generation.num_documents=$$k || exit 1; done; \
 	$(EXP_SUMMARY) $(addprefix docs-,$(EXP_K))
 
 exp-data: setup
 	export PATH=$(abspath $(BIN)):$$PATH; for n in $(EXP_SAMPLES); do \
-	  dvc exp run --name samples-$$n -S generation.train.samples=$$n || exit 1; done; \
+	  $(EXP_RUN) samples-$$n -S generation.train.samples=$$n || exit 1; done; \
 	$(EXP_SUMMARY) $(addprefix samples-,$(EXP_SAMPLES))
 
 # R²AG rows beside the grid as a DVC experiment (only train_r2ag, generate_r2ag and report
@@ -133,34 +148,35 @@ exp-data: setup
 R2AG_ROWS := -S 'r2ag.rows=[r2ag,rulerag_r2ag]'
 exp-r2ag: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name r2ag $(R2AG_ROWS) && $(EXP_SUMMARY) r2ag
+	$(EXP_RUN) r2ag $(R2AG_ROWS) && $(EXP_SUMMARY) r2ag
 
 # R²AG's Table 3: each retrieval feature left out, then the QDM loss off.
 exp-r2ag-ablation: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name r2ag-no-relevance $(R2AG_ROWS) -S 'r2ag.features=[precedent,neighbour]' \
+	$(EXP_RUN) r2ag-no-relevance $(R2AG_ROWS) -S 'r2ag.features=[precedent,neighbour]' \
 	  || exit 1; \
-	dvc exp run --name r2ag-no-precedent $(R2AG_ROWS) -S 'r2ag.features=[relevance,neighbour]' \
+	$(EXP_RUN) r2ag-no-precedent $(R2AG_ROWS) -S 'r2ag.features=[relevance,neighbour]' \
 	  || exit 1; \
-	dvc exp run --name r2ag-no-neighbour $(R2AG_ROWS) -S 'r2ag.features=[relevance,precedent]' \
+	$(EXP_RUN) r2ag-no-neighbour $(R2AG_ROWS) -S 'r2ag.features=[relevance,precedent]' \
 	  || exit 1; \
-	dvc exp run --name r2ag-no-qdm $(R2AG_ROWS) -S r2ag.qdm_weight=0 || exit 1; \
+	$(EXP_RUN) r2ag-no-qdm $(R2AG_ROWS) -S r2ag.qdm_weight=0 || exit 1; \
 	$(EXP_SUMMARY) r2ag-no-relevance r2ag-no-precedent r2ag-no-neighbour r2ag-no-qdm
 
 # RuleRAG's robustness test (App. E, Table 7): Standard RAG, RuleRAG-ICL and RuleRAG-FT on the
 # test queries asked through their rules' body relation; the report adds the table and tests.
 exp-robustness: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name robustness \
+	$(EXP_RUN) robustness \
 	  -S 'generation.robustness_rows=[standard_rag,rulerag_icl,rulerag_ft]' && \
 	$(EXP_SUMMARY) robustness
 
 # Rule generalisation (Sec. 6, Figure 5): RuleRAG-FT trained on one of 4 disjoint rule banks,
-# tested on each; the heat map is data/<dataset>/generalisation/gains.png (~25 min on 2 cores).
+# tested on each; the heat map is data/<dataset>/generalisation/gains.png once applied
+# (`dvc exp apply generalisation`; ~25 min on 2 cores).
 GENERALISATION_DATASETS ?= icews14
 exp-generalisation: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name generalisation \
+	$(EXP_RUN) generalisation \
 	  -S 'generalisation.datasets=[$(GENERALISATION_DATASETS)]' && \
 	$(EXP_SUMMARY) generalisation
 
@@ -169,14 +185,14 @@ exp-generalisation: setup
 CHAIN_QUERIES ?= 20
 exp-chains: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name chains -S generation.test_queries=$(CHAIN_QUERIES) \
+	$(EXP_RUN) chains -S generation.test_queries=$(CHAIN_QUERIES) \
 	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' && \
 	$(EXP_SUMMARY) chains
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).
 exp-r2ag-ft: setup
 	export PATH=$(abspath $(BIN)):$$PATH; \
-	dvc exp run --name r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
+	$(EXP_RUN) r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
 	$(EXP_SUMMARY) r2ag-ft
 
 # Kubeflow Pipelines (docs/operations.md, "Kubeflow Pipelines"). The KFP SDK pins protobuf<7 and

@@ -28,7 +28,7 @@ from pipeline_steps import STARTED_BY, parent_of
 from rulerag.errors import InputError
 from rulerag.layout import DataLayout
 from rulerag.model_cache import CACHE_ENV
-from rulerag.params import Params, load_params
+from rulerag.params import Params, load_params, read_params_file
 from rulerag.settings import SettingsError, check_dataset_name, check_name
 from rulerag.tracking import (
     TAG_STAGE_INSTANCE,
@@ -75,9 +75,12 @@ class Stage:
         tags: Mapping[str, str] | None = None,
     ) -> Iterator[StageRun]:
         """The stage's MLflow run (`rulerag.tracking.stage_run`), tagged with its instance
-        (`<stage>@<dataset>[-<item>]`, the name Airflow's task shows) and `tags`."""
+        (`<stage>@<dataset>[-<item>]`, the name Airflow's task shows) and `tags`, carrying
+        params.yaml whole for its pipeline run's parent run."""
         stage = stage or self.name
         with stage_run(stage, self.dataset, project_dir=PROJECT_DIR, params=params) as run:
+            # all of params.yaml, for the pipeline run's parent run (rulerag.tracking.parent)
+            run.log_pipeline_params(read_params_file(self.args.params))
             if instance is not None or tags:
                 run.set_tags(
                     {TAG_STAGE_INSTANCE: f"{stage}@{self.dataset}{instance or ''}", **(tags or {})}

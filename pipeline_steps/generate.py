@@ -37,6 +37,7 @@ def main(argv: list[str] | None = None) -> int:
         row.tracked, stage=row.stage, instance=f"-{name}", tags={"rulerag.config": name}
     ) as run:
         result = row.answer(layout)
+        run.log_input(layout.queries("test"), "test")
         with staged_outputs(out, "generate") as staging:
             result.write(staging)
         run.log_metrics(numeric_metrics(result.metrics))

@@ -7,6 +7,8 @@ results.md (Markdown, the paper's figures beside ours), results.csv (the same nu
 results.png (bars of R@10 / EM / T-F1). Below the table, results.md checks the paper's claims
 (and R²AG's) row against row on the same queries (exact McNemar on predictions.jsonl,
 `rulerag.evaluation.claims`); claims.csv has the numbers (`rulerag.evaluation.grid_report`).
+The figures, results.md and results.png also go to the pipeline run's parent run in MLflow
+(`rulerag.tracking.parent`): one row per pipeline run to compare.
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
         run.log_metrics(report.metrics())
         for artifact in REPORT_FILES:
             run.log_artifact(out / artifact)
+        # the pipeline run's parent row: the grid's figures and the report to read beside them
+        run.log_summary(report.metrics(), [out / "results.md", out / "results.png"])
     print(report.markdown)
     return 0
 

@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ) as run:
         trained = plan.fit(layout)
         trained.write(layout)
+        run.log_input(layout.queries("f_g"), "train")
         for step, metrics in trained.curve_metrics():
             run.log_metrics(metrics, step=step)
         run.log_metrics(trained.metrics())
@@ -49,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
             "model",
             registered_name=registered_name(name, "generator", plan.variant),
             description=trained.description(name),
+            champion_metric="dev_loss_best",  # `champion`: the lowest dev loss
+            higher_is_better=False,
         )
         run.log_artifact(layout.train_stats(plan.variant))
     print(f"train_generator@{name}-{plan.variant}: {trained.summary()}")

@@ -50,6 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             stage.model_cache,
             on_log=run.log_metrics,
         )
+        run.log_input(layout.queries("f_r"), "train")
         trained.write(layout)
         run.log_metrics(numeric_metrics(trained.summary), step=trained.result.steps)
         for artifact in trained.FILES:
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 "model",
                 registered_name=registered_name(stage.dataset, "retriever", name),
                 description=trained.model_description,
+                # `champion`: the best held-out figure early stopping followed
+                champion_metric=f"best_{trained.result.metric}",
             )
     print(f"train_retriever@{stage.dataset}-{name}: {trained.outcome}")
     return 0

@@ -69,12 +69,12 @@ def project_copy(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def clean_tracking_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No tracking settings from the developer's shell (store, pipeline run, fail-fast) leak
-    into a test of rulerag.tracking."""
+    """No tracking settings from the developer's shell (store, pipeline run, fail-fast, an
+    Airflow task's identity and UI address) leak into a test of rulerag.tracking."""
     from rulerag import tracking
 
     for key in ("MLFLOW_TRACKING_URI", tracking.PIPELINE_RUN_ENV, tracking.TRACKING_PROJECT_ENV,
-                *tracking.FAIL_FAST_ENV):  # fmt: skip
+                *tracking.FAIL_FAST_ENV, *tracking.AIRFLOW_ENV):  # fmt: skip
         monkeypatch.delenv(key, raising=False)
 
 

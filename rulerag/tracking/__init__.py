@@ -51,6 +51,7 @@ from rulerag.tracking.config import (
     tracking_project,
 )
 from rulerag.tracking.identity import PIPELINE_RUN_ENV, pipeline_run_id, runs_dvc
+from rulerag.tracking.links import AIRFLOW_ENV, AIRFLOW_URL_ENV
 from rulerag.tracking.names import (
     EXPERIMENT_KIND,
     MAX_KEY_LENGTH,
@@ -62,9 +63,12 @@ from rulerag.tracking.names import (
     TAG_ERROR,
     TAG_EXPERIMENT_KIND,
     TAG_GIT_COMMIT,
+    TAG_NOTE,
+    TAG_PARENT_RUN,
     TAG_PIPELINE_RUN,
     TAG_REGISTRY_ERROR,
     TAG_REPLAYED_FROM,
+    TAG_RUN_KIND,
     TAG_STAGE,
     TAG_STAGE_INSTANCE,
     TAG_USER,
@@ -83,6 +87,8 @@ from rulerag.tracking.spool import replay_spool
 from rulerag.tracking.store import FAIL_FAST_ENV, artifact_repository
 
 __all__ = [
+    "AIRFLOW_ENV",
+    "AIRFLOW_URL_ENV",
     "ARTIFACTS_DIRNAME",
     "DB_FILENAME",
     "EXPERIMENT_KIND",
@@ -104,6 +110,9 @@ __all__ = [
     "TAG_STAGE",
     "TAG_STAGE_INSTANCE",
     "TAG_USER",
+    "TAG_NOTE",
+    "TAG_PARENT_RUN",
+    "TAG_RUN_KIND",
     "TRACKING_PROJECT_ENV",
     "StageRun",
     "StageTerminated",

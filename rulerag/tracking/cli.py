@@ -14,7 +14,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rulerag.redact import redact_url
-from rulerag.tracking.config import resolve_tracking_uri, server_command, spool_dir
+from rulerag.tracking.config import (
+    resolve_tracking_uri,
+    server_command,
+    spool_dir,
+    ui_app_installed,
+    ui_url,
+)
 from rulerag.tracking.spool import count_spooled, replay_spool
 
 __all__ = ["main"]
@@ -50,6 +56,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     project_dir = args.project_dir.resolve()
     if args.command == "ui":
         command = server_command(project_dir, host=args.host, port=args.port, workers=args.workers)
+        host = f"[{args.host}]" if ":" in args.host else args.host
+        print(f"MLflow UI: {ui_url(f'http://{host}:{args.port}')}")
+        if not ui_app_installed():
+            print(
+                "note: the rulerag-ui app is not installed (`make setup` installs it), so a "
+                "fresh browser opens experiments on the GenAI overview unless the URL above "
+                "is used"
+            )
         sys.stdout.flush()
         os.execv(command[0], command)  # the server takes over this process (and Ctrl-C)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")

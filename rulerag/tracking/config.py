@@ -43,6 +43,8 @@ __all__ = [
     "server_command",
     "spool_dir",
     "tracking_project",
+    "ui_app_installed",
+    "ui_url",
 ]
 
 DB_FILENAME = "mlflow.db"
@@ -127,13 +129,41 @@ def local_artifact_path(artifact_uri: str, project_dir: Path) -> Path:
     raise ValueError(f"artifact URI {artifact_uri!r} is not on this machine")
 
 
+#: the UI's query parameter naming its workflow (MLflow 3.x's `useWorkflowType`): it wins over
+#: the browser's stored choice (`localStorage["mlflow.workflowType_v1"]`, "genai" in a fresh
+#: browser), which in MLflow 3.17 also wins over an experiment's `mlflow.experimentKind` tag
+UI_WORKFLOW_QUERY = "workflowType=machine_learning"
+
+
+def ui_url(base: str, experiment_id: str | None = None) -> str:
+    """The MLflow UI page of the experiments (or of one) on the model-training view, whatever
+    the browser chose before (for links into the UI: Airflow's, the docs'). `make mlflow-ui`'s
+    server makes that view the default too (`rulerag.tracking.ui_app`), for bare URLs."""
+    page = "/#/experiments" + (f"/{experiment_id}" if experiment_id else "")
+    return f"{base.rstrip('/')}{page}?{UI_WORKFLOW_QUERY}"
+
+
+#: the `mlflow.app` plugin of this project (`rulerag.tracking.ui_app`, pyproject.toml)
+UI_APP_NAME = "rulerag-ui"
+
+
+def ui_app_installed() -> bool:
+    """Whether the installed project declares its MLflow app plugin (`make setup` installs
+    it; an install from before it was added lacks it until the next `make setup`)."""
+    from importlib.metadata import entry_points
+
+    return any(point.name == UI_APP_NAME for point in entry_points(group="mlflow.app"))
+
+
 def server_command(
     project_dir: Path, *, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None
 ) -> list[str]:
     """`mlflow server` over the project's store, serving its artifacts from `mlartifacts/`
-    wherever the project is now (what `make mlflow-ui` runs). `workers`: MLflow's default
-    (4) when None."""
+    wherever the project is now, as the app `rulerag-ui` where installed (its UI opens on the
+    model-training view, `rulerag.tracking.ui_app`): what `make mlflow-ui` runs. `workers`:
+    MLflow's default (4) when None."""
     project = Path(project_dir).resolve()
+    app = ["--app-name", UI_APP_NAME] if ui_app_installed() else []
     command = [
         sys.executable, "-m", "mlflow", "server",
         "--backend-store-uri", default_tracking_uri(project),
@@ -141,5 +171,6 @@ def server_command(
         "--artifacts-destination", str(artifact_destination(project)),
         "--host", host,
         "--port", str(port),
+        *app,
     ]  # fmt: skip
     return command if workers is None else [*command, "--workers", str(workers)]

@@ -12,15 +12,20 @@ import getpass
 import os
 import re
 import subprocess
+import sys
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
 
+from rulerag.tracking.links import airflow_task
 from rulerag.tracking.names import (
     MAX_TAG_VALUE_LENGTH,
     TAG_DATASET,
     TAG_GIT_COMMIT,
+    TAG_NOTE,
     TAG_PIPELINE_RUN,
+    TAG_SOURCE_NAME,
+    TAG_SOURCE_TYPE,
     TAG_STAGE,
     TAG_STAGE_INSTANCE,
     TAG_USER,
@@ -32,8 +37,10 @@ __all__ = [
     "current_user",
     "git_commit",
     "pipeline_run_id",
+    "origin_tags",
     "run_tags",
     "runs_dvc",
+    "source_name",
 ]
 
 #: Env var naming the pipeline execution (set by `make run` and by Airflow to the DAG run id).
@@ -131,15 +138,24 @@ def current_user() -> str | None:
         return None
 
 
-def run_tags(stage: str, dataset: str, project_dir: Path) -> dict[str, str]:
-    """The tags every stage run starts with: pipeline run, stage, dataset, stage instance
-    (`<stage>@<dataset>` until the stage names its instance), and the git commit and user
-    where known, each cut to MLflow's tag length."""
+def source_name(project_dir: Path, argv0: str | None = None) -> str:
+    """What MLflow's Source column names: the script this process runs, relative to the project
+    (`pipeline_steps/generate.py` for `python -m pipeline_steps.generate`), else its file name."""
+    script = Path(sys.argv[0] if argv0 is None else argv0)
+    try:
+        return script.resolve().relative_to(Path(project_dir).resolve()).as_posix()
+    except (OSError, ValueError):  # a DAG task's workspace, tracking into the main project
+        return "/".join(part for part in (script.parent.name, script.name) if part) or "python"
+
+
+def origin_tags(project_dir: Path, *, task_note: bool = True) -> dict[str, str]:
+    """Where a run comes from: the git commit and user where known, the source (MLflow's
+    `mlflow.source.*`: the script, `JOB` under Airflow and `LOCAL` else) and, under Airflow,
+    the links to the DAG run (and task, when `task_note`) with the description saying them."""
+    task = airflow_task()
     tags = {
-        TAG_PIPELINE_RUN: pipeline_run_id(),
-        TAG_STAGE: stage,
-        TAG_DATASET: dataset,
-        TAG_STAGE_INSTANCE: f"{stage}@{dataset}",
+        TAG_SOURCE_NAME: source_name(project_dir),
+        TAG_SOURCE_TYPE: "JOB" if task else "LOCAL",
     }
     commit = git_commit(project_dir)
     if commit:
@@ -147,4 +163,21 @@ def run_tags(stage: str, dataset: str, project_dir: Path) -> dict[str, str]:
     user = current_user()
     if user:
         tags[TAG_USER] = user
+    if task is not None:
+        tags.update(task.tags())
+        tags[TAG_NOTE] = task.note(task=task_note)
+    return tags
+
+
+def run_tags(stage: str, dataset: str, project_dir: Path) -> dict[str, str]:
+    """The tags every stage run starts with: pipeline run, stage, dataset, stage instance
+    (`<stage>@<dataset>` until the stage names its instance) and `origin_tags`, each cut to
+    MLflow's tag length."""
+    tags = {
+        TAG_PIPELINE_RUN: pipeline_run_id(),
+        TAG_STAGE: stage,
+        TAG_DATASET: dataset,
+        TAG_STAGE_INSTANCE: f"{stage}@{dataset}",
+        **origin_tags(project_dir),
+    }
     return {key: truncate(value, MAX_TAG_VALUE_LENGTH) for key, value in tags.items()}

@@ -32,6 +32,12 @@ __all__ = [
     "TAG_STAGE",
     "TAG_STAGE_INSTANCE",
     "TAG_USER",
+    "TAG_NOTE",
+    "TAG_PARENT_RUN",
+    "TAG_RUN_KIND",
+    "TAG_SOURCE_NAME",
+    "TAG_SOURCE_TYPE",
+    "display_name",
     "experiment_name",
     "flatten_params",
     "fs_safe",
@@ -49,6 +55,15 @@ TAG_REGISTRY_ERROR = "rulerag.registry_error"
 #: MLflow's own tag names, so the UI shows the commit and the user.
 TAG_GIT_COMMIT = "mlflow.source.git.commit"
 TAG_USER = "mlflow.user"
+#: MLflow nests a run under the run this tag names (the pipeline run's parent, `parent`)
+TAG_PARENT_RUN = "mlflow.parentRunId"
+#: the run's description in MLflow's UI (Markdown): links back to Airflow (`links`)
+TAG_NOTE = "mlflow.note.content"
+#: what ran: the stage's module (`python -m pipeline_steps.<stage>`) and its kind (LOCAL, JOB)
+TAG_SOURCE_NAME = "mlflow.source.name"
+TAG_SOURCE_TYPE = "mlflow.source.type"
+#: `pipeline` on the parent run of a pipeline run (stage runs carry `rulerag.stage` instead)
+TAG_RUN_KIND = "rulerag.run_kind"
 #: MLflow 3 opens an experiment on the view its kind names; without the tag it guesses the
 #: GenAI "Overview" (traces), which is empty here: every experiment is a model-development one
 TAG_EXPERIMENT_KIND = "mlflow.experimentKind"
@@ -69,6 +84,22 @@ _ILLEGAL_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 def experiment_name(dataset: str) -> str:
     """The experiment a dataset's runs go to: one per dataset, so runs compare like with like."""
     return f"rulerag/{dataset}"
+
+
+def display_name(instance: str) -> str:
+    """The run name MLflow's runs table shows for a stage instance, its distinctive part first.
+
+    `generate@icews14-rulerag_ft` -> `rulerag_ft (generate)`, `train_retriever@icews14-minilm-
+    rgft` -> `minilm-rgft (train_retriever)`, `ingest@icews14` -> `ingest`: the table cuts
+    names to about 22 characters (nine `generate@icews14-ruler...` rows looked alike), and the
+    dataset is the experiment's (`rulerag/<dataset>`). The full instance stays in the tag
+    `rulerag.stage_instance`.
+    """
+    stage, at, rest = instance.partition("@")
+    if not at:
+        return instance
+    _dataset, dash, items = rest.partition("-")
+    return f"{items} ({stage})" if dash and items else stage
 
 
 def sanitize_name(name: str) -> str:

@@ -33,9 +33,16 @@ class RunRecord:
     metrics: list[dict[str, Any]] = field(default_factory=list)  # key, value, step, timestamp
     status: str = "RUNNING"
     end_time: int | None = None
-    #: MLflow models among the artifacts, registered when the run is sent: artifact_path,
-    #: name (registered model), description
-    models: list[dict[str, str]] = field(default_factory=list)
+    #: MLflow models among the artifacts, logged as MLflow 3 logged models of the run and
+    #: registered when the run is sent: artifact_path, name (registered model), description,
+    #: champion_metric and higher_is_better (the registry alias rule, `rulerag.tracking.models`)
+    models: list[dict[str, Any]] = field(default_factory=list)
+    #: the datasets the run read (MLflow run inputs): name, digest, source, context, profile
+    inputs: list[dict[str, Any]] = field(default_factory=list)
+    #: the pipeline's params (all of params.yaml, flattened), for its parent run
+    pipeline_params: dict[str, str] = field(default_factory=dict)
+    #: the pipeline's headline metrics (the report's), for its parent run: key, value
+    summary_metrics: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> RunRecord:
@@ -43,12 +50,17 @@ class RunRecord:
         names = cls.__dataclass_fields__
         return cls(**{key: value for key, value in data.items() if key in names})
 
+    def last_points(self) -> list[dict[str, Any]]:
+        """Each metric's last logged point (highest step, then latest time), sorted by name."""
+        last: dict[str, dict[str, Any]] = {}
+        for metric in self.metrics:
+            order = (int(metric["step"]), int(metric["timestamp"]))
+            held = last.get(metric["key"])
+            if held is None or order >= (int(held["step"]), int(held["timestamp"])):
+                last[metric["key"]] = metric
+        return [last[name] for name in sorted(last)]
+
     def last_metrics(self) -> dict[str, float]:
         """Each metric's value at its last step (the run's result, as MLflow's runs table
         shows it)."""
-        last: dict[str, tuple[int, int, float]] = {}
-        for metric in self.metrics:
-            key = (int(metric["step"]), int(metric["timestamp"]), float(metric["value"]))
-            if metric["key"] not in last or key[:2] >= last[metric["key"]][:2]:
-                last[metric["key"]] = key
-        return {name: value for name, (_step, _time, value) in sorted(last.items())}
+        return {m["key"]: float(m["value"]) for m in self.last_points()}

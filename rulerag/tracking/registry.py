@@ -21,12 +21,13 @@ MLflow's own loaders instead of learning this project's folder layout:
 `models:/` URIs resolve through a tracking server: the project's store keeps proxied artifact
 locations (`rulerag.tracking.config`), so with `make mlflow-ui` running and
 `MLFLOW_TRACKING_URI=http://127.0.0.1:5000` the loaders above work wherever the project now
-lives. Without a server, `local_artifact_path(version.source, project)` (rulerag.tracking) is
-the model's folder, which the same loaders take.
+lives, and `models:/<name>@champion` names the best version so far (`rulerag.tracking.models`).
+Without a server, `local_artifact_path(client.get_model_version_download_uri(name, version),
+project)` (rulerag.tracking) is the model's folder, which the same loaders take.
 
-The save functions write an MLflow model folder; `StageRun.log_model` (rulerag.tracking) puts
-it in the run's artifacts, and the store registers it when the run is sent
-(`rulerag.tracking.store.register_model_version`). Only the two training stages import this
+The save functions write an MLflow model folder; `StageRun.log_model` (rulerag.tracking) keeps
+it, and when the run is sent it becomes the run's MLflow 3 logged model and a registered
+version (`rulerag.tracking.models`). Only the two training stages import this
 module (`rulerag.tracking` does not), so a change here reruns only them under DVC.
 """
 

@@ -34,11 +34,13 @@ from typing import Any
 from rulerag.redact import redact_secrets, redact_url
 from rulerag.tracking.config import resolve_tracking_uri, spool_dir, tracking_project
 from rulerag.tracking.identity import run_tags
+from rulerag.tracking.inputs import dataset_input
 from rulerag.tracking.names import (
     MAX_TAG_VALUE_LENGTH,
     TAG_ERROR,
     TAG_STAGE,
     TAG_STAGE_INSTANCE,
+    display_name,
     experiment_name,
     flatten_params,
     sanitize_name,
@@ -46,7 +48,7 @@ from rulerag.tracking.names import (
 )
 from rulerag.tracking.record import RunRecord, now_ms
 from rulerag.tracking.spool import count_spooled, new_staging_dir, spool_run
-from rulerag.tracking.store import discard_partial, send_run
+from rulerag.tracking.store import MODELS_DIRNAME, SUMMARY_DIRNAME, discard_partial, send_run
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +83,7 @@ class StageRun:
         self._tracking_uri = tracking_uri
         self._record = RunRecord(
             experiment=experiment_name(dataset),
-            run_name=f"{stage}@{dataset}",
+            run_name=display_name(f"{stage}@{dataset}"),
             stage=stage,
             dataset=dataset,
             start_time=now_ms(),
@@ -144,24 +146,65 @@ class StageRun:
         *,
         registered_name: str,
         description: str = "",
+        champion_metric: str | None = None,
+        higher_is_better: bool = True,
     ) -> None:
         """Record an MLflow model (`save(folder)` writes it, e.g. with a flavour's
-        `save_model`, see `rulerag.tracking.registry`) at `artifact_path` and register it as a
-        new version of `registered_name` when the run is sent, tagged with the run's last
-        metric values. The model is written now, so it is snapshotted like any artifact."""
+        `save_model`, see `rulerag.tracking.registry`) named `artifact_path`: when the run is
+        sent it becomes an MLflow 3 logged model of the run (the experiment's Models tab; its
+        MLmodel names the run and the model id) and a new version of `registered_name`, tagged
+        with the run's last metric values. `champion_metric` (a metric this run logs) moves
+        the version alias `champion` to the new version when it beats the current champion's
+        (`rulerag.tracking.models.moves_champion`). The model is written now, so it is
+        snapshotted like any artifact."""
         self._check_open()
-        dest = self._artifact_dest(artifact_path)
+        dest = self._model_dest(artifact_path)
         if dest.exists():
             raise ValueError(f"artifact path {artifact_path!r} is already used in this run")
         dest.parent.mkdir(parents=True, exist_ok=True)
         save(dest)
         self._record.models.append(
             {
-                "artifact_path": dest.relative_to(self._artifact_dest(None)).as_posix(),
+                "artifact_path": dest.relative_to(self._model_dest(None)).as_posix(),
                 "name": registered_name,
                 "description": description,
+                "champion_metric": sanitize_name(champion_metric) if champion_metric else None,
+                "higher_is_better": higher_is_better,
             }
         )
+
+    def log_input(self, path: Path, context: str, name: str | None = None) -> None:
+        """Record a data file the stage read as an MLflow run input (the runs table's Dataset
+        column): `name` (default: the file's stem), its MD5 digest (DVC's, so dvc.lock and the
+        run agree), its path as the source, its row count for a JSON-lines file, and `context`
+        (`train`, `test`, ...). Read now, so a later change of the file is not recorded."""
+        self._check_open()
+        self._record.inputs.append(dataset_input(Path(path), context, name))
+
+    def log_pipeline_params(self, params: Mapping[str, Any]) -> None:
+        """Record the whole pipeline's params (params.yaml as read), for the pipeline run's
+        parent run (`rulerag.tracking.parent`), flattened as `log_params` does."""
+        self._check_open()
+        self._record.pipeline_params.update(flatten_params(params))
+
+    def log_summary(
+        self, metrics: Mapping[str, float], artifacts: tuple[Path, ...] | list[Path] = ()
+    ) -> None:
+        """Record the pipeline's headline metrics and report files for its parent run (the
+        report stage's grid), sent with this run: one row per pipeline run to compare."""
+        self._check_open()
+        for key, value in metrics.items():
+            try:
+                number = float(value)
+            except (TypeError, ValueError) as err:
+                raise TypeError(f"summary metric {key!r} is not a number: {value!r}") from err
+            self._record.summary_metrics.append({"key": sanitize_name(key), "value": number})
+        for artifact in artifacts:
+            src = Path(artifact)
+            if not src.is_file():
+                raise FileNotFoundError(f"summary artifact not found: {src}")
+            staging = self._artifact_dest(None).parent
+            _link_or_copy(src, staging / SUMMARY_DIRNAME / src.name)
 
     def log_dict(self, obj: Any, artifact_file: str) -> None:
         """Record `obj` as a JSON (or, for `.yaml`/`.yml`, YAML) artifact file, like
@@ -185,8 +228,8 @@ class StageRun:
         for key, value in tags.items():
             value = redact_url(str(value))
             self._record.tags[sanitize_name(key)] = truncate(value, MAX_TAG_VALUE_LENGTH)
-            if key == TAG_STAGE_INSTANCE:  # `generate@icews14-rulerag_ft`, not nine alike
-                self._record.run_name = truncate(value, MAX_TAG_VALUE_LENGTH)
+            if key == TAG_STAGE_INSTANCE:  # `rulerag_ft (generate)`, not nine alike
+                self._record.run_name = truncate(display_name(value), MAX_TAG_VALUE_LENGTH)
 
     @property
     def spooled(self) -> bool:
@@ -223,9 +266,10 @@ class StageRun:
         self._adopted = True
         record = self._record
         record.stage = stage
-        record.run_name = f"{stage}@{record.dataset}"
+        instance = f"{stage}@{record.dataset}"
+        record.run_name = truncate(display_name(instance), MAX_TAG_VALUE_LENGTH)
         record.tags[TAG_STAGE] = truncate(stage, MAX_TAG_VALUE_LENGTH)
-        record.tags[TAG_STAGE_INSTANCE] = truncate(record.run_name, MAX_TAG_VALUE_LENGTH)
+        record.tags[TAG_STAGE_INSTANCE] = truncate(instance, MAX_TAG_VALUE_LENGTH)
 
     def _discard(self) -> None:
         """Close without sending: the process logged nothing of its own."""
@@ -240,10 +284,18 @@ class StageRun:
 
     def _artifact_dest(self, relative: str | None) -> Path:
         """`relative` inside the staging artifacts folder; refuses paths that escape it."""
+        return self._staged("artifacts", relative)
+
+    def _model_dest(self, relative: str | None) -> Path:
+        """`relative` inside the staging folder of saved models (uploaded to logged models)."""
+        return self._staged(MODELS_DIRNAME, relative)
+
+    def _staged(self, folder: str, relative: str | None) -> Path:
+        """`relative` inside a folder of the staging folder; refuses paths that escape it."""
         if self._staging is None:
             self._staging = new_staging_dir(self._project_dir)
             (self._staging / "artifacts").mkdir()
-        base = self._staging / "artifacts"
+        base = self._staging / folder
         parts = [
             part for part in (relative or "").replace("\\", "/").split("/") if part not in ("", ".")
         ]
@@ -272,11 +324,10 @@ class StageRun:
             record.tags[TAG_ERROR] = truncate(
                 redact_secrets(f"{type(error).__name__}: {error}"), MAX_TAG_VALUE_LENGTH
             )
-        artifacts = self._staging / "artifacts" if self._staging else None
         created: list[str] = []
         try:
             self._run_id = send_run(
-                record, artifacts, self._tracking_uri, self._project_dir, created
+                record, self._staging, self._tracking_uri, self._project_dir, created
             )
         except Exception as exc:
             partial = discard_partial(created, self._tracking_uri)

@@ -173,7 +173,7 @@ def replay_spool(project_dir: Path, tracking_uri: str | None = None) -> int:
             record = RunRecord.from_json(data)
             record.tags[TAG_REPLAYED_FROM] = folder.name
             discard_partial_copies(data.get("partial_run_ids") or [], record, uri)
-            send_run(record, claim / "artifacts", uri, Path(project_dir), created)
+            send_run(record, claim, uri, Path(project_dir), created)
         except Exception as exc:
             discard_partial(created, uri)
             with contextlib.suppress(OSError):

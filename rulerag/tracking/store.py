@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,28 +25,38 @@ from rulerag.tracking.config import (
     is_database_store,
     local_artifact_path,
 )
+from rulerag.tracking.inputs import to_dataset_inputs
+from rulerag.tracking.models import log_logged_models
 from rulerag.tracking.names import (
     EXPERIMENT_KIND,
     METRICS_PER_BATCH,
     PARAMS_TAGS_PER_BATCH,
     TAG_EXPERIMENT_KIND,
-    TAG_REGISTRY_ERROR,
-    TAG_STAGE_INSTANCE,
+    TAG_PARENT_RUN,
+    TAG_PIPELINE_RUN,
     truncate,
 )
+from rulerag.tracking.parent import ensure_parent, settle_parent
 from rulerag.tracking.record import RunRecord
+
+#: folders of a run's staging (and spool) folder beside `artifacts/`: the saved models (one
+#: folder per artifact path, uploaded to their logged models) and the files for the pipeline
+#: run's parent (`rulerag.tracking.parent`)
+MODELS_DIRNAME = "models"
+SUMMARY_DIRNAME = "summary"
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "FAIL_FAST_ENV",
+    "MODELS_DIRNAME",
+    "SUMMARY_DIRNAME",
     "artifact_repository",
     "discard_partial",
     "discard_partial_copies",
     "ensure_experiment",
     "fail_fast_http",
     "first_line",
-    "register_model_version",
     "send_run",
 ]
 
@@ -147,15 +157,18 @@ def _chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 
 def send_run(
     record: RunRecord,
-    artifacts: Path | None,
+    staging: Path | None,
     tracking_uri: str,
     project_dir: Path,
     created: list[str],
 ) -> str:
     """Log one run to MLflow in one burst; return its run id.
 
-    The run id is appended to `created` as soon as the run exists, so that a caller can clean
-    up a half-logged run if a later call fails.
+    `staging` is the run's folder (`artifacts/`, `models/<artifact path>/`, `summary/`), None
+    when it logged no file. The run nests under its pipeline run's parent
+    (`rulerag.tracking.parent`), settled once the run is complete. The run id is appended to
+    `created` as soon as the run exists, so that a caller can clean up a half-logged run if a
+    later call fails.
     """
     with fail_fast_http():
         from mlflow import MlflowClient
@@ -163,11 +176,12 @@ def send_run(
 
         client = MlflowClient(tracking_uri=tracking_uri)
         experiment_id = ensure_experiment(client, record.experiment, tracking_uri, project_dir)
+        parent_id = ensure_parent(client, experiment_id, record)
+        tags = dict(record.tags)
+        if parent_id is not None:
+            tags[TAG_PARENT_RUN] = parent_id
         run = client.create_run(
-            experiment_id,
-            start_time=record.start_time,
-            tags=dict(record.tags),
-            run_name=record.run_name,
+            experiment_id, start_time=record.start_time, tags=tags, run_name=record.run_name
         )
         run_id = run.info.run_id
         created.append(run_id)
@@ -180,54 +194,79 @@ def send_run(
         ]
         for chunk in _chunks(metrics, METRICS_PER_BATCH):
             client.log_batch(run_id, metrics=chunk, synchronous=True)
+        if record.inputs:
+            client.log_inputs(run_id, datasets=to_dataset_inputs(record.inputs))
+        artifacts = staging / "artifacts" if staging is not None else None
         if artifacts is not None and artifacts.is_dir() and any(artifacts.iterdir()):
             _upload(client, run, artifacts, tracking_uri, project_dir)
-        last = record.last_metrics() if record.models else {}
-        for model in record.models:
-            register_model_version(client, run, model, last)
+        if record.models and staging is not None:
+            log_logged_models(
+                client,
+                tracking_uri,
+                run,
+                experiment_id,
+                record.models,
+                lambda path: _model_folder(staging, path),
+                lambda location, folder: artifact_repository(
+                    location, tracking_uri, project_dir
+                ).log_artifacts(str(folder)),
+                record.last_points(),
+            )
         client.set_terminated(run_id, status=record.status, end_time=record.end_time)
+        if parent_id is not None:
+            _settle(client, experiment_id, record, staging, tracking_uri, project_dir)
         return run_id
 
 
-def _upload(client: Any, run: Any, folder: Path, tracking_uri: str, project_dir: Path) -> None:
-    """The run's artifact files into its artifact location: through MLflow's client, except
-    a proxied location of a database store, which MLflow would refuse without a server."""
+def _model_folder(staging: Path, artifact_path: str) -> Path:
+    """A saved model's folder in a staging (or spool) folder: `models/<path>`, or
+    `artifacts/<path>` in a run spooled by a version that kept models among the artifacts."""
+    folder = staging / MODELS_DIRNAME / artifact_path
+    return folder if folder.is_dir() else staging / "artifacts" / artifact_path
+
+
+def _settle(
+    client: Any,
+    experiment_id: str,
+    record: RunRecord,
+    staging: Path | None,
+    tracking_uri: str,
+    project_dir: Path,
+) -> None:
+    """`parent.settle_parent` once the stage run is complete: a failure there is logged, not
+    raised (the stage run is whole; the next stage run settles the parent again)."""
+
+    def upload(parent: Any, folder: Path, artifact_path: str) -> None:
+        _upload(client, parent, folder, tracking_uri, project_dir, artifact_path)
+
+    summary = staging / SUMMARY_DIRNAME if staging is not None else None
+    try:
+        settle_parent(client, experiment_id, record, summary, upload)
+    except Exception as err:
+        logger.warning(
+            "the parent run of pipeline run %s was not updated: %s",
+            record.tags.get(TAG_PIPELINE_RUN),
+            first_line(err),
+        )
+
+
+def _upload(
+    client: Any,
+    run: Any,
+    folder: Path,
+    tracking_uri: str,
+    project_dir: Path,
+    artifact_path: str | None = None,
+) -> None:
+    """A folder's files into a run's artifact location (below `artifact_path`): through
+    MLflow's client, except a proxied location of a database store, which MLflow would refuse
+    without a server."""
     uri = run.info.artifact_uri
     if urlsplit(uri).scheme == PROXIED_ARTIFACTS_SCHEME and is_database_store(tracking_uri):
-        artifact_repository(uri, tracking_uri, project_dir).log_artifacts(str(folder))
+        repository = artifact_repository(uri, tracking_uri, project_dir)
+        repository.log_artifacts(str(folder), artifact_path)
     else:
-        client.log_artifacts(run.info.run_id, str(folder))
-
-
-def register_model_version(
-    client: Any, run: Any, model: Mapping[str, str], metrics: Mapping[str, float]
-) -> None:
-    """A new version of the registered model `model["name"]` from this run's artifact folder,
-    tagged with the run's metrics (the registry shows tags, and the version links its run).
-    A store without a registry keeps the run and says so in a tag instead of failing it."""
-    from mlflow.exceptions import MlflowException
-
-    name = model["name"]
-    try:
-        try:
-            client.create_registered_model(name, description=model.get("description") or None)
-        except MlflowException as err:
-            if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
-                raise
-        tags = {f"metric.{key}": f"{value:.6g}" for key, value in list(metrics.items())[:90]}
-        tags[TAG_STAGE_INSTANCE] = run.data.tags.get(TAG_STAGE_INSTANCE, "")
-        version = client.create_model_version(
-            name,
-            source=f"{run.info.artifact_uri.rstrip('/')}/{model['artifact_path']}",
-            run_id=run.info.run_id,
-            tags=tags,
-            description=model.get("description") or None,
-        )
-    except MlflowException as err:
-        logger.warning("model %s not registered: %s", name, first_line(err))
-        client.set_tag(run.info.run_id, TAG_REGISTRY_ERROR, truncate(str(err), 500))
-        return
-    logger.info("registered %s version %s", name, version.version)
+        client.log_artifacts(run.info.run_id, str(folder), artifact_path)
 
 
 def discard_partial(run_ids: Sequence[str], tracking_uri: str) -> list[str]:

@@ -219,6 +219,16 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id], max_results=100)
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {"test-full-pipeline"}
+    # one parent run for the pipeline run: every stage run under it, the report's grid on it
+    (parent,) = [r for r in runs if r.data.tags.get("rulerag.run_kind") == "pipeline"]
+    runs = [r for r in runs if r is not parent]
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    reports = [r for r in runs if r.data.tags["rulerag.stage"] == "report"]  # repro, exp run
+    report = max(reports, key=lambda r: r.info.start_time)
+    assert {key: parent.data.metrics.get(key) for key in report.data.metrics} == (
+        report.data.metrics
+    )
+    assert parent.data.params["datasets"] == '["slice"]' and parent.info.status == "FINISHED"
     logged = {r.data.tags["rulerag.stage"] for r in runs}
     assert logged == {s.split("@")[0] for s in stages}, logged
     # the trained models are in the Model Registry, each version linked to its training run

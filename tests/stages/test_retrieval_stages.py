@@ -114,6 +114,9 @@ def test_index_train_retrieve_report(project: StageProject) -> None:
     client = MlflowClient(tracking_uri=f"sqlite:///{project.root / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("rulerag/tiny")
     runs = client.search_runs([experiment.experiment_id])
+    (parent,) = [r for r in runs if r.data.tags.get("rulerag.run_kind") == "pipeline"]
+    runs = [r for r in runs if r is not parent]  # the stage runs, nested under their pipeline's
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
     instances = sorted(r.data.tags["rulerag.stage_instance"] for r in runs)
     assert instances == sorted(
         [
@@ -129,7 +132,14 @@ def test_index_train_retrieve_report(project: StageProject) -> None:
     store = f"sqlite:///{project.root / 'mlflow.db'}"  # no server: the project's mlartifacts/
     repository = artifact_repository(trained.info.artifact_uri, store, project.root)
     artifacts = {a.path for a in repository.list_artifacts()}
-    assert {"loss.csv", "loss.png", "train.json", "model"} <= artifacts
+    assert {"loss.csv", "loss.png", "train.json"} <= artifacts
+    # the encoder is the run's MLflow 3 logged model (one copy, not a run artifact), its input
+    # the F_R split, registered with `champion` on its only version
+    (logged,) = client.search_logged_models([experiment.experiment_id])
+    assert logged.source_run_id == trained.info.run_id and "model" not in artifacts
+    assert [i.dataset.name for i in trained.inputs.dataset_inputs] == ["f_r"]
+    champion = client.get_model_version_by_alias("rulerag-tiny-retriever-minilm-rgft", "champion")
+    assert champion.run_id == trained.info.run_id
     assert trained.data.params["mode"] == "rgft" and trained.data.params["rule_query"] == "rule"
     report = next(r for r in runs if r.data.tags["rulerag.stage"] == "retrieval_report")
     assert report.data.metrics["bm25-rg_recall_at_1"] == 0.8

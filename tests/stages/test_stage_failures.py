@@ -85,7 +85,7 @@ def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path, sto
     assert message.startswith("ingest failed: ") and "missing section 'ingest'" in message
     assert "Traceback" not in done.stderr
     (run,) = stage_runs(store, "ingest")
-    assert (run.info.run_name, run.info.status) == ("ingest@icews14", "FAILED")
+    assert (run.info.run_name, run.info.status) == ("ingest", "FAILED")
     assert "missing section 'ingest'" in run.data.tags[TAG_ERROR]
 
 
@@ -99,7 +99,7 @@ def test_a_params_error_before_the_stage_run_opens_is_a_failed_run(
     code = stage_project.run(stage, "--dataset", "icews14", params={"ingest.duplicates": "maybe"})
     assert code == 2 and "Traceback" not in capsys.readouterr().err
     (run,) = stage_runs(store, "ingest")
-    assert (run.info.run_name, run.info.status) == ("ingest@icews14", "FAILED")
+    assert (run.info.run_name, run.info.status) == ("ingest", "FAILED")
     assert "ingest.duplicates" in run.data.tags[TAG_ERROR]
 
 
@@ -157,7 +157,7 @@ def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
     message = "mine_rules stopped by SIGTERM: what it had staged was discarded"
     assert err.splitlines()[-1] == message and "Traceback" not in err
     (run,) = stage_runs(store, "mine_rules")
-    assert (run.info.run_name, run.info.status) == ("mine_rules@mykg", "KILLED")
+    assert (run.info.run_name, run.info.status) == ("mine_rules", "KILLED")
     assert run.data.tags[TAG_ERROR] == "StageTerminated: stopped by SIGTERM"
     rules_dir = stage_project.layout("mykg").rules_dir
     assert not rules_dir.exists() or list(rules_dir.iterdir()) == []
@@ -175,5 +175,5 @@ def test_a_truncated_facts_parquet_is_one_failed_run(
     with contextlib.suppress(Exception):  # an InputError (exit 2) once Parquet is checked
         stage_project.run(stage, "--dataset", "mykg", params=overrides)
     (run,) = stage_runs(store, "mine_rules")
-    assert (run.info.run_name, run.info.status) == ("mine_rules@mykg", "FAILED")
+    assert (run.info.run_name, run.info.status) == ("mine_rules", "FAILED")
     assert "facts.parquet" in run.data.tags[TAG_ERROR] or "Parquet" in run.data.tags[TAG_ERROR]

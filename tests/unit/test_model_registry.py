@@ -84,7 +84,11 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: 
     assert versions[1].run_id == run.run_id
     assert client.get_registered_model(name).description == "RGFT generator"
 
-    model = str(local_artifact_path(versions[1].source, tmp_path))  # version 2's folder
+    location = client.get_model_version_download_uri(name, versions[1].version)
+    model = str(local_artifact_path(location, tmp_path))  # version 2's folder (its logged model)
+    mlmodel = (Path(model) / "MLmodel").read_text(encoding="utf-8")  # issue 32, defect 3
+    assert f"run_id: {run.run_id}" in mlmodel and "model_id: m-" in mlmodel
+    before = sorted(p.relative_to(tmp_path) for p in (tmp_path / "mlartifacts").rglob("*"))
     prompts = ["who meets e1 ? Answer:", "who meets e3 ? Answer:"]
     loaded = mlflow.pyfunc.load_model(model)
     expected = LocalGenerator.from_pretrained(str(base), adapter=folder, chat_template=False)
@@ -93,6 +97,8 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: 
     assert expected.generate(prompts) != plain.generate(prompts)  # the adapter is applied
     short = mlflow.pyfunc.load_model(model, model_config={"max_new_tokens": 1})
     assert [len(text.split()) for text in short.predict(prompts)] == [1, 1]  # load-time config
+    after = sorted(p.relative_to(tmp_path) for p in (tmp_path / "mlartifacts").rglob("*"))
+    assert after == before  # loading wrote nothing into the store (defect 3)
 
 
 def test_encoder_is_registered_and_loads_as_sentence_transformer(tmp_path: Path) -> None:
@@ -109,11 +115,11 @@ def test_encoder_is_registered_and_loads_as_sentence_transformer(tmp_path: Path)
     with stage_run("train_retriever", "toy", project_dir=tmp_path, tracking_uri=uri) as run:
         run.log_metrics({"heldout_recall_at_10": 0.5})
         run.log_model(lambda path: save_encoder_model(model, path), "model", registered_name=name)
-    (version,) = MlflowClient(tracking_uri=uri).search_model_versions(f"name='{name}'")
+    client = MlflowClient(tracking_uri=uri)
+    (version,) = client.search_model_versions(f"name='{name}'")
     assert version.tags["metric.heldout_recall_at_10"] == "0.5"
-    loaded = mlflow.sentence_transformers.load_model(
-        str(local_artifact_path(version.source, tmp_path))
-    )
+    location = client.get_model_version_download_uri(name, version.version)
+    loaded = mlflow.sentence_transformers.load_model(str(local_artifact_path(location, tmp_path)))
     texts = ["what does Iran Consult ?", "Kerry meets Zarif"]
     assert np.allclose(loaded.encode(texts), model.encode(texts), atol=1e-5)
 
@@ -142,10 +148,9 @@ def test_spooled_model_is_registered_on_replay_and_survives_a_move(adapter, tmp_
     new_uri = default_tracking_uri(new)
     client = MlflowClient(tracking_uri=new_uri)
     (version,) = client.search_model_versions(f"name='{name}'")
-    assert version.source.startswith("mlflow-artifacts:/rulerag/toy/")
-    assert version.source.endswith("/artifacts/model") and str(old) not in version.source
-    local = artifact_repository(version.source, new_uri, new).download_artifacts(
-        "MLmodel", str(tmp_path)
-    )
+    location = client.get_model_version_download_uri(name, version.version)
+    assert location.startswith("mlflow-artifacts:/rulerag/toy/models/m-")  # the logged model's
+    assert str(old) not in location
+    local = artifact_repository(location, new_uri, new).download_artifacts("MLmodel", str(tmp_path))
     assert "python_function" in Path(local).read_text(encoding="utf-8")
     assert not old.exists()

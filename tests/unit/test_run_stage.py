@@ -63,7 +63,7 @@ def test_an_error_before_the_stage_opens_its_run_is_recorded(
     assert run_stage(main, ["--dataset", "toy"]) == 2
     assert "Traceback" not in capsys.readouterr().err
     (run,) = stage_runs(store, "test_run_stage")  # the stage's module names it
-    assert (run.info.run_name, run.info.status) == ("test_run_stage@toy", "FAILED")
+    assert (run.info.run_name, run.info.status) == ("test_run_stage", "FAILED")
     assert "ingest.duplicates: 'maybe'" in run.data.tags[TAG_ERROR]
 
 
@@ -89,7 +89,7 @@ def test_the_stage_run_adopts_the_process_run_and_a_launcher_sends_none(
     assert run_stage(main, ["--dataset", "toy"]) == 0
     assert run_stage(launcher, ["--dataset", "toy"]) == 0
     (run,) = stage_runs(store, "demo")
-    assert (run.info.run_name, run.info.status) == ("demo@toy-x", "FINISHED")
+    assert (run.info.run_name, run.info.status) == ("x (demo)", "FINISHED")
     assert run.data.tags[TAG_STAGE_INSTANCE] == "demo@toy-x" and not stage_runs(
         store, "test_run_stage"
     )
@@ -103,7 +103,7 @@ def test_the_stage_run_adopts_the_process_run_and_a_launcher_sends_none(
         run_stage(usage, [])
     assert caught.value.code == 2
     (failed,) = stage_runs(store, "train_retriever")
-    assert failed.info.run_name == "train_retriever@toy-minilm-xx"
+    assert failed.info.run_name == "minilm-xx (train_retriever)"
     assert failed.info.status == "FAILED"
     assert "--mode: 'xx' is not one of ['rgft']" in failed.data.tags[TAG_ERROR]
 
@@ -161,7 +161,7 @@ def test_a_stage_stopped_by_sigterm_leaves_a_killed_run_and_publishes_nothing(
     )
     assert "Traceback" not in done.stderr
     (run,) = stage_runs(uri, "demo")
-    assert (run.info.run_name, run.info.status) == ("demo@toy", "KILLED")
+    assert (run.info.run_name, run.info.status) == ("demo", "KILLED")
     assert run.data.tags[TAG_ERROR] == "StageTerminated: stopped by SIGTERM"
     assert not out.exists() or list(out.iterdir()) == []
 

@@ -234,7 +234,7 @@ def test_unreachable_server_spools_fast(
     assert folder.name.split("-")[1:3] == ["ingest", "icews14"]
     record = json.loads((folder / "run.json").read_text())
     assert record["experiment"] == "rulerag/icews14"
-    assert record["run_name"] == "ingest@icews14"
+    assert record["run_name"] == "ingest"
     assert record["status"] == "FINISHED"
     assert record["params"] == {"ingest.duplicates": "drop"}
     assert {(m["key"], m["value"], m["step"]) for m in record["metrics"]} == {
@@ -291,7 +291,7 @@ def test_replay_spool_into_sqlite(tmp_path: Path, dead_uri: str, sqlite_uri: str
     client = MlflowClient(tracking_uri=sqlite_uri)
     experiment = client.get_experiment_by_name("rulerag/replayds")
     (logged,) = client.search_runs([experiment.experiment_id])
-    assert logged.info.run_name == "ingest@replayds"
+    assert logged.info.run_name == "ingest"
     assert logged.info.status == "FINISHED"
     assert logged.info.start_time == spooled_start
     assert logged.data.params == {"ingest.duplicates": "keep"}
@@ -403,7 +403,7 @@ def test_a_replay_deletes_no_other_run_of_its_store(
 
     assert replay_spool(tmp_path, tracking_uri=uri) == 1
     runs = client.search_runs([experiment_id])
-    assert sorted(r.info.run_name for r in runs) == ["ingest@keepds"] * 2 + ["someone_else"]
+    assert sorted(r.info.run_name for r in runs) == ["ingest"] * 2 + ["someone_else"]
 
 
 def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) -> None:
@@ -438,7 +438,8 @@ def test_bad_metric_and_closed_run_raise_at_the_call(tmp_path: Path, dead_uri: s
 def test_runs_are_named_after_their_stage_instance_in_a_model_experiment(
     tmp_path: Path, sqlite_uri: str
 ) -> None:
-    """Nine `generate` runs of one dataset are told apart by name; experiments open on their
+    """Nine `generate` runs of one dataset are told apart by name (their item first, so the
+    runs table's cut column still shows it); experiments open on their
     runs (MLflow 3's kind tag), also one created before the tag was set."""
     from mlflow import MlflowClient
 
@@ -453,12 +454,12 @@ def test_runs_are_named_after_their_stage_instance_in_a_model_experiment(
     with stage_run("ingest", "otherds", project_dir=tmp_path, tracking_uri=sqlite_uri):
         pass
     names = sorted(r.info.run_name for r in client.search_runs([older]))
-    assert names == ["generate@kindds-rulerag_ft", "generate@kindds-standard_rag"]
+    assert names == ["rulerag_ft (generate)", "standard_rag (generate)"]  # item first
     for name in ("rulerag/kindds", "rulerag/otherds"):
         tags = client.get_experiment_by_name(name).tags
         assert tags[TAG_EXPERIMENT_KIND] == EXPERIMENT_KIND
     (other,) = client.search_runs([client.get_experiment_by_name("rulerag/otherds").experiment_id])
-    assert other.info.run_name == "ingest@otherds"  # no instance tag: stage@dataset
+    assert other.info.run_name == "ingest"  # no item: the stage (the experiment names the dataset)
 
 
 def test_a_moved_project_finds_its_artifacts(tmp_path: Path) -> None:

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.tracking import config, identity, record, store
+from rulerag.tracking import config, identity, links, record, store
 from rulerag.tracking.cli import main as cli_main
+from rulerag.tracking.names import display_name
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
@@ -76,6 +77,52 @@ def test_server_command_serves_the_project_store_and_its_artifacts(tmp_path: Pat
     assert "--workers" not in config.server_command(tmp_path)  # MLflow's default
 
 
+def test_the_ui_server_is_the_project_app_where_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make mlflow-ui` runs MLflow's server as the `rulerag-ui` app (pyproject.toml's
+    `mlflow.app` entry point), found as MLflow finds app plugins; without it, MLflow's own."""
+    from mlflow.server import _find_app
+
+    info = tmp_path / "site" / "demo-0.dist-info"  # what `pip install -e .` declares
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo\nVersion: 0\n")
+    (info / "entry_points.txt").write_text(
+        "[mlflow.app]\nrulerag-ui = rulerag.tracking.ui_app:create_app\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    command = config.server_command(tmp_path)
+    assert command[command.index("--app-name") + 1] == "rulerag-ui"
+    assert _find_app("rulerag-ui") == "rulerag.tracking.ui_app:create_app"
+    monkeypatch.setattr(config, "ui_app_installed", lambda: False)  # an older install
+    assert "--app-name" not in config.server_command(tmp_path)
+
+
+def test_the_ui_app_opens_on_the_model_training_view() -> None:
+    """The UI's page carries the script that stores the model-training view as a fresh
+    browser's choice (a stored choice is kept); MLflow's API is untouched. In Chromium:
+    benchmarks/mlflow_ui_check.py."""
+    from mlflow.server import app as flask_app
+
+    from rulerag.tracking import ui_app
+
+    html = "<html><head><title>MLflow</title></head></html>"
+    assert ui_app.with_default_view(html).startswith("<html><head>" + ui_app.DEFAULT_VIEW_SCRIPT)
+    assert ui_app.with_default_view(ui_app.with_default_view(html)).count("<script>") == 1
+    assert "if(window.localStorage.getItem(k)===null)" in ui_app.DEFAULT_VIEW_SCRIPT
+    original = flask_app.view_functions["serve"]
+    try:
+        ui_app.create_app()
+        client = flask_app.test_client()
+        page = client.get("/")
+        assert page.status_code == 200 and page.mimetype == "text/html"
+        body = page.get_data(as_text=True)
+        assert ui_app.DEFAULT_VIEW_SCRIPT in body and "static-files" in body  # MLflow's page
+        assert client.get("/health").get_data(as_text=True) == "OK"
+    finally:
+        flask_app.view_functions["serve"] = original
+
+
 # -- identity: the tags a run starts with -----------------------------------------------------
 
 
@@ -84,6 +131,8 @@ def test_run_tags_name_the_execution_stage_and_instance(
 ) -> None:
     monkeypatch.setenv(identity.PIPELINE_RUN_ENV, "p" * 9000)
     monkeypatch.setattr(identity, "current_user", lambda: "ada")
+    # `python -m pipeline_steps.retrieve` runs with argv[0] the module's file
+    monkeypatch.setattr(sys, "argv", [str(tmp_path / "pipeline_steps" / "retrieve.py")])
     tags = identity.run_tags("retrieve", "icews14", tmp_path)  # no git repository here
     assert tags == {
         "rulerag.pipeline_run": "p" * 7997 + "...",  # cut to MLflow's tag length
@@ -91,8 +140,61 @@ def test_run_tags_name_the_execution_stage_and_instance(
         "rulerag.dataset": "icews14",
         "rulerag.stage_instance": "retrieve@icews14",
         "mlflow.user": "ada",
+        "mlflow.source.name": "pipeline_steps/retrieve.py",
+        "mlflow.source.type": "LOCAL",
     }
     assert identity.git_commit(tmp_path) is None
+
+
+def test_a_run_under_airflow_links_back_to_its_task_and_dag_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The task's identity (what Airflow's task runner exports, and the DAG passes to `dvc
+    repro`) becomes URLs of Airflow 3's UI routes, as tags and as the run's Markdown note."""
+    run_id = "manual__2026-11-27T06:14:00+00:00"
+    for key, value in {
+        "AIRFLOW_CTX_DAG_ID": "rulerag",
+        "AIRFLOW_CTX_DAG_RUN_ID": run_id,
+        "AIRFLOW_CTX_TASK_ID": "icews14.generate_rulerag_ft",
+        "AIRFLOW_CTX_TRY_NUMBER": "2",
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv(links.AIRFLOW_URL_ENV, "https://airflow.example.org/")
+    tags = identity.run_tags("generate", "icews14", tmp_path)
+    dag_run = (
+        "https://airflow.example.org/dags/rulerag/runs/manual__2026-11-27T06%3A14%3A00%2B00%3A00"
+    )
+    task = f"{dag_run}/tasks/icews14.generate_rulerag_ft"
+    assert tags["rulerag.airflow.dag_run_url"] == dag_run
+    assert tags["rulerag.airflow.task_url"] == task
+    assert tags["mlflow.source.type"] == "JOB"
+    assert f"[icews14.generate_rulerag_ft]({task}) (try 2)" in tags["mlflow.note.content"]
+    assert f"[rulerag / {run_id}]({dag_run})" in tags["mlflow.note.content"]
+
+    monkeypatch.delenv(links.AIRFLOW_URL_ENV)
+    monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://10.0.0.5:9090")  # Airflow's own
+    assert links.airflow_task().task_url.startswith("http://10.0.0.5:9090/dags/rulerag/runs/")
+    monkeypatch.delenv("AIRFLOW__API__BASE_URL")
+    assert links.airflow_task().base_url == "http://localhost:8080"  # `make airflow`
+    monkeypatch.setenv(links.AIRFLOW_URL_ENV, "localhost:8080")
+    with pytest.raises(ValueError, match="RULERAG_AIRFLOW_URL='localhost:8080' is not an http"):
+        links.airflow_task()
+    monkeypatch.delenv("AIRFLOW_CTX_TASK_ID")
+    assert links.airflow_task() is None  # not under Airflow: no links
+    assert "rulerag.airflow.task_url" not in identity.run_tags("generate", "icews14", tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("instance", "shown"),
+    [
+        ("generate@icews14-rulerag_ft", "rulerag_ft (generate)"),
+        ("train_retriever@icews14-minilm-rgft", "minilm-rgft (train_retriever)"),
+        ("ingest@icews14", "ingest"),
+        ("report", "report"),
+    ],
+)
+def test_run_names_put_the_distinctive_part_first(instance: str, shown: str) -> None:
+    assert display_name(instance) == shown
 
 
 # -- record: the run's result -----------------------------------------------------------------
