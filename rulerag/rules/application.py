@@ -59,7 +59,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Literal, get_args
 
@@ -158,6 +158,10 @@ class ApplySettings:
 #: larger expansion runs in blocks. YAGO's facts repeat every year of their validity, so one
 #: three-atom rule over 68 queries reaches 5.3e8 rows at its last hop.
 MAX_EXPANSION_ROWS = 1 << 22
+#: Queries whose constant-rule firings are gathered and merged at once: every candidate's score
+#: list takes its firings in one merge, not one per body relation (ICEWS14's ac1 rules reach
+#: thousands of firings a query)
+CONSTANT_QUERY_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -531,6 +535,14 @@ class _ConstantRows:
     middle: np.ndarray
     ts: np.ndarray
 
+    @classmethod
+    def concat(cls, parts: Sequence[_ConstantRows]) -> _ConstantRows:
+        """The rows of `parts`, in order (no part: no row)."""
+        names = [f.name for f in fields(cls)]
+        if not parts:
+            return cls(*(np.zeros(0, np.float32 if n == "score" else np.int64) for n in names))
+        return cls(*(np.concatenate([getattr(p, n) for p in parts]) for n in names))
+
 
 def _constant_firings(
     constant: Sequence[AppliedRule],
@@ -642,34 +654,38 @@ def _merge_constant_rows(
     out: dict[int, Candidates],
 ) -> None:
     """Add the firings to each candidate's descending score list; a firing that beats the
-    candidate's best score so far becomes its rule and explanation (ties keep the earlier)."""
+    candidate's best score so far becomes its rule and explanation (ties keep the earlier:
+    the closed rule, else the first constant rule in the head's list)."""
     if not len(rows.key):
         return
     order = np.lexsort((rows.rule, -rows.score, rows.cand, rows.key))
     k, c = rows.key[order], rows.cand[order]
     cuts = np.flatnonzero((k[1:] != k[:-1]) | (c[1:] != c[:-1])) + 1
-    starts = np.r_[0, cuts].tolist()
+    starts = np.r_[0, cuts]
     ends = np.r_[cuts, len(order)].tolist()
     scores = rows.score[order].tolist()
     firsts = order[starts]
-    for a, b, kk, cc, row in zip(
-        starts, ends, k[starts].tolist(), c[starts].tolist(), firsts.tolist(), strict=True
+    best = zip(
+        rows.rule[firsts].tolist(),
+        rows.sub[firsts].tolist(),
+        rows.middle[firsts].tolist(),
+        rows.ts[firsts].tolist(),
+        strict=True,
+    )
+    for a, b, kk, cc, (position, sub, middle, ts) in zip(
+        starts.tolist(), ends, k[starts].tolist(), c[starts].tolist(), best, strict=True
     ):
         new = scores[a:b]
         ranked = lists[kk].get(cc)
         if ranked is None:
             lists[kk][cc] = new
-        elif new[0] > ranked[0]:
-            lists[kk][cc] = list(heapq.merge(new, ranked, key=_descending))
-        else:
-            lists[kk][cc] = list(heapq.merge(ranked, new, key=_descending))
-            continue
-        rule = constant[int(rows.rule[row])]
+        else:  # two descending runs: one merge (timsort)
+            lists[kk][cc] = sorted(ranked + new, reverse=True)
+            if not new[0] > ranked[0]:
+                continue
+        rule = constant[position]
         out[kk].rules[cc] = rule.index
-        middle = int(rows.middle[row])
-        out[kk].explanations[cc] = (
-            [] if middle < 0 else [(int(rows.sub[row]), rule.body[0], middle, int(rows.ts[row]))]
-        )
+        out[kk].explanations[cc] = [] if middle < 0 else [(sub, rule.body[0], middle, ts)]
 
 
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
@@ -792,14 +808,14 @@ def apply_rules(
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
         # rules with constants: every firing at once, for every query of the relation (TLogic's
-        # stop compares score lists that these rules' equal confidences often tie)
-        firings = (
-            _constant_firings(constant, every_key, every_sub, every_tq, graph, settings)
-            if constant
-            else ()
-        )
-        for block in firings:
-            _merge_constant_rows(block, constant, lists, out)
+        # stop compares score lists that these rules' equal confidences often tie), in chunks
+        # of queries whose firings merge into each candidate's list once
+        for part in range(0, len(every_key) if constant else 0, CONSTANT_QUERY_CHUNK):
+            chunk = slice(part, part + CONSTANT_QUERY_CHUNK)
+            firings = _constant_firings(
+                constant, every_key[chunk], every_sub[chunk], every_tq[chunk], graph, settings
+            )
+            _merge_constant_rows(_ConstantRows.concat(list(firings)), constant, lists, out)
         bar.update(len(constant))
     bar.close()
     for k, candidates in lists.items():
