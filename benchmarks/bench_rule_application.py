@@ -34,8 +34,8 @@ Temporal KGs: `--temporal-constant-kinds ac1 ac2 zero` adds TLogic-style rules w
 (`mine_rules.temporal.constants`, `rulerag.rules.temporal_constants`), mined in-process from
 the training facts and added to the rules read (or, with `--mine`, to all rules mined in
 process); `--temporal-constant-min-support`, `-min-confidence`, `-unseen-negatives`,
-`-ac2-weight` and `-zero-weight` override that section's keys; `mining_seconds` is then the
-constant rules' mining time (all mining with `--mine`).
+`-ac2-weight`, `-zero-weight` and `-groundings` override that section's keys;
+`mining_seconds` is then the constant rules' mining time (all mining with `--mine`).
 """
 
 from __future__ import annotations
@@ -119,6 +119,9 @@ def main() -> int:
     ):
         flag = "--temporal-constant-" + knob.replace("_", "-")
         parser.add_argument(flag, dest=f"tc_{knob}", type=kind, default=None)
+    parser.add_argument(
+        "--temporal-constant-groundings", dest="tc_groundings", choices=["facts", "entities"]
+    )
     args = parser.parse_args()
     layout = DataLayout.of(args.data, args.dataset)
     if not layout.facts.is_file():
@@ -218,7 +221,8 @@ def temporal_constant_settings(
     changes = {
         knob: getattr(args, f"tc_{knob}")
         for knob in (
-            "min_support", "min_confidence", "unseen_negatives", "ac2_weight", "zero_weight"
+            "min_support", "min_confidence", "unseen_negatives", "ac2_weight", "zero_weight",
+            "groundings",
         )
         if getattr(args, f"tc_{knob}") is not None
     }  # fmt: skip

@@ -23,6 +23,12 @@ entities at a later time), over every grounding instead of TLogic's samples:
   the weight AnyBURL gives the weaker kinds (`ac2_weight`, `zero_weight`).
 - kept: support >= `min_support`, confidence >= `min_confidence`.
 
+With `groundings: entities` a body grounding is the entity X instead of the fact (AnyBURL's
+count, and what TR-Rules, Li et al., EMNLP Findings 2023, calls removing temporal redundancy:
+an entity whose body holds at 50 times no longer counts 50 times): body groundings are the
+distinct X the body holds for, support those whose first body fact a head fact follows; a zero
+rule's support is the distinct X with h(X, c), its body the distinct X with an h-fact.
+
 Unlike AnyBURL's static rules, a body may be the head's own relation and direction, even with
 d = c: h(X, c, T) <= h(X, c, T') says that X's relation with c recurs, a different fact at an
 earlier time (AnyBURL excludes the static r(X, c) <= r(X, c) because it is the head itself).
@@ -41,6 +47,7 @@ fire for every query, scored a * confidence (no body fact, no recency term).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -68,6 +75,11 @@ class TemporalConstantSettings:
     min_support: Positive = 2
     min_confidence: Fraction = 0.01
     unseen_negatives: Count = 0  # pc in support / (body groundings + pc)
+    #: what a body grounding is: `facts` (TLogic: entities and times, so X counts once per
+    #: body fact) or `entities` (AnyBURL: X counts once, however often the body holds for it,
+    #: the "temporal redundancy" TR-Rules removes; it precedes a head when its first body
+    #: fact does)
+    groundings: Literal["facts", "entities"] = "facts"
     ac2_weight: Fraction = 1.0
     zero_weight: Fraction = 1.0
 
@@ -75,6 +87,8 @@ class TemporalConstantSettings:
         unknown = sorted(set(self.kinds) - set(CONSTANT_KINDS))
         if unknown:
             raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
+        if self.groundings not in ("facts", "entities"):
+            raise ValueError(f"groundings must be facts or entities, not {self.groundings!r}")
         if self.min_support < 1 or self.unseen_negatives < 0:
             raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
         for name in ("min_confidence", "zero_weight", "ac2_weight"):
@@ -115,11 +129,29 @@ class _TimedEdges:
         src, dst = np.concatenate([h, o]), np.concatenate([o, h])
         code = np.concatenate([r, r + n_relations])
         t = np.concatenate([t, t])
+        return cls._sorted(n_entities, n_codes, src, code, dst, t)
+
+    @classmethod
+    def _sorted(cls, n: int, n_codes: int, src, code, dst, t) -> _TimedEdges:
         order = np.lexsort((dst, code, t, src))
         src, code, dst, t = src[order], code[order], dst[order], t[order]
-        indptr = np.zeros(n_entities + 1, np.int64)
-        np.cumsum(np.bincount(src, minlength=n_entities), out=indptr[1:])
-        return cls(n_entities, n_codes, src, code, dst, t, indptr)
+        indptr = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(src, minlength=n), out=indptr[1:])
+        return cls(n, n_codes, src, code, dst, t, indptr)
+
+    def earliest(self, *, keep_dst: bool) -> _TimedEdges:
+        """Each (src, code, dst) once (`keep_dst`), or each (src, code) of the edges to another
+        entity once, at its earliest time: the edges whose groundings are entities, not facts
+        (X counts once for a body however often it holds; it precedes a head when its first
+        body fact does)."""
+        keep = np.ones(len(self.src), bool) if keep_dst else self.src != self.dst
+        src, code, dst, t = (a[keep] for a in (self.src, self.code, self.dst, self.t))
+        key = src * self.n_codes + code
+        if keep_dst:
+            key = key * self.n + dst
+        order = np.lexsort((t, key))
+        first = order[np.r_[True, key[order][1:] != key[order][:-1]]] if len(order) else order
+        return self._sorted(self.n, self.n_codes, src[first], code[first], dst[first], t[first])
 
 
 def _lookup(table: tuple[np.ndarray, np.ndarray], key: np.ndarray) -> np.ndarray:
@@ -161,15 +193,25 @@ def mine_temporal_constant_rules(
         hx, hh, hc, ht = hx[forward], hh[forward], hc[forward], ht[forward]
 
     found: dict[str, tuple[np.ndarray, ...]] = {}  # kind -> (h, c, support, body, code, d)
+    by_entity = settings.groundings == "entities"
     if "zero" in kinds:
-        head_key, support = np.unique(g.code[proper] * n + g.dst[proper], return_counts=True)
+        if by_entity:  # distinct X with h(X, c); distinct X with an h-fact to another entity
+            head_key, support = np.unique(hh * n + hc, return_counts=True)
+            body_per_code = np.bincount(g.earliest(keep_dst=False).code, minlength=m)
+        else:  # facts h(X, c, t); every fact of h
+            head_key, support = np.unique(g.code[proper] * n + g.dst[proper], return_counts=True)
+            body_per_code = np.bincount(g.code, minlength=m)
         h, c = np.divmod(head_key, n)
         if not inverse_heads:
             head_key, support, h, c = (a[h < n_relations] for a in (head_key, support, h, c))
-        body = np.bincount(g.code, minlength=m)[h]
-        found["zero"] = (h, c, support, body, None, None)
-    if kinds & {"ac1", "ac2"}:
-        found.update(_with_body(g, hx, hh, hc, ht, kinds, settings.min_support))
+        found["zero"] = (h, c, support, body_per_code[h], None, None)
+    with_body = kinds & {"ac1", "ac2"}
+    if by_entity:  # each (X, b, d) / (X, b) once, at its earliest time
+        for kind in sorted(with_body):
+            table = g.earliest(keep_dst=kind == "ac1")
+            found.update(_with_body(table, hx, hh, hc, ht, {kind}, settings.min_support))
+    elif with_body:
+        found.update(_with_body(g, hx, hh, hc, ht, with_body, settings.min_support))
 
     rules: list[Rule] = []
     for kind in ("zero", "ac2", "ac1"):

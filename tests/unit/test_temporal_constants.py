@@ -88,20 +88,32 @@ def brute_force(facts: pd.DataFrame, settings: TemporalConstantSettings) -> dict
         if kept and confidence > 0:
             out[rule.key] = (support, body, pytest.approx(confidence))
 
+    def counted(groundings: list[tuple[int, int]], h: int, c: int) -> tuple[int, int]:
+        """(support, body) over body facts (x, t), or over the distinct x (entities)."""
+        if settings.groundings == "facts":
+            return sum(1 for x, t in groundings if head_after(x, h, c, t)), len(groundings)
+        xs = {x for x, _ in groundings}
+        return sum(
+            1 for x in xs if any(head_after(x, h, c, t) for y, t in groundings if y == x)
+        ), len(xs)
+
     for h, c in itertools.product(codes, entities):
         if "zero" in settings.kinds:
-            support = sum(1 for x, r, o, _ in edges if r == h and o == c and x != c)
-            add("zero", rule_of(h, c), support, sum(1 for e in edges if e[1] == h))
+            heads = [(x, t) for x, r, o, t in edges if r == h and o == c and x != c]
+            if settings.groundings == "facts":
+                support, body = len(heads), sum(1 for e in edges if e[1] == h)
+            else:
+                support = len({x for x, _ in heads})
+                body = len({x for x, r, o, _ in edges if r == h and o != x})
+            add("zero", rule_of(h, c), support, body)
         for b in codes:
             if "ac2" in settings.kinds:
                 body = [(x, t) for x, r, a, t in edges if r == b and a != x and x != c]
-                support = sum(1 for x, t in body if head_after(x, h, c, t))
-                add("ac2", rule_of(h, c, b), support, len(body))
+                add("ac2", rule_of(h, c, b), *counted(body, h, c))
             if "ac1" in settings.kinds:
                 for d in entities:
                     body = [(x, t) for x, r, o, t in edges if r == b and o == d and x not in (c, d)]
-                    support = sum(1 for x, t in body if head_after(x, h, c, t))
-                    add("ac1", rule_of(h, c, b, d), support, len(body))
+                    add("ac1", rule_of(h, c, b, d), *counted(body, h, c))
     return out
 
 
@@ -121,6 +133,11 @@ def mined(facts: pd.DataFrame, settings: TemporalConstantSettings) -> dict[tuple
         TemporalConstantSettings(
             kinds=("ac2", "zero"), unseen_negatives=5, ac2_weight=0.5, zero_weight=0.1,
             min_support=2, min_confidence=0.01,
+        ),
+        dataclasses.replace(ALL, groundings="entities"),
+        TemporalConstantSettings(
+            kinds=("ac1", "ac2", "zero"), groundings="entities", unseen_negatives=2,
+            min_confidence=0.2,
         ),
     ],
 )  # fmt: skip
