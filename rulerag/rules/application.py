@@ -32,8 +32,9 @@ of a head relation fall into clusters of rules whose predictions overlap (`rule_
 candidate takes the maximum of its scores inside each cluster and the noisy-or across clusters,
 so that redundant rules count once (static KGs only: see `rulerag.rules.rule_clusters`).
 
-AnyBURL's rules with constants (static only; `anyburl_miner`) answer a query (e, r, ?) with their
-head constant c, scored by their confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
+AnyBURL's rules with constants (`anyburl_miner`; temporal ones from `temporal_constants`, scored
+as the next paragraph says) answer a query (e, r, ?) with their head constant c, scored by their
+confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
 s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
 e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
 constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
@@ -45,6 +46,11 @@ looked up by (body relation, d) from each query entity's own edges, and each can
 firings merge into its score list. `lengths` limits the rules with a body: zero-body rules
 always apply (min_confidence still filters them; AnyBURL's weights put them at 0.01 times their
 confidence, so apply them with a lower min_confidence).
+
+Temporal rules with constants (`temporal_constants`) fire the same way, but only from body facts
+strictly before the query time (and from t - window on), each scored with TLogic's score_12 of
+the latest such fact; a zero-body rule, with no body fact, scores a · confidence. They are not
+mirrored either (their subject-side variants are rules of their own).
 
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
