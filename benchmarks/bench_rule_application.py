@@ -20,7 +20,8 @@ Jaccard on the train split, thresholds searched on the valid split) and reports 
 `--data` reads <FOLDER>/<dataset>/ instead of the project's data/ (read only). Beside the
 figures with ties ranked first (TLogic's rank, the project's), `ties_last` has them with the
 answer ranked last among the candidates it ties with, `ties_average` at the mean of the two (as
-SAFRAN's eval.py ranks ties, scipy's rankdata "average"); the same candidates and filter.
+SAFRAN's eval.py ranks ties, scipy's rankdata "average"); the same candidates and filter
+(`rulerag.rules.forecasting`, as the apply_rules stage reports them).
 `--cluster-ties first` tunes nrnoisy_or's search for ties ranked first (a comparison only).
 
 `--mine` mines the rules in-process instead (params.yaml's `mine_rules` settings, the KG's
@@ -59,15 +60,10 @@ from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.application import (  # noqa: E402
     AGGREGATIONS,
     ApplySettings,
-    filtered_rank,
-    time_aware_filter,
 )
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import (  # noqa: E402
-    ForecastResult,
-    baseline_scores,
     forecast,
-    forecast_metrics,
 )
 from rulerag.rules.mining import MineRulesSettings, mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
@@ -76,7 +72,6 @@ from rulerag.rules.temporal_constants import (  # noqa: E402
     mine_temporal_constant_rules,
 )
 
-FIGURES = ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
 TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
 
 
@@ -202,8 +197,7 @@ def main() -> int:
         "queries_per_minute": round(60 * queries / seconds),
         "clustering_seconds": round(clustering.seconds, 1) if clustering else None,
         "clusters": clustering.summary() if clustering else None,
-        **{k: round(v, 4) for k, v in result.metrics.items()},
-        **tie_figures(result, facts, n_relations, n_entities),
+        **rounded_figures(result.metrics),
         "tlogic_published": TLOGIC_ICEWS14 if args.dataset == "icews14" else None,
     }
     print(json.dumps(report, indent=2))
@@ -232,25 +226,11 @@ def temporal_constant_settings(
     return chosen if chosen.kinds else None
 
 
-def tie_figures(
-    result: ForecastResult, facts: pd.DataFrame, n_relations: int, n_entities: int
-) -> dict[str, dict[str, float]]:
-    """MRR and Hits@k of the same candidates with each answer ranked last among its ties, and
-    at the mean of its first and last place."""
-    known = time_aware_filter(facts, n_relations)
-    baseline = baseline_scores(facts, n_relations)
-    ranks: list[int] = []
-    for row in result.ranks.itertuples(index=False):
-        found = result.candidates[int(row.key)]
-        scores = found.rank_keys or found.scores or baseline.get(int(row.rel), {})
-        others = known.get((int(row.sub), int(row.rel), int(row.ts)), set())
-        ranks.append(filtered_rank(scores, int(row.obj), others, n_entities, ties="last"))
-    figures = {}
-    average = (result.ranks["rank"].to_numpy(float) + ranks) / 2
-    for name, rank in (("ties_last", ranks), ("ties_average", average)):
-        metrics = forecast_metrics(result.ranks.assign(rank=rank))
-        figures[name] = {k: round(metrics[k], 4) for k in FIGURES}
-    return figures
+def rounded_figures(metrics: dict) -> dict:
+    """The forecast's figures to 4 decimals, the tie conventions' sections too."""
+    return {
+        k: rounded_figures(v) if isinstance(v, dict) else round(v, 4) for k, v in metrics.items()
+    }
 
 
 if __name__ == "__main__":

@@ -89,6 +89,7 @@ __all__ = [
     "applied_rules",
     "edges_with_inverses",
     "filtered_rank",
+    "filtered_rank_span",
     "noisy_or",
     "nrnoisy_or",
     "time_aware_filter",
@@ -900,10 +901,29 @@ def filtered_rank(
     may be rank keys (tuples, compared as tuples). `ties="last"` also counts the candidates
     scored equal (the answer last among its ties, as SAFRAN's and AnyBURL's top-k lists may
     put it)."""
+    first, last = filtered_rank_span(scores, answer, others, n_entities)
+    return last if ties == "last" else first
+
+
+def filtered_rank_span(
+    scores: Mapping[int, float | tuple[float, ...]],
+    answer: int,
+    others: Iterable[int],
+    n_entities: int,
+) -> tuple[int, int]:
+    """`filtered_rank` with the answer first and last among the candidates it ties with, in
+    one pass over the candidates (an answer without a score: n_entities for both)."""
     if answer not in scores:
-        return n_entities
+        return n_entities, n_entities
     mine = scores[answer]
-    skip = set(others) | {answer}
-    if ties == "last":
-        return 1 + sum(1 for c, s in scores.items() if s >= mine and c not in skip)
-    return 1 + sum(1 for c, s in scores.items() if s > mine and c not in skip)
+    skip = set(others)
+    skip.add(answer)
+    higher = tied = 0
+    for candidate, score in scores.items():
+        if candidate in skip:
+            continue
+        if score > mine:
+            higher += 1
+        elif score == mine:
+            tied += 1
+    return 1 + higher, 1 + higher + tied

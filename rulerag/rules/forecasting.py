@@ -16,6 +16,13 @@ The rank is 1 + the candidates scored strictly higher than the answer after remo
 objects true at the query time (time-aware filter, every split); an answer without a score
 ranks |E|. MRR and Hits@1/3/10 average over all queries.
 
+Ties: that rank puts the answer first among the candidates scored equal to it (TLogic's
+`calculate_rank(setting="best")`, the protocol of its published figures). A static rule scores
+every candidate it reaches with its confidence, so ties are large there and decide the figure;
+the metrics therefore also carry `ties_average` (the mean of the answer's first and last place
+among its ties, as SAFRAN's evaluation ranks, the protocol of the AnyBURL / SAFRAN figures) and
+`ties_last` (the answer after every candidate it ties with), on the same candidates and filter.
+
 TLogic's own baseline shares one frequency table between queries and removes filtered objects
 from it for good (a side effect of `filter_candidates` popping from the shared dict); this
 module copies the table per query.
@@ -35,21 +42,32 @@ from rulerag.rules.application import (
     ClusterLabels,
     apply_rule_list,
     edges_with_inverses,
-    filtered_rank,
+    filtered_rank_span,
     time_aware_filter,
 )
 from rulerag.rules.rule import Rule
 from rulerag.rules.rule_clusters import rule_clusters
 
-__all__ = ["ForecastResult", "baseline_scores", "forecast", "forecast_queries"]
+__all__ = [
+    "TIE_CONVENTIONS",
+    "ForecastResult",
+    "baseline_scores",
+    "forecast",
+    "forecast_metrics",
+    "forecast_queries",
+]
 
 HITS = (1, 3, 10)
+#: the other conventions' metrics, by name: the answer's rank among its ties from its first
+#: place (`rank`) and last (`rank_last`)
+TIE_CONVENTIONS = ("ties_average", "ties_last")
 
 
 @dataclass
 class ForecastResult:
-    """Per query (both directions): sub, rel (TLogic id), obj (the answer), ts, rank, whether
-    rules answered it; the metrics; the candidates by query key (for explanations)."""
+    """Per query (both directions): sub, rel (TLogic id), obj (the answer), ts, rank (first
+    among its ties), rank_last (last among them), whether rules answered it; the metrics; the
+    candidates by query key (for explanations)."""
 
     ranks: pd.DataFrame
     metrics: dict[str, float]
@@ -113,7 +131,7 @@ def forecast(
     )
     known = time_aware_filter(facts, n_relations)
     baseline = baseline_scores(facts, n_relations)
-    ranks, answered = [], []
+    firsts, lasts, answered = [], [], []
     for row in queries.itertuples(index=False):
         found = candidates[int(row.key)]
         scores = found.rank_keys or found.scores
@@ -121,15 +139,29 @@ def forecast(
         if not scores:
             scores = baseline.get(int(row.rel), {})
         others = known.get((int(row.sub), int(row.rel), int(row.ts)), set())
-        ranks.append(filtered_rank(scores, int(row.obj), others, n_entities))
-    table = queries.assign(rank=ranks, by_rules=answered)
+        first, last = filtered_rank_span(scores, int(row.obj), others, n_entities)
+        firsts.append(first)
+        lasts.append(last)
+    table = queries.assign(rank=firsts, rank_last=lasts, by_rules=answered)
     return ForecastResult(table, forecast_metrics(table), candidates)
 
 
-def forecast_metrics(ranks: pd.DataFrame) -> dict[str, float]:
-    """MRR and Hits@1/3/10 over all queries (both directions), and the share rules answered."""
-    rank = ranks["rank"].to_numpy(np.float64)
-    metrics: dict[str, float] = {"queries": float(len(rank)), "mrr": float(np.mean(1 / rank))}
+def _rank_metrics(rank: np.ndarray) -> dict[str, float]:
+    metrics = {"mrr": float(np.mean(1 / rank))}
     metrics.update({f"hits_at_{k}": float(np.mean(rank <= k)) for k in HITS})
+    return metrics
+
+
+def forecast_metrics(ranks: pd.DataFrame) -> dict[str, float | dict[str, float]]:
+    """MRR and Hits@1/3/10 over all queries (both directions) with the answer first among its
+    ties, the share rules answered, and (with a `rank_last` column) the same figures with ties
+    averaged and with the answer last (`ties_average`, `ties_last`)."""
+    first = ranks["rank"].to_numpy(np.float64)
+    metrics: dict[str, float | dict[str, float]] = {"queries": float(len(first))}
+    metrics.update(_rank_metrics(first))
     metrics["answered_by_rules"] = float(ranks["by_rules"].mean())
+    if "rank_last" in ranks:
+        last = ranks["rank_last"].to_numpy(np.float64)
+        metrics["ties_average"] = _rank_metrics((first + last) / 2)
+        metrics["ties_last"] = _rank_metrics(last)
     return metrics

@@ -57,3 +57,18 @@ def test_make_mlflow_ui_serves_the_project_store_from_where_it_is() -> None:
     last = done.stdout.strip().splitlines()[-1]
     assert last.endswith(f"/python -m rulerag.tracking ui --project-dir {PROJECT}"), last
     assert "reroot" not in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_kfp_compiles_in_the_kfp_venv_with_the_projects_interpreter_first() -> None:
+    """The KFP SDK's venv runs the compiler on this checkout's code; the project's venv comes
+    first on PATH, since the graph is read by the project's interpreter (docs/operations.md)."""
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(PROJECT), "kfp",
+         "KFP_DATASETS=icews14 wiki"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.startswith(f"PATH={PROJECT}/.venv/bin:$PATH PYTHONPATH={PROJECT} "), last
+    assert " .venv/kfp/bin/python -m rulerag.orchestration.kfp_pipeline compile " in last
+    assert last.endswith("--output 'kfp/rulerag-pipeline.yaml' --datasets icews14 wiki"), last

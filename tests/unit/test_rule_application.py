@@ -13,9 +13,11 @@ from rulerag.rules.application import (
     apply_rules,
     edges_with_inverses,
     filtered_rank,
+    filtered_rank_span,
     noisy_or,
     time_aware_filter,
 )
+from rulerag.rules.forecasting import TIE_CONVENTIONS, forecast_metrics
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup, split_by_weight
 from rulerag.rules.rule import Atom, Rule
 
@@ -127,7 +129,25 @@ def test_time_aware_filtered_ranks_equal_a_brute_force_filter() -> None:
             if e != o and scores[e] > scores[o] and (s, r, e, t) not in truth
         )  # fmt: skip
         assert rank == brute
+        tied = sum(
+            1 for e in range(12)
+            if e != o and scores[e] == scores[o] and (s, r, e, t) not in truth
+        )  # fmt: skip
+        assert filtered_rank_span(scores, o, known[(s, r, t)], 12) == (brute, brute + tied)
+        assert filtered_rank(scores, o, known[(s, r, t)], 12, ties="last") == brute + tied
     assert filtered_rank({1: 0.5}, 2, set(), 12) == 12  # no score: ranked last
+    assert filtered_rank_span({1: 0.5}, 2, set(), 12) == (12, 12)
+
+
+def test_forecast_metrics_average_and_last_among_ties_by_hand() -> None:
+    ranks = pd.DataFrame({"rank": [1, 2, 5], "rank_last": [3, 2, 5], "by_rules": [1, 1, 0]})
+    metrics = forecast_metrics(ranks)
+    assert metrics["mrr"] == pytest.approx((1 + 1 / 2 + 1 / 5) / 3)
+    assert metrics["ties_average"]["mrr"] == pytest.approx((1 / 2 + 1 / 2 + 1 / 5) / 3)
+    assert metrics["ties_last"]["mrr"] == pytest.approx((1 / 3 + 1 / 2 + 1 / 5) / 3)
+    assert metrics["hits_at_1"] == pytest.approx(1 / 3)
+    assert metrics["ties_average"]["hits_at_1"] == 0 and metrics["ties_last"]["hits_at_3"] == 2 / 3
+    assert "ties_last" not in forecast_metrics(ranks.drop(columns="rank_last"))
 
 
 def test_noisy_or() -> None:
@@ -446,9 +466,14 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(
     assert metrics["dataset"] == "toy" and metrics["temporal"] is temporal
     assert (metrics["rules"], metrics["test_facts"]) == (len(bank), 40)
     assert metrics["published"] is None and "toy" not in PUBLISHED
-    assert {k: metrics[k] for k in result.metrics} == {
-        k: round(v, 4) for k, v in result.metrics.items()
-    }
+    for key, value in result.metrics.items():
+        if isinstance(value, dict):  # the tie conventions' figures
+            assert metrics[key] == {k: round(v, 4) for k, v in value.items()}
+            assert metrics[key]["mrr"] <= metrics["mrr"]
+        else:
+            assert metrics[key] == round(value, 4)
+    assert set(TIE_CONVENTIONS) <= set(metrics)
+    assert (result.ranks["rank_last"] >= result.ranks["rank"]).all()
     answered = sum(bool(a["candidates"]) for a in answers) / len(answers)
     assert metrics["ruleqa_answered"] == round(answered, 4)
     report = (layout.rule_application / "results.md").read_text(encoding="utf-8")
