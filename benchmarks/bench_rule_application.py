@@ -30,6 +30,13 @@ AnyBURL's rules with constants of those kinds (`mine_rules.static.constants.kind
 by kind are reported; `--closed-confidence` is `mine_rules.static.constants.closed_confidence`
 (implies `--mine`). `--min-confidence` is
 `apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it).
+
+Temporal KGs: `--temporal-constant-kinds ac1 ac2 zero` adds TLogic-style rules with constants
+(`mine_rules.temporal.constants`, `rulerag.rules.temporal_constants`), mined in-process from
+the training facts and added to the rules read (or, with `--mine`, to all rules mined in
+process); `--temporal-constant-min-support`, `-min-confidence`, `-unseen-negatives`,
+`-ac2-weight`, `-zero-weight` and `-groundings` override that section's keys;
+`mining_seconds` is then the constant rules' mining time (all mining with `--mine`).
 """
 
 from __future__ import annotations
@@ -58,8 +65,12 @@ from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import (  # noqa: E402
     forecast,
 )
-from rulerag.rules.mining import mine  # noqa: E402
+from rulerag.rules.mining import MineRulesSettings, mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
+from rulerag.rules.temporal_constants import (  # noqa: E402
+    TemporalConstantSettings,
+    mine_temporal_constant_rules,
+)
 
 TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
 
@@ -90,6 +101,22 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--closed-confidence", choices=["pca", "anyburl"], default=None)
     parser.add_argument("--min-confidence", type=float, default=0.01)
+    parser.add_argument(
+        "--temporal-constant-kinds", nargs="*", default=None, choices=["ac1", "ac2", "zero"],
+        help="temporal rules with constants to mine and add (mine_rules.temporal.constants)",
+    )  # fmt: skip
+    for knob, kind in (
+        ("min_support", int),
+        ("min_confidence", float),
+        ("unseen_negatives", int),
+        ("ac2_weight", float),
+        ("zero_weight", float),
+    ):
+        flag = "--temporal-constant-" + knob.replace("_", "-")
+        parser.add_argument(flag, dest=f"tc_{knob}", type=kind, default=None)
+    parser.add_argument(
+        "--temporal-constant-groundings", dest="tc_groundings", choices=["facts", "entities"]
+    )
     args = parser.parse_args()
     layout = DataLayout.of(args.data, args.dataset)
     if not layout.facts.is_file():
@@ -102,8 +129,14 @@ def main() -> int:
         facts = pd.concat([facts[facts["split"] != "test"], test])
     temporal = bool(facts["time"].notna().any())
     mining_seconds = None
+    settings_mine = load_params(ROOT / "params.yaml").mine_rules
+    temporal_constants = temporal_constant_settings(args, settings_mine)
+    if temporal_constants is not None:
+        settings_mine = dataclasses.replace(
+            settings_mine,
+            temporal=dataclasses.replace(settings_mine.temporal, constants=temporal_constants),
+        )
     if args.mine or args.constant_kinds is not None or args.closed_confidence is not None:
-        settings_mine = load_params(ROOT / "params.yaml").mine_rules
         constants = settings_mine.static.constants
         if args.constant_kinds is not None:
             constants = dataclasses.replace(constants, kinds=tuple(args.constant_kinds))
@@ -118,6 +151,12 @@ def main() -> int:
         mining_seconds = round(time.perf_counter() - started, 1)
     else:
         rules = frame_rules(read_parquet(args.rules or layout.rules))
+        if temporal and temporal_constants is not None:
+            started = time.perf_counter()
+            train = facts[facts["split"].isin(settings_mine.splits)]
+            found = mine_temporal_constant_rules(train, n_entities, n_relations, temporal_constants)
+            mining_seconds = round(time.perf_counter() - started, 1)
+            rules = [*rules, *found]
     settings = ApplySettings(
         lengths=tuple(args.lengths),
         window=args.window,
@@ -146,6 +185,9 @@ def main() -> int:
         "rules": len(rules),
         "rules_by_kind": dict(Counter(rule.kind for rule in rules)),
         "constant_kinds": args.constant_kinds,
+        "temporal_constants": (
+            dataclasses.asdict(temporal_constants) if temporal_constants is not None else None
+        ),
         "closed_confidence": args.closed_confidence or "pca",
         "mining_seconds": mining_seconds,
         "aggregation": args.aggregation,
@@ -162,6 +204,26 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def temporal_constant_settings(
+    args: argparse.Namespace, settings: MineRulesSettings
+) -> TemporalConstantSettings | None:
+    """params.yaml's `mine_rules.temporal.constants` with the command line's overrides; None
+    when no kind is asked for."""
+    base = settings.temporal.constants
+    changes = {
+        knob: getattr(args, f"tc_{knob}")
+        for knob in (
+            "min_support", "min_confidence", "unseen_negatives", "ac2_weight", "zero_weight",
+            "groundings",
+        )
+        if getattr(args, f"tc_{knob}") is not None
+    }  # fmt: skip
+    if args.temporal_constant_kinds is not None:
+        changes["kinds"] = tuple(args.temporal_constant_kinds)
+    chosen = dataclasses.replace(base, **changes)
+    return chosen if chosen.kinds else None
 
 
 def rounded_figures(metrics: dict) -> dict:

@@ -159,15 +159,18 @@ class _Graph:
         return self.src[mask], self.dst[mask]
 
 
-def _chunks_by_constant(constant: np.ndarray, rows: np.ndarray) -> Iterator[np.ndarray]:
+def chunks_by_constant(
+    constant: np.ndarray, rows: np.ndarray, limit: int = _CHUNK_ROWS
+) -> Iterator[np.ndarray]:
     """Index arrays over head pairs sorted by constant, each of whole constants and at most
-    about _CHUNK_ROWS expansion rows (a single larger constant is one chunk)."""
+    about `limit` expansion rows (a single larger constant is one chunk), so counts grouped
+    by constant are final within a chunk (the temporal constant miner chunks the same way)."""
     order = np.argsort(constant, kind="stable")
     cum = np.cumsum(rows[order])
     starts = np.r_[0, np.flatnonzero(np.diff(constant[order])) + 1]  # first row of each constant
     begin = 0
     while begin < len(order):
-        budget = (cum[begin - 1] if begin else 0) + _CHUNK_ROWS
+        budget = (cum[begin - 1] if begin else 0) + limit
         end = int(np.searchsorted(cum, budget, side="right"))
         # cut at a constant's start at or before `end`, but take at least one constant
         cut = starts[np.searchsorted(starts, end, side="right") - 1] if end < len(order) else end
@@ -218,7 +221,9 @@ def mine_constant_rules(
                 const, support = np.unique(cs, return_counts=True)
                 body = np.full(len(const), n_facts)
                 ok, conf = keep("zero", support, body)
-                rules += _build(r, inverse, const[ok], support[ok], body[ok], conf[ok], pc)
+                rules += build_constant_rules(
+                    r, inverse, const[ok], support[ok], body[ok], conf[ok], pc
+                )
             if "ac2" in kinds:
                 rules.extend(_ac2(g, r, inverse, hc, xs, cs, keep, pc))
             if "ac1" in kinds:
@@ -254,7 +259,7 @@ def closed_rules_confidence(rules: Sequence[Rule], settings: ConstantRuleSetting
     return out
 
 
-def _build(
+def build_constant_rules(
     r: int,
     inverse: bool,
     const: np.ndarray,
@@ -264,9 +269,15 @@ def _build(
     pc: int,
     code: np.ndarray | None = None,
     d: np.ndarray | None = None,
+    *,
+    temporal: bool = False,
 ) -> list[Rule]:
     """The rules with their statistics, structured as `Rule.with_constant` structures them
-    (its layout is rebuilt here without a call per rule: millions of rules are made)."""
+    (its layout is rebuilt here without a call per rule: millions of rules are made). Rules
+    of head relation `r` (constant as its subject with `inverse`), the constants `const`, body
+    codes `code` (2 * relation + 1 when read backwards from X) and body constants `d` (or
+    none); `temporal` marks TLogic's rules (`temporal_constants`), which carry support, body
+    support and confidence only."""
     extra = {"unseen_negatives": pc}
     out = []
     templates: dict[tuple, Rule] = {}
@@ -297,9 +308,10 @@ def _build(
                 head=template.head,
                 body=template.body,
                 constants=tuple(sorted((v, value[e]) for v, e in template.constants)),
+                temporal=temporal,
                 support=float(s),
                 body_support=float(b),
-                std_confidence=s / b if b else None,
+                std_confidence=s / b if b and not temporal else None,
                 confidence=float(f),
                 extra=extra,
             )
@@ -323,7 +335,9 @@ def _ac2(g: _Graph, r: int, inverse: bool, hc: int, xs, cs, keep, pc) -> list[Ru
     n_src = np.bincount(g.out_key % g.n_codes, minlength=g.n_codes)  # X with a code-edge
     body = n_src[code] - (g.out_degree(const, code) > 0)
     ok, conf = keep("ac2", support, body)
-    return _build(r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok])
+    return build_constant_rules(
+        r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok]
+    )
 
 
 def _ac1(
@@ -341,7 +355,7 @@ def _ac1(
     """r(X, c) <= s(X, d): head pairs joined with X's edges, counted per constant chunk."""
     deg = np.diff(g.indptr)
     out = []
-    for part in _chunks_by_constant(cs, deg[xs]):
+    for part in chunks_by_constant(cs, deg[xs]):
         x, c = xs[part], cs[part]
         counts = deg[x]
         owner = np.repeat(np.arange(len(x)), counts)
@@ -362,7 +376,7 @@ def _ac1(
         body = groundings - ((const != d) & g.has_edge(const, code, d))
         ok, conf = keep("ac1", support, body)
         ok &= groundings >= min_groundings
-        out += _build(
+        out += build_constant_rules(
             r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok], d[ok]
         )  # fmt: skip
     return out

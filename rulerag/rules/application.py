@@ -32,8 +32,9 @@ of a head relation fall into clusters of rules whose predictions overlap (`rule_
 candidate takes the maximum of its scores inside each cluster and the noisy-or across clusters,
 so that redundant rules count once (static KGs only: see `rulerag.rules.rule_clusters`).
 
-AnyBURL's rules with constants (static only; `anyburl_miner`) answer a query (e, r, ?) with their
-head constant c, scored by their confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
+AnyBURL's rules with constants (`anyburl_miner`; temporal ones from `temporal_constants`, scored
+as the next paragraph says) answer a query (e, r, ?) with their head constant c, scored by their
+confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
 s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
 e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
 constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
@@ -45,6 +46,11 @@ looked up by (body relation, d) from each query entity's own edges, and each can
 firings merge into its score list. `lengths` limits the rules with a body: zero-body rules
 always apply (min_confidence still filters them; AnyBURL's weights put them at 0.01 times their
 confidence, so apply them with a lower min_confidence).
+
+Temporal rules with constants (`temporal_constants`) fire the same way, but only from body facts
+strictly before the query time (and from t - window on), each scored with TLogic's score_12 of
+the latest such fact; a zero-body rule, with no body fact, scores a · confidence. They are not
+mirrored either (their subject-side variants are rules of their own).
 
 Our rules store an inverse-head rule renamed to a forward head (`tlogic_io`); they are turned
 back into TLogic's ids here (`rule_to_tlogic`), and every one-atom rule is mirrored under the
@@ -59,7 +65,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import partial
 from typing import Literal, get_args
 
@@ -159,6 +165,10 @@ class ApplySettings:
 #: larger expansion runs in blocks. YAGO's facts repeat every year of their validity, so one
 #: three-atom rule over 68 queries reaches 5.3e8 rows at its last hop.
 MAX_EXPANSION_ROWS = 1 << 22
+#: Queries whose constant-rule firings are gathered and merged at once: every candidate's score
+#: list takes its firings in one merge, not one per body relation (ICEWS14's ac1 rules reach
+#: thousands of firings a query)
+CONSTANT_QUERY_CHUNK = 1024
 
 
 @dataclass(frozen=True)
@@ -258,10 +268,11 @@ def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRul
 
 def _constant_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:
     """An AnyBURL rule r(X, c) <= [s(X, d) | s(X, A)] (head r) or r(c, X) <= ... (head r + n,
-    the subject query's), read from X; None for a temporal rule or another shape."""
+    the subject query's), read from X, static or temporal (`temporal_constants`: the same
+    shapes with the body before the head); None for another shape."""
     bound = rule.constant_of
     head = rule.head
-    if rule.temporal or rule.length > 1 or (head.subject in bound) == (head.object in bound):
+    if rule.length > 1 or (head.subject in bound) == (head.object in bound):
         return None
     if head.subject in bound:
         relation, x, constant = head.relation + n, head.object, bound[head.subject]
@@ -519,8 +530,9 @@ def _pair_groundings(
 @dataclass
 class _ConstantRows:
     """Firings of constant rules: per row the query, the candidate (the rule's head constant),
-    the score (the rule's confidence), the rule (position in the head's list), the body's
-    other entity (d, one A, or -1 for a zero-body rule)."""
+    the score (static: the rule's confidence; temporal: TLogic's score_12 of the body fact),
+    the rule (position in the head's list), the body's other entity (d, one A, or -1 for a
+    zero-body rule) and the body fact's time (0 for a static or zero-body rule)."""
 
     key: np.ndarray
     sub: np.ndarray
@@ -528,40 +540,79 @@ class _ConstantRows:
     score: np.ndarray
     rule: np.ndarray
     middle: np.ndarray
+    ts: np.ndarray
+
+    @classmethod
+    def concat(cls, parts: Sequence[_ConstantRows]) -> _ConstantRows:
+        """The rows of `parts`, in order (no part: no row)."""
+        names = [f.name for f in fields(cls)]
+        if not parts:
+            return cls(*(np.zeros(0, np.float32 if n == "score" else np.int64) for n in names))
+        return cls(*(np.concatenate([getattr(p, n) for p in parts]) for n in names))
 
 
 def _constant_firings(
-    constant: Sequence[AppliedRule], key: np.ndarray, sub: np.ndarray, edges: _Edges
+    constant: Sequence[AppliedRule],
+    key: np.ndarray,
+    sub: np.ndarray,
+    tq: np.ndarray,
+    edges: _Edges,
+    settings: ApplySettings,
 ) -> Iterable[_ConstantRows]:
-    """Every firing of the constant rules of one head relation for the queries (key, sub), as
-    AnyBURL fires them (module docstring), in blocks: the zero-body rules, then per body
+    """Every firing of the constant rules of one head relation for the queries (key, sub, tq),
+    as AnyBURL fires them (module docstring), in blocks: the zero-body rules, then per body
     relation the ac2 and the ac1 rules. Rules sharing a body fire for the same queries, so
     each body is matched once: ac1 rules are looked up by (body relation, d) from the query
-    entities' own edges."""
+    entities' own edges. Temporal rules (`temporal_constants`) see the body facts before the
+    query time (within `window`) only and score TLogic's score_12 of the latest such fact; a
+    zero-body rule, with no body fact, a * confidence."""
     n = edges.n_entities
+    temporal = settings.temporal
     const = np.array([r.constant for r in constant], np.int64)
-    conf = np.array([r.confidence for r in constant], np.float32)
+    conf = np.array([r.confidence for r in constant], np.float64 if temporal else np.float32)
     body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
     d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
 
-    def block(q: np.ndarray, i: np.ndarray, middle: np.ndarray) -> _ConstantRows:
+    def block(
+        q: np.ndarray, i: np.ndarray, middle: np.ndarray, ts: np.ndarray | None = None
+    ) -> _ConstantRows:
+        """The firings of rules i for queries q, body facts (middle, ts); ts None: a zero-body
+        rule's (static rules' scores do not use it)."""
         keep = (sub[q] != const[i]) & ((d[i] < 0) | (sub[q] != d[i]))
         q, i, middle = q[keep], i[keep], middle[keep]
-        return _ConstantRows(key[q], sub[q], const[i], conf[i], i, middle)
+        if not temporal:
+            score = conf[i]
+        elif ts is None:  # no body fact: no recency term
+            score = (settings.a * conf[i]).astype(np.float32)
+        else:
+            recency = np.exp(settings.lmbda * (ts[keep] - tq[q]))
+            score = (settings.a * conf[i] + (1 - settings.a) * recency).astype(np.float32)
+        ts = np.zeros(len(q), np.int64) if ts is None else ts[keep]
+        return _ConstantRows(key[q], sub[q], const[i], score, i, middle, ts)
 
     zero = np.flatnonzero(body < 0)
     if len(zero):
         q = np.repeat(np.arange(len(key)), len(zero))
         i = np.tile(zero, len(key))
         yield block(q, i, np.full(len(q), -1))
-    everything = np.full(len(key), edges.t_min)
+    if temporal:  # strictly before the query, from t - window on
+        lo = tq - settings.window if settings.window > 0 else np.full(len(key), edges.t_min)
+        hi = tq
+    else:
+        lo = np.full(len(key), edges.t_min)
+        hi = lo + edges.span
     for relation in np.unique(body[body >= 0]).tolist():
         adjacency = edges.by_relation.get(relation)
         if adjacency is None:
             continue
-        start, counts = edges.ranges(adjacency, sub, everything, everything + edges.span)
+        start, counts = edges.ranges(adjacency, sub, lo, hi)
         ac2 = np.flatnonzero((body == relation) & (d < 0))
-        if len(ac2):
+        if len(ac2) and temporal:
+            fires, other, ts = _latest_other(adjacency, sub, start, counts)
+            q = np.repeat(fires, len(ac2))
+            rows = np.tile(ac2, len(fires))
+            yield block(q, rows, np.repeat(other, len(ac2)), np.repeat(ts, len(ac2)))
+        elif len(ac2):
             loop = sorted_lookup(edges.pairs(relation), sub * n + sub)[1]  # s(e, e) gives no A
             fires = np.flatnonzero(counts > loop)
             first = adjacency.obj[start[fires]]
@@ -573,11 +624,34 @@ def _constant_firings(
         if len(ac1):
             ac1 = ac1[np.argsort(d[ac1], kind="stable")]
             index, q = ragged_ranges(start, start + counts)  # the query entities' s-edges
+            if temporal:  # per query and d, its latest fact: the one score_12 uses
+                index, q = _latest_of(index, q, adjacency)
             obj = adjacency.obj[index]
-            lo = np.searchsorted(d[ac1], obj, side="left")
-            hi = np.searchsorted(d[ac1], obj, side="right")
-            pos, owner = ragged_ranges(lo, hi)
-            yield block(q[owner], ac1[pos], obj[owner])
+            lo_d = np.searchsorted(d[ac1], obj, side="left")
+            hi_d = np.searchsorted(d[ac1], obj, side="right")
+            pos, owner = ragged_ranges(lo_d, hi_d)
+            yield block(q[owner], ac1[pos], obj[owner], adjacency.ts[index][owner])
+
+
+def _latest_of(
+    index: np.ndarray, q: np.ndarray, adjacency: _Adjacency
+) -> tuple[np.ndarray, np.ndarray]:
+    """Of the edges `index` of the queries `q`, the latest per (query, object)."""
+    keep = _latest_per_group([q, adjacency.obj[index]], adjacency.ts[index])
+    return index[keep], q[keep]
+
+
+def _latest_other(
+    adjacency: _Adjacency, sub: np.ndarray, start: np.ndarray, counts: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The queries whose entity has an edge in [start, start + counts) to another entity,
+    with the latest such edge's object and time (ties: the first in the range)."""
+    index, q = ragged_ranges(start, start + counts)
+    other = adjacency.obj[index] != sub[q]
+    index, q = index[other], q[other]
+    keep = _latest_per_group([q], adjacency.ts[index])
+    keep = keep[np.argsort(q[keep], kind="stable")]
+    return q[keep], adjacency.obj[index[keep]], adjacency.ts[index[keep]]
 
 
 def _merge_constant_rows(
@@ -587,34 +661,38 @@ def _merge_constant_rows(
     out: dict[int, Candidates],
 ) -> None:
     """Add the firings to each candidate's descending score list; a firing that beats the
-    candidate's best score so far becomes its rule and explanation (ties keep the earlier)."""
+    candidate's best score so far becomes its rule and explanation (ties keep the earlier:
+    the closed rule, else the first constant rule in the head's list)."""
     if not len(rows.key):
         return
     order = np.lexsort((rows.rule, -rows.score, rows.cand, rows.key))
     k, c = rows.key[order], rows.cand[order]
     cuts = np.flatnonzero((k[1:] != k[:-1]) | (c[1:] != c[:-1])) + 1
-    starts = np.r_[0, cuts].tolist()
+    starts = np.r_[0, cuts]
     ends = np.r_[cuts, len(order)].tolist()
     scores = rows.score[order].tolist()
     firsts = order[starts]
-    for a, b, kk, cc, row in zip(
-        starts, ends, k[starts].tolist(), c[starts].tolist(), firsts.tolist(), strict=True
+    best = zip(
+        rows.rule[firsts].tolist(),
+        rows.sub[firsts].tolist(),
+        rows.middle[firsts].tolist(),
+        rows.ts[firsts].tolist(),
+        strict=True,
+    )
+    for a, b, kk, cc, (position, sub, middle, ts) in zip(
+        starts.tolist(), ends, k[starts].tolist(), c[starts].tolist(), best, strict=True
     ):
         new = scores[a:b]
         ranked = lists[kk].get(cc)
         if ranked is None:
             lists[kk][cc] = new
-        elif new[0] > ranked[0]:
-            lists[kk][cc] = list(heapq.merge(new, ranked, key=_descending))
-        else:
-            lists[kk][cc] = list(heapq.merge(ranked, new, key=_descending))
-            continue
-        rule = constant[int(rows.rule[row])]
+        else:  # two descending runs: one merge (timsort)
+            lists[kk][cc] = sorted(ranked + new, reverse=True)
+            if not new[0] > ranked[0]:
+                continue
+        rule = constant[position]
         out[kk].rules[cc] = rule.index
-        middle = int(rows.middle[row])
-        out[kk].explanations[cc] = (
-            [] if middle < 0 else [(int(rows.sub[row]), rule.body[0], middle, 0)]
-        )
+        out[kk].explanations[cc] = [] if middle < 0 else [(sub, rule.body[0], middle, ts)]
 
 
 def _explanation(rule: AppliedRule, found: _Paths, row: int) -> list[tuple[int, int, int, int]]:
@@ -699,7 +777,7 @@ def apply_rules(
                 "aggregation nrnoisy_or does not take rules with constants "
                 "(mine_rules.static.constants.kinds): choose max or noisy_or for them"
             )
-        every_key, every_sub = key, sub
+        every_key, every_sub, every_tq = key, sub, tq
         for position, rule in enumerate(rules.get(int(rel), [])):
             if rule.constant is not None:
                 continue
@@ -736,10 +814,15 @@ def apply_rules(
             if finished:
                 active = ~np.isin(key, finished)
                 key, sub, tq = key[active], sub[active], tq[active]
-        # static rules with constants: every firing at once, for every query of the relation
-        # (TLogic's stop compares score lists that these rules' equal confidences often tie)
-        for block in _constant_firings(constant, every_key, every_sub, graph) if constant else ():
-            _merge_constant_rows(block, constant, lists, out)
+        # rules with constants: every firing at once, for every query of the relation (TLogic's
+        # stop compares score lists that these rules' equal confidences often tie), in chunks
+        # of queries whose firings merge into each candidate's list once
+        for part in range(0, len(every_key) if constant else 0, CONSTANT_QUERY_CHUNK):
+            chunk = slice(part, part + CONSTANT_QUERY_CHUNK)
+            firings = _constant_firings(
+                constant, every_key[chunk], every_sub[chunk], every_tq[chunk], graph, settings
+            )
+            _merge_constant_rows(_ConstantRows.concat(list(firings)), constant, lists, out)
         bar.update(len(constant))
     bar.close()
     for k, candidates in lists.items():

@@ -173,13 +173,11 @@ def mine(
     if temporal:
         from rulerag.rules.temporal_miner import mine_temporal
 
-        return mine_temporal(
-            facts,
-            n_entities,
-            n_relations,
-            seed=settings.seed,
-            **dataclasses.asdict(settings.temporal),
-        )
+        temporal = {  # field by field: asdict would turn `constants` into a dict
+            f.name: getattr(settings.temporal, f.name)
+            for f in dataclasses.fields(settings.temporal)
+        }
+        return mine_temporal(facts, n_entities, n_relations, seed=settings.seed, **temporal)
     from rulerag.rules.static_miner import mine_static
 
     static = {f.name: getattr(settings.static, f.name) for f in dataclasses.fields(settings.static)}
@@ -229,9 +227,12 @@ def describe_rules(
 ) -> dict[str, Any]:
     """stats.json of `mine_rules`: rules and bank by length, relations the bank covers; the
     same for the same KG and settings (the mining time is `MinedRules.seconds`). The static
-    miner's also counts rules by kind (path, pair, ac1, ac2, zero)."""
+    miner's also counts rules by kind (path, pair, ac1, ac2, zero), and so does any other
+    whose rules have constants (the temporal miner's `mine_rules.temporal.constants`); a
+    temporal miner's without them does not, so its stats.json keeps its bytes."""
     with_facts = int(facts["relation"].nunique())
-    by_kind = {} if miner != "static" else {"rules_by_kind": rule_kinds(frame)}
+    counted = miner == "static" or "kind" in frame.columns
+    by_kind = {"rules_by_kind": rule_kinds(frame)} if counted else {}
     return {
         "dataset": dataset,
         "miner": miner,

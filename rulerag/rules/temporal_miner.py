@@ -63,7 +63,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
 import numpy as np
@@ -73,6 +73,7 @@ from tqdm.auto import tqdm
 
 from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
+from rulerag.rules.temporal_constants import TemporalConstantSettings, mine_temporal_constant_rules
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
 from rulerag.settings import STRICT_INT, Count, Fraction, Positive
 
@@ -692,6 +693,8 @@ class TemporalMinerSettings:
     min_confidence: Fraction = 0.0
     min_rule_support: Count = 1  # 1 = TLogic's `conf > 0`
     min_body_support: Count = 1
+    #: rules with constants (`temporal_constants`), none by default
+    constants: TemporalConstantSettings = field(default_factory=TemporalConstantSettings)
 
 
 #: the default seed of walks and body samples (params.yaml `mine_rules.seed`)
@@ -714,6 +717,7 @@ def mine_temporal(
     min_confidence: float = _DEFAULT.min_confidence,
     min_rule_support: int = _DEFAULT.min_rule_support,
     min_body_support: int = _DEFAULT.min_body_support,
+    constants: TemporalConstantSettings = _DEFAULT.constants,
     inverse_heads: bool = True,
     progress: bool = True,
 ) -> list[Rule]:
@@ -727,6 +731,9 @@ def mine_temporal(
     paths; meant for small KGs, short rules and checks). Rules are kept when rule support >=
     `min_rule_support` (1 = TLogic's conf > 0), body support >= `min_body_support` and
     confidence >= `min_confidence`. `facts` are used whole (pass the train split only).
+
+    With `constants.kinds`, rules with constants of those kinds are added, counted exactly
+    (`temporal_constants`); the other rules do not change.
 
     Returns temporal `Rule`s with support = rule support, body_support, confidence, sorted by
     head relation, confidence (descending) and structure; an empty list is a valid result.
@@ -798,7 +805,10 @@ def mine_temporal(
                 head[i] < n_relations and previous.extra.get("inverse_head", False)
             ):
                 rules[rule.key] = _mark(rule, bool(head[i] >= n_relations))
-    return sort_temporal_rules(rules.values())
+    found = mine_temporal_constant_rules(
+        facts, n_entities, n_relations, constants, inverse_heads=inverse_heads
+    )
+    return sort_temporal_rules([*rules.values(), *found])
 
 
 def _mark(rule: Rule, inverse_head: bool) -> Rule:

@@ -123,11 +123,15 @@ def rule_to_tlogic(rule: Rule, n_relations: int) -> tuple[int, list[int], list[l
 
 def sort_temporal_rules(rules: Iterable[Rule]) -> list[Rule]:
     """The order both the miner and the reader return: head relation, confidence descending,
-    then length and structure, so equal inputs give byte-identical outputs."""
+    then length and structure (constants last, () for TLogic's own rules), so equal inputs
+    give byte-identical outputs."""
 
     def key(rule: Rule) -> tuple:
         body = tuple((a.relation, a.subject, a.object) for a in rule.body)
-        return (rule.head.relation, -rule.score, rule.length, body, rule.var_constraints)
+        return (
+            rule.head.relation, -rule.score, rule.length, body, rule.var_constraints,
+            rule.constants,
+        )  # fmt: skip
 
     return sorted(rules, key=key)
 

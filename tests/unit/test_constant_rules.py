@@ -120,14 +120,17 @@ def test_bank_excludes_constant_rules() -> None:
     assert all(not r.constants for r in frame_rules(bank))
 
 
-def test_stats_count_kinds_for_the_static_miner_only() -> None:
+def test_stats_count_kinds_for_the_static_miner_and_rules_with_constants() -> None:
     frame = rules_frame(all_rules(), RELATIONS, ENTITIES)
     bank = select_bank(frame, BankConfig())
     facts = pd.DataFrame({"relation": [0, 1, 2, 3]})
     stats = describe_rules("toy", "static", frame, bank, facts)
     assert list(stats["rules_by_kind"]) == list(RULE_KINDS)
     assert stats["rules_by_kind"]["zero"] == 2 and stats["rules_by_length"]["0"] == 2
-    assert "rules_by_kind" not in describe_rules("toy", "temporal", frame, bank, facts)
+    # another miner counts kinds only when its rules have constants (stats.json unchanged)
+    assert describe_rules("toy", "temporal", frame, bank, facts)["rules_by_kind"]["zero"] == 2
+    plain = frame[frame["constants"] == "[]"].drop(columns=["constants", "kind"])
+    assert "rules_by_kind" not in describe_rules("toy", "temporal", plain, bank, facts)
 
 
 def test_amie_export_round_trip_with_constants(tmp_path: Path) -> None:
