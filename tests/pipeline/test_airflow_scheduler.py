@@ -148,7 +148,8 @@ def test_a_changed_kg_mirror_runs_its_datasets_chain(project_copy: Path, tmp_pat
     (mirror / "wiki" / "train.txt").write_text("a\tr\tb\n", encoding="utf-8")
     home = tmp_path / "airflow_home"
     dags = ("rulerag", "rulerag_kg_watch", "rulerag_kg_changed")
-    with running_airflow(project_copy, home, unpause=dags, RULERAG_DATA_DIR=str(mirror)) as api:
+    extra = {"RULERAG_DATA_DIR": str(mirror), "RULERAG_KG_WATCH_SCHEDULE": "none"}  # looks by hand
+    with running_airflow(project_copy, home, unpause=dags, **extra) as api:
         for look, change in (("first", False), ("changed", True), ("unchanged", False)):
             if change:
                 (mirror / "wiki" / "train.txt").write_text("a\tr\tb\nb\tr\tc\n", encoding="utf-8")
