@@ -104,9 +104,10 @@ def running_airflow(
         AIRFLOW__API__SECRET_KEY="rulerag-test-secret",
         AIRFLOW__API__MAXIMUM_PAGE_LIMIT="1000",  # every task instance of a run in one page
         # a loaded machine (CI's two workers) parses the DAG file slowly: more than the DAG
-        # processor's default 50 s kills it, and the DAG never appears
-        AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT="300",
-        AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT="300",
+        # processor's default 50 s kills it, and the DAG never appears (an older commit's
+        # DAG, which a benchmark may measure, took minutes to serialize)
+        AIRFLOW__DAG_PROCESSOR__DAG_FILE_PROCESSOR_TIMEOUT="600",
+        AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT="600",
         **extra,
     )  # fmt: skip
     run([str(BIN / "airflow"), "db", "migrate"], project, env, timeout=300)
@@ -126,11 +127,11 @@ def running_airflow(
                     stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 )  # fmt: skip
         api = RestApi(f"http://127.0.0.1:{port}")
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 600
         while not all(api.ready(f"/dags/{dag_id}") for dag_id in unpause):
             for name, proc in servers.items():
                 assert proc.poll() is None, f"{name} exited:\n{tail(logs / f'{name}.log')}"
-            assert time.monotonic() < deadline, f"{unpause} not served after 300 s:\n" + "\n".join(
+            assert time.monotonic() < deadline, f"{unpause} not served after 600 s:\n" + "\n".join(
                 tail(logs / f"{name}.log") for name in servers
             )
             time.sleep(2)
