@@ -14,13 +14,15 @@ Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
 
     {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}
 
-``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip). A run
+``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip);
+``"force": ["ingest"]`` runs those stages' instances with ``dvc repro --force``. A run
 whose conf changed params.yaml ends by committing params.yaml and dvc.lock to the branch
 ``airflow-<run id>`` and putting params.yaml back as it was (``record_overrides``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -31,7 +33,18 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.sdk import DAG, Param, TaskGroup, TriggerRule, get_current_context, task
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.providers.standard.operators.python import PythonOperator
+from airflow.sdk import (
+    DAG,
+    Asset,
+    BaseOperatorLink,
+    Param,
+    TaskGroup,
+    TriggerRule,
+    get_current_context,
+    task,
+)
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The project is the parent of dags/ unless RULERAG_PROJECT_DIR says otherwise (tests point it
@@ -42,15 +55,31 @@ PROJECT_DIR = Path(
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
+from rulerag.orchestration.assets import (  # noqa: E402
+    ASSET_GROUP,
+    mirror_asset_name,
+    mirror_folder,
+    output_assets,
+    root_stages,
+)
 from rulerag.orchestration.dag_settings import GPU_STAGES, DagSettings  # noqa: E402
 from rulerag.orchestration.dvc_graph import (  # noqa: E402
+    DONE_SUFFIX,
+    GATE_SUFFIX,
     StageInstance,
     build_graph,
     cmd_param_keys,
     full_task_id,
     load_yaml,
+    marker_task_ids,
     stage_edges,
     task_placement,
+)
+from rulerag.orchestration.mlflow_links import (  # noqa: E402
+    experiment_runs_url,
+    mlflow_ui_base,
+    run_url,
+    tags_filter,
 )
 from rulerag.orchestration.run_conf import (  # noqa: E402
     apply_run_conf,
@@ -128,6 +157,12 @@ def trigger_params(
         "stages": _multi_select(
             "Stages", "dvc.yaml stages to run, the others skip; none chosen: every stage.", stages
         ),
+        "force": _multi_select(
+            "Force",
+            "dvc.yaml stages to rerun even when DVC sees no change (dvc repro --force), e.g. "
+            "ingest after the KG mirror changed; none chosen: none.",
+            stages,
+        ),
         "params": Param(
             {},
             type=["object", "null"],
@@ -145,7 +180,7 @@ def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in conf.items() if not (k in _FORM_FIELDS and v in ([], {}, None))}
 
 
-_FORM_FIELDS = ("datasets", "stages", "params")
+_FORM_FIELDS = ("datasets", "stages", "params", "force")
 
 
 def _backup_path(run_id: str) -> Path:
@@ -196,6 +231,7 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
         "datasets": list(selected),
         "params": dict(run_conf.params),
         "stages": stages,
+        "force": list(run_conf.force),
     }
 
 
@@ -278,10 +314,17 @@ def skip_unselected(instance: StageInstance, stages: list[str] | None) -> None:
         raise AirflowSkipException(f"{instance.name}: {why}")
 
 
-def run_stage(instance: StageInstance, run_id: str, stages: list[str] | None = None) -> None:
-    """``dvc repro`` a selected stage instance in the project folder (`skip_unselected`)."""
+def run_stage(
+    instance: StageInstance,
+    run_id: str,
+    stages: list[str] | None = None,
+    force: list[str] | None = None,
+) -> None:
+    """``dvc repro`` a selected stage instance in the project folder (`skip_unselected`),
+    with ``--force`` when its stage is in `force`."""
     skip_unselected(instance, stages)
-    cmd = [_dvc_executable(), "repro", "--single-item", instance.name]
+    forced = ["--force"] if instance.stage in (force or ()) else []
+    cmd = [_dvc_executable(), "repro", "--single-item", *forced, instance.name]
     log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
     stream_command(cmd, PROJECT_DIR, _stage_env(run_id), log.info)
 
@@ -307,8 +350,61 @@ def run_stage_in_workspace(
         settings=SETTINGS,
         env=_stage_env(run_id),
         echo=log.info,
+        force=instance.stage in (applied.get("force") or ()),
     )
     return {instance.name: entry}
+
+
+def mlflow_runs_link(instance: str, dataset: str, run_id: str) -> str:
+    """Where the MLflow UI (RULERAG_MLFLOW_UI_URL) shows the runs stage instance `instance`
+    logged in DAG run `run_id`: the run's page when there is one, else its experiment's runs
+    view filtered on the two tags (a retried task's runs, several runs of one stage); ""
+    while the store has no experiment for the dataset (nothing logged, or spooled)."""
+    from mlflow import MlflowClient
+
+    from rulerag.tracking.config import resolve_tracking_uri, tracking_project
+    from rulerag.tracking.names import TAG_PIPELINE_RUN, TAG_STAGE_INSTANCE, experiment_name
+
+    base = mlflow_ui_base()
+    uri = resolve_tracking_uri(tracking_project(PROJECT_DIR))
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        return ""  # no store yet; opening one would create it
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.get_experiment_by_name(experiment_name(dataset))
+    if experiment is None:
+        return ""
+    search = tags_filter({TAG_PIPELINE_RUN: run_id, TAG_STAGE_INSTANCE: instance})
+    runs = client.search_runs([experiment.experiment_id], search, max_results=2)
+    if len(runs) == 1:
+        return run_url(base, experiment.experiment_id, runs[0].info.run_id)
+    return experiment_runs_url(base, experiment.experiment_id, search)
+
+
+class MlflowRunLink(BaseOperatorLink):
+    """A stage task's extra link "MLflow run". Airflow 3 computes it in the worker when the
+    task ends (any state) and keeps it as an XCom (`_link_MlflowRunLink`), which the UI and
+    the REST API read back: no plugin is needed for it."""
+
+    name = "MLflow run"
+
+    def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        instance = getattr(operator, "stage_instance", None)
+        dataset = getattr(operator, "stage_dataset", None)
+        if not instance or not dataset:
+            return ""
+        return mlflow_runs_link(instance, dataset, str(ti_key.run_id))
+
+
+class StageOperator(PythonOperator):
+    """A stage task: its callable runs as in PythonOperator; the class adds the extra link to
+    the MLflow runs of `stage_instance` (a DVC stage instance of `stage_dataset`)."""
+
+    operator_extra_links = (MlflowRunLink(),)
+
+    def __init__(self, *, stage_instance: str, stage_dataset: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stage_instance = stage_instance
+        self.stage_dataset = stage_dataset
 
 
 def gpu_pod_override(resource: str) -> dict[str, Any]:
@@ -320,19 +416,48 @@ def gpu_pod_override(resource: str) -> dict[str, Any]:
     return {"pod_override": k8s.V1Pod(spec=k8s.V1PodSpec(containers=[container]))}
 
 
-def selected_task_ids(
+def selected_gate_ids(
     placement: dict[str, tuple[tuple[str, ...], str]], stages: list[str] | None
 ) -> list[str]:
-    """The task ids this run executes: the instances DVC generates from params.yaml as it is
-    now (after apply_conf), of the run's `stages` (None: all). Decided once, by `select`."""
+    """The gates of the stage tasks this run executes: the instances DVC generates from
+    params.yaml as it is now (after apply_conf), of the run's `stages` (None: all). Decided
+    once, by `select`."""
     params = read_params_file(PARAMS_YAML)
     selected = [str(d) for d in params.get("datasets") or []]
     current = build_graph(DVC_YAML, params, selected)
     return [
-        full_task_id(placement[inst.name])
+        marker_task_ids(placement[inst.name])[0]
         for inst in current
         if inst.name in placement and (stages is None or inst.stage in stages)
     ]
+
+
+def stage_assets(
+    instances: list[StageInstance], params: dict[str, Any]
+) -> tuple[dict[str, Asset], dict[str, list[Asset]]]:
+    """Each instance's outputs as an Asset (its outlet: `rulerag.orchestration.assets` says
+    which path), and what it reads as Assets (its inlets: its upstream instances' outputs,
+    and for the stages that read the KG mirrors, its dataset's mirror where one is known).
+    Airflow's Assets page draws the lineage from these."""
+    paths = output_assets(instances)
+    outlets = {
+        name: Asset(name=path, uri=(PROJECT_DIR / path).as_uri(), group=ASSET_GROUP)
+        for name, path in paths.items()
+    }
+    roots = set(root_stages(instances))
+    inlets: dict[str, list[Asset]] = {inst.name: [] for inst in instances}
+    for up, down in stage_edges(instances):
+        if up in outlets:
+            inlets[down].append(outlets[up])
+    for inst in instances:
+        if inst.stage in roots and inst.dataset is not None:
+            folder = mirror_folder(inst.dataset, params)
+            if folder is not None:
+                inlets[inst.name].append(
+                    Asset(name=mirror_asset_name(inst.dataset), uri=folder.as_uri(),
+                          group=ASSET_GROUP)
+                )  # fmt: skip
+    return outlets, inlets
 
 
 def _build_dag() -> DAG:
@@ -340,6 +465,7 @@ def _build_dag() -> DAG:
     # Every known dataset, not only params.yaml's selection: a run's conf may pick any of them.
     instances = build_graph(DVC_YAML, params, _known_datasets(params))
     placement = task_placement(instances)
+    outlets, inlets = stage_assets(instances, params)
 
     with DAG(
         dag_id="rulerag",
@@ -376,10 +502,10 @@ def _build_dag() -> DAG:
 
         @task.branch(task_id="select", retries=0)
         def select() -> list[str]:
-            """Every stage task this run executes; Airflow marks all others skipped at once,
-            without starting a process for each."""
+            """The gates of every stage task this run executes; the others' gates are
+            skipped, and with them their stage tasks, by the scheduler, without a process."""
             applied = get_current_context()["ti"].xcom_pull(task_ids="apply_conf") or {}
-            chosen = selected_task_ids(placement, applied.get("stages"))
+            chosen = selected_gate_ids(placement, applied.get("stages"))
             log.info("%d of %d stage tasks selected", len(chosen), len(placement))
             return [*chosen, "record_overrides"]
 
@@ -395,8 +521,8 @@ def _build_dag() -> DAG:
             upstream_of[down].append(up)
 
         def stage_task(instance: StageInstance) -> Any:
-            # none_failed: a skipped upstream (an unselected stage or dataset) must not skip a
-            # stage that is selected; `select` has already skipped the unselected ones.
+            # all_success (the default): upstreams are the stage's gate and its upstream
+            # stages' done markers, so a skipped gate skips the stage in the scheduler
             routing = {}
             if instance.stage in GPU_STAGES:
                 if SETTINGS.gpu_queue:
@@ -406,18 +532,12 @@ def _build_dag() -> DAG:
                 if SETTINGS.gpu_resource:
                     routing["executor_config"] = gpu_pod_override(SETTINGS.gpu_resource)
 
-            @task(
-                task_id=placement[instance.name][1],
-                trigger_rule=TriggerRule.NONE_FAILED,
-                doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
-                **routing,
-            )
             def stage() -> dict[str, Any] | None:
                 context = get_current_context()
                 ti, run_id = context["ti"], str(context["run_id"])
                 applied = ti.xcom_pull(task_ids="apply_conf") or {}
                 if SETTINGS.mode != "workspaces":
-                    run_stage(instance, run_id, applied.get("stages"))
+                    run_stage(instance, run_id, applied.get("stages"), applied.get("force"))
                     return None
                 upstream = upstream_of[instance.name]
                 entries: dict[str, Any] = {}
@@ -425,7 +545,16 @@ def _build_dag() -> DAG:
                     entries.update(ti.xcom_pull(task_ids=full_task_id(placement[up])) or {})
                 return run_stage_in_workspace(instance, run_id, applied, upstream, entries)
 
-            return stage()
+            return StageOperator(
+                task_id=placement[instance.name][1],
+                python_callable=stage,
+                stage_instance=instance.name,
+                stage_dataset=instance.dataset,
+                outlets=[outlets[instance.name]] if instance.name in outlets else [],
+                inlets=inlets[instance.name],
+                doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
+                **routing,
+            )
 
         groups: dict[tuple[str, ...], TaskGroup] = {}
 
@@ -449,6 +578,29 @@ def _build_dag() -> DAG:
             env = _stage_env(str(context["run_id"]))
             return collect(PROJECT_DIR, entries, SETTINGS, env, echo=log.info)
 
+        def markers(instance: StageInstance) -> tuple[EmptyOperator, EmptyOperator]:
+            """The stage task's gate and done marker: EmptyOperators without callbacks,
+            inlets or outlets, which the scheduler settles without starting a process."""
+            _path, leaf = placement[instance.name]
+            gate = EmptyOperator(
+                task_id=leaf + GATE_SUFFIX,
+                doc_md=f"Followed by `select` when the run selects `{instance.name}`; "
+                "skipped otherwise, and the stage task with it.",
+            )
+            done = EmptyOperator(
+                task_id=leaf + DONE_SUFFIX,
+                trigger_rule=TriggerRule.NONE_FAILED,
+                doc_md=f"`{instance.name}` succeeded or was skipped: its downstream stages "
+                "may run (a failure fails this marker and them).",
+            )
+            return gate, done
+
+        # Why gates and done markers: a branch skips only its direct children that are not
+        # downstream of a followed task, and a stage task the scheduler sends to the executor
+        # is a process even if it only skips itself. Each stage task is all_success over its
+        # gate (a child of `select`) and its upstream stages' done markers (none_failed):
+        # an unselected gate is skipped and the scheduler skips its stage; a done marker
+        # succeeds after a skipped stage, so a selected stage downstream of it still runs.
         # record_overrides is a teardown: it runs whatever happened, and the run's state is
         # the stages' (a failed stage fails the run even though the teardown succeeds)
         first, chooser = apply_conf(), select()
@@ -457,20 +609,17 @@ def _build_dag() -> DAG:
         if gather is not None:
             gather >> last
         first >> chooser
-        tasks = {}
+        tasks, dones = {}, {}
         for inst in instances:
             path, _leaf = placement[inst.name]
             group = group_of(path)
-            if group is None:
+            with group if group is not None else contextlib.nullcontext():
+                gate, dones[inst.name] = markers(inst)
                 tasks[inst.name] = stage_task(inst)
-            else:
-                with group:
-                    tasks[inst.name] = stage_task(inst)
+            chooser >> gate >> tasks[inst.name] >> dones[inst.name]
+            dones[inst.name] >> (gather if gather is not None else last)
         for up, down in stage_edges(instances):
-            tasks[up] >> tasks[down]
-        for name in tasks:  # `select` skips the unselected directly: each is its child
-            chooser >> tasks[name]
-            tasks[name] >> (gather if gather is not None else last)
+            dones[up] >> tasks[down]
         chooser >> last
     return dag
 

@@ -14,6 +14,7 @@ Naming follows DVC exactly (``ingest@icews14``; matrix ``stage@a-b``, composite 
 
 from __future__ import annotations
 
+import bisect
 import copy
 import itertools
 import posixpath
@@ -28,6 +29,8 @@ from ruamel.yaml import YAML
 from rulerag.settings import SettingsError, check_dataset_name
 
 __all__ = [
+    "DONE_SUFFIX",
+    "GATE_SUFFIX",
     "CycleError",
     "InterpolationError",
     "StageGraphError",
@@ -35,6 +38,7 @@ __all__ = [
     "build_graph",
     "cmd_param_keys",
     "load_yaml",
+    "marker_task_ids",
     "stage_edges",
     "task_id_for",
     "topological_order",
@@ -437,6 +441,34 @@ def _overlaps(a: str, b: str) -> bool:
     return a == b or a.startswith(b.rstrip("/") + "/") or b.startswith(a.rstrip("/") + "/")
 
 
+class _PathIndex:
+    """Paths with an owner each, to find the ones that overlap a path (`_overlaps`) in
+    logarithmic time rather than by comparing every pair: the DAG file is parsed by every
+    Airflow process and task, and the pairwise scan over every dataset's stages took seconds.
+    """
+
+    def __init__(self, owned: Iterable[tuple[str, str]]) -> None:
+        self._sorted = sorted((path.rstrip("/"), owner) for path, owner in owned)
+        self._keys = [path for path, _ in self._sorted]
+
+    def overlapping(self, path: str) -> Iterable[tuple[str, str]]:
+        """(path, owner) of every indexed path equal to `path`, above it or under it."""
+        path = path.rstrip("/")
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):  # equal, or an ancestor directory
+            prefix = "/".join(parts[:depth])
+            start = bisect.bisect_left(self._keys, prefix)
+            for i in range(start, len(self._keys)):
+                if self._keys[i] != prefix:
+                    break
+                yield self._sorted[i]
+        below = path + "/"  # everything under it sorts contiguously after `below`
+        for i in range(bisect.bisect_left(self._keys, below), len(self._keys)):
+            if not self._keys[i].startswith(below):
+                break
+            yield self._sorted[i]
+
+
 def _check_unique(instances: Sequence[StageInstance]) -> None:
     """Two instances with one name or overlapping outputs: DVC rejects both, so do we."""
     seen: set[str] = set()
@@ -445,11 +477,14 @@ def _check_unique(instances: Sequence[StageInstance]) -> None:
             raise StageGraphError(f"stage '{inst.name}' is defined twice")
         seen.add(inst.name)
     owned = [(o, inst.name) for inst in instances for o in inst.outs]
-    for (p, a), (q, b) in itertools.combinations(owned, 2):
-        if _overlaps(p, q):
-            raise StageGraphError(
-                f"overlapping outputs: '{p}' of stage '{a}' and '{q}' of stage '{b}'"
-            )
+    index = _PathIndex((o, str(i)) for i, (o, _name) in enumerate(owned))
+    for i, (p, a) in enumerate(owned):
+        for _q, j in index.overlapping(p):
+            if int(j) > i:
+                q, b = owned[int(j)]
+                raise StageGraphError(
+                    f"overlapping outputs: '{p}' of stage '{a}' and '{q}' of stage '{b}'"
+                )
 
 
 def stage_edges(instances: Sequence[StageInstance]) -> list[tuple[str, str]]:
@@ -457,16 +492,17 @@ def stage_edges(instances: Sequence[StageInstance]) -> list[tuple[str, str]]:
 
     "Overlaps" is path-prefix in both directions, as in DVC's graph: a dep inside a directory
     output, or a directory dep that contains another stage's output. A stage depending on its
-    own output is reported as a one-stage cycle.
+    own output is reported as a one-stage cycle. Ordered by downstream, then upstream, as
+    `instances` lists them.
     """
+    position = {inst.name: i for i, inst in enumerate(instances)}
+    outs = _PathIndex((o, inst.name) for inst in instances for o in inst.outs)
     edges: list[tuple[str, str]] = []
     for down in instances:
-        for up in instances:
-            if any(_overlaps(d, o) for d in down.deps for o in up.outs):
-                if up.name == down.name:
-                    raise CycleError(f"stage '{up.name}' depends on its own output")
-                if (up.name, down.name) not in edges:
-                    edges.append((up.name, down.name))
+        ups = {owner for d in down.deps for _o, owner in outs.overlapping(d)}
+        if down.name in ups:
+            raise CycleError(f"stage '{down.name}' depends on its own output")
+        edges.extend((up, down.name) for up in sorted(ups, key=position.__getitem__))
     return edges
 
 
@@ -568,7 +604,11 @@ def task_placement(instances: Sequence[StageInstance]) -> dict[str, tuple[tuple[
             (group, _TASK_ID_BAD.sub("_", inst.stage)),
             _TASK_ID_BAD.sub("_", rest),
         )
-    full = [".".join((*path, leaf)) for path, leaf in placed.values()]
+    full = [
+        task_id
+        for placement in placed.values()
+        for task_id in (full_task_id(placement), *marker_task_ids(placement))
+    ]
     if len(set(full)) != len(full):
         raise StageGraphError(f"stage instances collide as Airflow task ids: {sorted(full)}")
     return placed
@@ -578,3 +618,16 @@ def full_task_id(placement: tuple[tuple[str, ...], str]) -> str:
     """The Airflow task id of a placed instance: group ids and the task id joined by dots."""
     path, leaf = placement
     return ".".join((*path, leaf))
+
+
+#: what a stage task's two markers (EmptyOperators beside it in its TaskGroup) append to its id
+GATE_SUFFIX = "_selected"
+DONE_SUFFIX = "_done"
+
+
+def marker_task_ids(placement: tuple[tuple[str, ...], str]) -> tuple[str, str]:
+    """The full task ids of a placed instance's gate and done marker: `icews14.ingest_selected`
+    (the branch follows it when the run selects the instance) and `icews14.ingest_done`
+    (what downstream stages wait for)."""
+    task_id = full_task_id(placement)
+    return task_id + GATE_SUFFIX, task_id + DONE_SUFFIX

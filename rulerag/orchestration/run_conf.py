@@ -49,7 +49,7 @@ __all__ = [
 PARAM_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$")
 # Strings allowed in params that reach a stage's shell command (see dvc_graph.cmd_param_keys).
 SHELL_SAFE_RE = re.compile(r"^[A-Za-z0-9_.,:/=+@%-]*$")
-_CONF_KEYS = ("datasets", "params", "stages")
+_CONF_KEYS = ("datasets", "params", "stages", "force")
 #: where secrets come from and where they are sent: only the project's owner, in params.yaml,
 #: decides these; a run conf (anyone who may trigger the DAG) touching them, or a parent of
 #: them, is refused, so it cannot point the key at a server of its own
@@ -72,6 +72,10 @@ class RunConf:
     #: dvc.yaml stage names (``ingest``, ``retrieve``...) to run; None = every stage. The
     #: others are skipped (their outputs stay as they are), e.g. to rerun only the early part.
     stages: tuple[str, ...] | None = None
+    #: dvc.yaml stage names whose instances run with ``dvc repro --force``: DVC reruns them
+    #: even when nothing it tracks changed (the KG mirror `ingest` reads is no DVC dependency;
+    #: a changed mirror's chain forces `ingest`, and DVC reruns downstream what that changed)
+    force: tuple[str, ...] = ()
 
     @property
     def is_empty(self) -> bool:
@@ -185,7 +189,12 @@ def override_schema(params: Mapping[str, Any]) -> dict[str, Any]:
             walk(value, f"{key}.")
 
     walk(params, "")
-    return {"properties": {key: {} for key in keys}, "additionalProperties": False}
+    # `propertyNames` with an enum, not `properties` with an empty schema per key and
+    # `additionalProperties: false`: Airflow checks a Param's schema against the JSON-schema
+    # metaschema whenever it serializes a task, and every task carries the DAG's params. With
+    # 530 keys that check took 0.5 s (each key a subschema), 4 ms as one list: about a second
+    # per task when the DAG processor serialized the DAG, minutes for the whole DAG.
+    return {"propertyNames": {"enum": keys}}
 
 
 def _listed(problems: Sequence[str]) -> str:
@@ -251,6 +260,29 @@ def _override_problem(
         if "\x00" in s:
             return f"run conf params: {key!r} holds a NUL character"
     return None
+
+
+def _stage_list(
+    conf: Mapping[str, Any],
+    key: str,
+    stage_names: Collection[str] | None,
+    problems: list[str],
+) -> tuple[str, ...] | None:
+    """conf[key] as a tuple of dvc.yaml stage names (None when absent); what is wrong with it
+    goes to `problems`."""
+    raw = conf.get(key)
+    if raw is None:
+        return None
+    if not isinstance(raw, list | tuple) or not raw or not all(isinstance(x, str) for x in raw):
+        problems.append(f'run conf "{key}" must be a non-empty list of stage names')
+        return None
+    unknown = [] if stage_names is None else sorted(set(raw) - set(stage_names))
+    if unknown:
+        problems.append(
+            f"run conf {key}: unknown stage(s) {', '.join(map(repr, unknown))};"
+            f" dvc.yaml has {', '.join(stage_names or ())}"
+        )
+    return tuple(dict.fromkeys(raw))
 
 
 def validate_run_conf(
@@ -321,20 +353,9 @@ def validate_run_conf(
             problems.append(problem)
         else:
             overrides[key] = copy.deepcopy(list(value) if isinstance(value, tuple) else value)
-    stages: tuple[str, ...] | None = None
-    if conf.get("stages") is not None:
-        raw = conf["stages"]
-        if not isinstance(raw, list | tuple) or not raw or not all(isinstance(x, str) for x in raw):
-            problems.append('run conf "stages" must be a non-empty list of stage names')
-        else:
-            unknown_stages = [] if stage_names is None else sorted(set(raw) - set(stage_names))
-            if unknown_stages:
-                problems.append(
-                    f"run conf stages: unknown stage(s) {', '.join(map(repr, unknown_stages))};"
-                    f" dvc.yaml has {', '.join(stage_names or ())}"
-                )
-            stages = tuple(dict.fromkeys(raw))
-    result = RunConf(datasets=datasets, params=overrides, stages=stages)
+    stages = _stage_list(conf, "stages", stage_names, problems)
+    force = _stage_list(conf, "force", stage_names, problems) or ()
+    result = RunConf(datasets=datasets, params=overrides, stages=stages, force=force)
     # Types, ranges and section shapes: the schema every stage loads params.yaml with, applied
     # to what params.yaml would read after this conf ("three" for an int, 10**100, a list
     # where a scalar belongs fail here, naming the key, before anything is written); every

@@ -208,6 +208,7 @@ def run_in_workspace(
     settings: DagSettings,
     env: Mapping[str, str],
     echo: Logger = log.info,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Reproduce `instance` in a workspace of its own and return its dvc.lock entry.
 
@@ -215,6 +216,7 @@ def run_in_workspace(
     dvc.lock at the start of the run, `entries`: the lock entries this run's finished
     upstream instances handed back. The workspace's MLflow runs go to the main project's
     store (`RULERAG_TRACKING_PROJECT`) and converted models are shared (`RULERAG_MODEL_CACHE`).
+    `force`: `dvc repro --force`, rerun even when nothing DVC tracks changed.
     """
     project_dir = Path(project_dir).resolve()
     run_env = dict(env)
@@ -230,7 +232,8 @@ def run_in_workspace(
         targets = [*dict.fromkeys(upstream), instance]
         pull = [dvc, "pull", "--allow-missing", *remote, *targets]
         stream_command(pull, workspace, run_env, echo)
-        stream_command([dvc, "repro", "--single-item", instance], workspace, run_env, echo)
+        repro = [dvc, "repro", "--single-item", *(["--force"] if force else []), instance]
+        stream_command(repro, workspace, run_env, echo)
         stream_command([dvc, "push", *remote, instance], workspace, run_env, echo)
         entry = read_lock_entries(workspace / "dvc.lock", [instance])
         if instance not in entry:

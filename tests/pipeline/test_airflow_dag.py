@@ -8,7 +8,6 @@ with its own AIRFLOW_HOME; DAG runs happen in a throw-away copy of the project.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import sqlite3
@@ -22,25 +21,44 @@ import pytest
 
 from rulerag.layout import DataLayout
 from rulerag.orchestration.dvc_graph import (
+    DONE_SUFFIX,
+    GATE_SUFFIX,
     build_graph,
     full_task_id,
+    marker_task_ids,
     stage_edges,
     task_placement,
 )
 from rulerag.params import parse_params, read_params_file
+from tests.support.local_airflow import BIN, airflow_env, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
 
-# What the DagBag subprocess prints: import errors and, per task, its upstreams.
+# What the DagBag subprocess prints: import errors and, per task, its upstreams, assets and
+# extra links; of the data-aware DAGs, their schedules and tasks.
 DAGBAG_SCRIPT = """
 import json, sys
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder=sys.argv[1])
 dag = bag.dags.get("rulerag")
 out = {"import_errors": {k: str(v) for k, v in bag.import_errors.items()}, "dag": None}
+names = lambda assets: sorted(f"{a.name} {a.uri}" for a in assets)
+out["others"] = {
+    other.dag_id: {
+        "timetable": type(other.timetable).__name__,
+        "schedule_assets": names(getattr(getattr(other.timetable, "asset_condition", None),
+                                         "objects", [])),
+        "tasks": {
+            t.task_id: {"inlets": names(t.inlets), "outlets": names(t.outlets),
+                        "upstream": sorted(t.upstream_task_ids),
+                        "conf": {k: str(v) for k, v in (getattr(t, "conf", None) or {}).items()}}
+            for t in other.tasks
+        },
+    }
+    for other in bag.dags.values() if other.dag_id != "rulerag"
+}
 if dag is not None:
     out["dag"] = {
         "max_active_runs": dag.max_active_runs,
@@ -58,6 +76,10 @@ if dag is not None:
                 "teardown": t.is_teardown,
                 "queue": t.queue,
                 "pool": t.pool,
+                "operator": type(t).__name__,
+                "inlets": names(t.inlets),
+                "outlets": names(t.outlets),
+                "extra_links": sorted(link.name for link in t.operator_extra_links),
             }
             for t in dag.tasks
         },
@@ -87,34 +109,6 @@ stages:
 """
 
 
-def airflow_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
-    """An environment for Airflow CLI calls that touches nothing outside tmp dirs."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
-    env.update(
-        PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        AIRFLOW_HOME=str(home),
-        AIRFLOW__CORE__DAGS_FOLDER=str(project / "dags"),
-        AIRFLOW__CORE__LOAD_EXAMPLES="False",
-        RULERAG_PROJECT_DIR=str(project),
-        MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
-        DVC_NO_ANALYTICS="1",
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
-
-
-def run(
-    cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 120, check: bool = True
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, (
-            f"{cmd} exited {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
-        )
-    return done
-
-
 def dags_test(project: Path, env: dict[str, str], conf: dict[str, Any]) -> tuple[int, str]:
     """``airflow dags test rulerag -c CONF``: exit status and combined output."""
     done = run(
@@ -142,6 +136,11 @@ def last_run_states(home: Path) -> tuple[str, str, dict[str, str]]:
     return run_id, state, tasks
 
 
+def without_markers(tasks: dict[str, str]) -> dict[str, str]:
+    """The states of the tasks that are no stage's gate or done marker."""
+    return {t: s for t, s in tasks.items() if not t.endswith((GATE_SUFFIX, DONE_SUFFIX))}
+
+
 @pytest.fixture
 def airflow_project(project_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A project copy and a migrated, empty Airflow home for it."""
@@ -152,11 +151,15 @@ def airflow_project(project_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 
 def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
+    mirror = tmp_path / "mirror"
+    for folder in ("nell-995", "wiki"):
+        (mirror / folder).mkdir(parents=True)
     done = run(
         [sys.executable, "-c", DAGBAG_SCRIPT, str(PROJECT_DIR / "dags")],
         PROJECT_DIR,
-        airflow_env(PROJECT_DIR, tmp_path / "airflow_home", RULERAG_PROJECT_DIR=""),
-    )
+        airflow_env(PROJECT_DIR, tmp_path / "airflow_home", RULERAG_PROJECT_DIR="",
+                    RULERAG_DATA_DIR=str(mirror)),
+    )  # fmt: skip
     line = next(x for x in done.stdout.splitlines() if x.startswith("DAGBAG_JSON="))
     bag = json.loads(line.removeprefix("DAGBAG_JSON="))
     assert bag["import_errors"] == {}
@@ -167,18 +170,61 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
 
     params = read_params_file(PROJECT_DIR / "params.yaml")
     instances = build_graph(PROJECT_DIR / "dvc.yaml", params, parse_params(params).known_datasets())
-    placed = {name: full_task_id(p) for name, p in task_placement(instances).items()}
-    # apply_conf, then `select` (the branch that skips every unselected stage task at once,
-    # so each is its direct child), the stages along dvc.yaml's edges, record_overrides last
+    placement = task_placement(instances)
+    placed = {name: full_task_id(p) for name, p in placement.items()}
+    gates = {name: marker_task_ids(p)[0] for name, p in placement.items()}
+    dones = {name: marker_task_ids(p)[1] for name, p in placement.items()}
+    # apply_conf, then `select` (the branch: every stage's gate is its direct child, and only
+    # the gates are, so it skips each unselected gate), each stage after its gate and its
+    # upstream stages' done markers along dvc.yaml's edges, record_overrides last
     expected: dict[str, set[str]] = {"apply_conf": set(), "select": {"apply_conf"}}
     for inst in instances:
-        expected[placed[inst.name]] = {"select"}
+        expected[gates[inst.name]] = {"select"}
+        expected[placed[inst.name]] = {gates[inst.name]}
+        expected[dones[inst.name]] = {placed[inst.name]}
     for up, down in stage_edges(instances):
-        expected[placed[down]].add(placed[up])
+        expected[placed[down]].add(dones[up])
     # record_overrides: the teardown of apply_conf, after everything, whatever happened
-    expected["record_overrides"] = {"apply_conf", "select", *placed.values()}
+    expected["record_overrides"] = {"apply_conf", "select", *dones.values()}
     assert {t: set(v["upstream"]) for t, v in dag["tasks"].items()} == expected
     assert dag["tasks"]["record_overrides"]["teardown"]
+    # a skipped gate skips its stage (all_success); a skipped stage's done marker succeeds
+    # (none_failed), so selected stages downstream of an unselected one still run
+    tasks = dag["tasks"]
+    assert {tasks[placed[n]]["trigger_rule"] for n in placed} == {"TriggerRule.ALL_SUCCESS"}
+    assert {tasks[dones[n]]["trigger_rule"] for n in placed} == {"TriggerRule.NONE_FAILED"}
+    assert {tasks[t]["operator"] for t in (*gates.values(), *dones.values())} == {"EmptyOperator"}
+    assert gates["ingest@icews14"] == "icews14.ingest_selected"
+    assert dones["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft_done"
+    # Assets: each stage task's outputs (its outlet), its upstreams' and the KG mirror (its
+    # inlets); none on the gates and done markers, which the scheduler settles only without
+    # them. Each stage task links to its MLflow run.
+    data = (PROJECT_DIR / "data").as_uri()
+    assert tasks["nell995.ingest"]["outlets"] == [f"data/nell995/kg {data}/nell995/kg"]
+    assert tasks["nell995.ingest"]["inlets"] == [
+        f"kg_mirror/nell995 {(mirror / 'nell-995').as_uri()}"
+    ]
+    assert tasks["nell995.mine_rules"]["outlets"] == [f"data/nell995/rules {data}/nell995/rules"]
+    assert f"data/nell995/kg {data}/nell995/kg" in tasks["nell995.mine_rules"]["inlets"]
+    adapter = "nell995/generation/adapters/rgft"
+    assert tasks["nell995.train_generator.rgft"]["outlets"] == [f"data/{adapter} {data}/{adapter}"]
+    for name in placed:
+        assert tasks[placed[name]]["extra_links"] == ["MLflow run"]
+        assert len(tasks[placed[name]]["outlets"]) == 1
+        for marker in (gates[name], dones[name]):
+            assert tasks[marker]["inlets"] == tasks[marker]["outlets"] == []
+            assert tasks[marker]["extra_links"] == []
+
+    # A changed KG mirror runs its dataset's chain: a check per mirror emits its asset
+    # (inlet: the latest event's fingerprint); the chain DAG is scheduled on any of them.
+    watch, changed = bag["others"]["rulerag_kg_watch"], bag["others"]["rulerag_kg_changed"]
+    assert set(watch["tasks"]) == {"check_nell995", "check_wiki"}  # the mirrors that exist
+    check = watch["tasks"]["check_nell995"]
+    assert check["inlets"] == check["outlets"] == tasks["nell995.ingest"]["inlets"]
+    assert changed["timetable"] == "AssetTriggeredTimetable"
+    assert len(changed["schedule_assets"]) == 2
+    assert changed["tasks"]["run_chain"]["upstream"] == ["changed_datasets"]
+    assert changed["tasks"]["run_chain"]["conf"]["force"] == "['ingest']"
     # Grouped per dataset, and per stage where a dataset has several of its instances
     assert placed["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft"
     assert placed["ingest@icews14"] == "icews14.ingest"
@@ -192,10 +238,11 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert form["datasets"]["items"]["enum"] == sorted(parse_params(params).known_datasets())
     stages = list(read_params_file(PROJECT_DIR / "dvc.yaml")["stages"])
     assert form["stages"]["items"]["enum"] == stages
+    assert form["force"]["items"]["enum"] == stages  # dvc repro --force for these
     assert form["params"]["type"] == ["object", "null"] and form["params"]["description"]
-    assert all(form[k]["title"] for k in ("datasets", "stages", "params"))
+    assert all(form[k]["title"] for k in ("datasets", "stages", "params", "force"))
     # optional: Airflow's form marks a field required unless its type admits null
-    assert all("null" in form[k]["type"] for k in ("datasets", "stages", "params"))
+    assert all("null" in form[k]["type"] for k in ("datasets", "stages", "params", "force"))
 
 
 def test_workspaces_mode_collects_at_the_end_and_routes_gpu_stages(tmp_path: Path) -> None:
@@ -211,8 +258,9 @@ def test_workspaces_mode_collects_at_the_end_and_routes_gpu_stages(tmp_path: Pat
     dag = bag["dag"]
     assert dag["max_active_tasks"] == 3
     tasks = dag["tasks"]
-    stage_ids = set(tasks) - {"apply_conf", "select", "collect", "record_overrides"}
-    assert set(tasks["collect"]["upstream"]) == stage_ids  # after every stage, whatever ran
+    dones = {t for t in tasks if t.endswith("_done")}
+    assert len(dones) * 3 + 4 == len(tasks)  # a gate, a stage and a done marker per instance
+    assert set(tasks["collect"]["upstream"]) == dones  # after every stage, whatever ran
     assert "collect" in tasks["record_overrides"]["upstream"]
     assert tasks["icews14.generate.rulerag_ft"]["queue"] == "gpu"
     assert tasks["icews14.generate.rulerag_ft"]["pool"] == "gpus"
@@ -231,6 +279,9 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     code, out = dags_test(project, env, {"datasets": ["wiki"]})
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-6000:]
+    assert tasks["wiki.ingest_selected"] == "success"
+    assert tasks["icews14.ingest_selected"] == "skipped"
+    tasks = without_markers(tasks)
     assert tasks.pop("apply_conf") == "success"
     assert tasks.pop("record_overrides") == "success"
     assert tasks.pop("select") == "success"
@@ -261,7 +312,7 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
     # So is a key params.yaml lacks (the overrides' schema lists the keys it has).
     code, out = dags_test(project, env, {"params": {"ingest.no_such_knob": 1}})
-    assert code != 0 and "'ingest.no_such_knob' was unexpected" in out, out[-3000:]
+    assert code != 0 and "'ingest.no_such_knob' is not one of" in out, out[-3000:]
     assert last_run_states(home)[0] == run_id  # no run was created
     # What the schema cannot know fails in apply_conf, every problem at once; params.yaml and
     # the stages are left alone.
@@ -294,10 +345,11 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     code, out = dags_test(project, env, {"datasets": ["nell995"], "stages": early})
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-8000:]
+    tasks = without_markers(tasks)
     assert "ingest@nell995: 154,213 facts" in out  # the stage's output reached the task log
     for task_id in ("apply_conf", "select", "record_overrides", *(f"nell995.{s}" for s in early)):
         assert tasks.pop(task_id) == "success", task_id
-    # every other task was skipped by `select` (no process started for it)
+    # every other stage task was skipped (its gate by `select`, it by the scheduler)
     assert tasks and set(tasks.values()) == {"skipped"}, tasks
     assert any(t.startswith("nell995.") for t in tasks)  # index, retrieve, generate...
     assert DataLayout.of(project / "data", "nell995").facts.is_file()

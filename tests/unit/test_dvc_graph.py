@@ -17,6 +17,7 @@ from rulerag.orchestration.dvc_graph import (
     InterpolationError,
     StageGraphError,
     StageInstance,
+    _overlaps,
     build_graph,
     cmd_param_keys,
     load_yaml,
@@ -258,6 +259,27 @@ def test_edges_follow_deps_under_outs_in_both_directions(tmp_path: Path) -> None
     order = names(graph)
     for up, down in edges:
         assert order.index(up) < order.index(down)
+
+
+def test_edges_equal_the_pairwise_definition() -> None:
+    """stage_edges' path index finds what comparing every dep with every out finds (equal
+    paths, a dep under an out, an out under a dep, trailing slashes, `a/b-x` sorting between
+    `a/b` and `a/b/c`), in the same order; the pairwise scan took seconds on the project's
+    dvc.yaml, and every Airflow process parses the DAG built from it."""
+    outs = ["d/a", "d/a-x", "d/b/", "d/b/c/e", "f", "g/h", "d/ab"]
+    deps = ["d", "d/a", "d/a/z", "d/a-", "d/b", "d/b/c", "f/", "f/g/h", "g", "x", "d/a-x/y"]
+    ups = [StageInstance(name=f"up{i}", stage="up", outs=[o]) for i, o in enumerate(outs)]
+    downs = [StageInstance(name=f"down{i}", stage="down", deps=[d]) for i, d in enumerate(deps)]
+    instances = [*downs[:3], *ups, *downs[3:]]
+    overlaps = _overlaps
+    expected = [
+        (up.name, down.name)
+        for down in instances
+        for up in instances
+        if any(overlaps(d, o) for d in down.deps for o in up.outs)
+    ]
+    assert stage_edges(instances) == expected
+    assert ("up1", "down3") not in expected and ("up1", "down10") in expected  # sanity
 
 
 def test_cycle_is_reported_with_its_path(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from rulerag.orchestration.dvc_graph import cmd_param_keys
 from rulerag.orchestration.run_conf import (
     RunConf,
     apply_run_conf,
+    override_schema,
     set_params,
     validate_run_conf,
 )
@@ -229,6 +230,20 @@ def test_stages_conf_is_checked_against_dvc_yaml():
     assert validate_run_conf({}, params, ["icews14"], (), names).stages is None
 
 
+def test_force_conf_names_dvc_yaml_stages_too():
+    """`force`: the stages whose instances run with `dvc repro --force`, checked as `stages`
+    (a list of dvc.yaml's names), empty when absent; params.yaml is left alone."""
+    params = {"datasets": ["icews14"]}
+    names = ["ingest", "mine_rules"]
+    conf = validate_run_conf({"force": ["ingest"]}, params, ["icews14"], (), names)
+    assert conf.force == ("ingest",) and conf.stages is None and conf.is_empty
+    assert validate_run_conf({}, params, ["icews14"], (), names).force == ()
+    with pytest.raises(ValueError, match=r"run conf force: unknown stage\(s\) 'train'"):
+        validate_run_conf({"force": ["train"]}, params, ["icews14"], (), names)
+    with pytest.raises(ValueError, match='"force" must be a non-empty list'):
+        validate_run_conf({"force": "ingest"}, params, ["icews14"], (), names)
+
+
 @pytest.mark.parametrize(
     ("override", "message"),
     [
@@ -286,3 +301,23 @@ def test_every_problem_of_a_conf_is_reported_at_once() -> None:
     for part in ("'extra'", "'nope'", "'ingest.duplicatez'", "'no_such_stage'", "test_queries"):
         assert part in message
     assert "datasets must be a non-empty list" not in message  # params.yaml's datasets stand
+
+
+def test_override_schema_lists_params_keys_as_property_names():
+    """The trigger form's overrides accept exactly params.yaml's dotted keys (the protected
+    ones and `datasets` left out), as one enum of property names: Airflow meta-validates a
+    Param's schema for every task it serializes, and a subschema per key made that take
+    minutes for the DAG."""
+    import jsonschema
+
+    schema = {
+        "type": ["object", "null"],
+        **override_schema(read_params_file(PROJECT / "params.yaml")),
+    }
+    assert set(schema) == {"type", "propertyNames"}
+    keys = schema["propertyNames"]["enum"]
+    assert "ingest.duplicates" in keys and "generation.test_queries" in keys
+    assert "datasets" not in keys and "generation.api.base_url" not in keys
+    jsonschema.validate({"ingest.duplicates": "error"}, schema)
+    with pytest.raises(jsonschema.ValidationError, match="'ingest.no_such_knob' is not one of"):
+        jsonschema.validate({"ingest.no_such_knob": 1}, schema)
