@@ -23,8 +23,16 @@ MAX_MAIN_LINES = 40
 #: where params.yaml may be read or handled as plain data
 RAW_PARAMS_ALLOWED = ("rulerag/params.py", "rulerag/orchestration/")
 #: functions whose `params` is another API's, not params.yaml (MLflow's pyfunc inference
-#: params; the MLflow params a stage run logs)
-NOT_PARAMS_YAML = {"predict", "stage_run", "log_params", "flatten_params"}
+#: params; the MLflow params a stage run logs, and those its pipeline's parent run logs: all of
+#: params.yaml flattened into MLflow params, the one place a raw copy is wanted)
+NOT_PARAMS_YAML = {
+    "predict",
+    "stage_run",
+    "log_params",
+    "flatten_params",
+    "log_pipeline_params",
+    "_log_params",
+}
 
 
 def functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:

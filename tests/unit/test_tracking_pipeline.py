@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from rulerag.layout import DataLayout
 from rulerag.tracking import (
     PIPELINE_RUN_ENV,
     TAG_PARENT_RUN,
@@ -23,7 +24,12 @@ from rulerag.tracking import (
     stage_run,
 )
 from rulerag.tracking.models import CHAMPION_ALIAS, moves_champion
-from rulerag.tracking.parent import ensure_parent, parent_name, settle_parent
+from rulerag.tracking.parent import (
+    SUMMARY_ARTIFACT_PATH,
+    ensure_parent,
+    parent_name,
+    settle_parent,
+)
 from rulerag.tracking.record import RunRecord
 
 pytestmark = pytest.mark.usefixtures("clean_tracking_env")
@@ -49,7 +55,7 @@ def test_a_pipeline_run_is_one_parent_row_with_its_stages_nested_and_its_summary
     stage instance's latest run failed and FINISHED once its retry succeeded."""
     monkeypatch.setenv(PIPELINE_RUN_ENV, "make-20261127T061400-ab12cd34")
     uri = default_tracking_uri(tmp_path)
-    report = tmp_path / "report"
+    report = tmp_path / "report"  # outside data/<dataset>/: the project's report/
     report.mkdir()
     (report / "results.md").write_text("| row | EM |\n", encoding="utf-8")
     (report / "results.png").write_bytes(b"\x89PNG fake")
@@ -83,7 +89,7 @@ def test_a_pipeline_run_is_one_parent_row_with_its_stages_nested_and_its_summary
     assert parent.data.metrics == {"rulerag_ft.em": 0.4, "standard_rag.em": 0.2}
     assert "rulerag.stage" not in parent.data.tags  # not a stage run for the Airflow links
     assert "make-20261127T061400-ab12cd34" in parent.data.tags["mlflow.note.content"]
-    folder = local_artifact_path(parent.info.artifact_uri, tmp_path) / "report"
+    folder = local_artifact_path(parent.info.artifact_uri, tmp_path) / SUMMARY_ARTIFACT_PATH
     assert sorted(p.name for p in folder.iterdir()) == ["results.md", "results.png"]
     # the other dataset's experiment has a parent of its own (MLflow nests within one)
     other = _runs(tmp_path, "other")
@@ -231,7 +237,7 @@ def test_benchmark_splits_are_run_inputs_also_after_a_replay(tmp_path: Path) -> 
     a spooled run keeps it until the replay."""
     import hashlib
 
-    split = tmp_path / "data" / "toy" / "benchmark" / "test.jsonl"
+    split = DataLayout.of(tmp_path / "data", "toy").queries("test")
     split.parent.mkdir(parents=True)
     split.write_text('{"q": 1}\n{"q": 2}\n\n', encoding="utf-8")
     with stage_run(
