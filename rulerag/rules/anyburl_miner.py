@@ -59,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -97,14 +97,21 @@ class ConstantRuleSettings:
     closed_confidence: Literal["pca", "anyburl"] = "pca"
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.kinds) - set(CONSTANT_KINDS))
-        if unknown:
-            raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
-        if self.min_support < 1 or self.unseen_negatives < 0:
-            raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
-        for name in ("min_confidence", "zero_weight", "ac2_weight"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        check_constant_settings(self)
+
+
+def check_constant_settings(settings: Any) -> None:
+    """The checks every rules-with-constants setting shares (static here, temporal in
+    `temporal_constants.TemporalConstantSettings`): known kinds, a support floor of at least
+    one, a non-negative pc, and confidences and weights in [0, 1]."""
+    unknown = sorted(set(settings.kinds) - set(CONSTANT_KINDS))
+    if unknown:
+        raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
+    if settings.min_support < 1 or settings.unseen_negatives < 0:
+        raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
+    for name in ("min_confidence", "zero_weight", "ac2_weight"):
+        if not 0.0 <= getattr(settings, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(settings, name)}")
 
 
 @dataclass(frozen=True)

@@ -53,13 +53,14 @@ import numpy as np
 import pandas as pd
 
 from rulerag.rules.anyburl_miner import (
-    CONSTANT_KINDS,
     ConstantKind,
     build_constant_rules,
+    check_constant_settings,
     chunks_by_constant,
 )
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup
 from rulerag.rules.rule import Rule
+from rulerag.rules.temporal_facts import temporal_fact_arrays
 from rulerag.settings import Count, Fraction, Positive
 
 __all__ = ["TemporalConstantSettings", "mine_temporal_constant_rules"]
@@ -84,16 +85,9 @@ class TemporalConstantSettings:
     zero_weight: Fraction = 1.0
 
     def __post_init__(self) -> None:
-        unknown = sorted(set(self.kinds) - set(CONSTANT_KINDS))
-        if unknown:
-            raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
+        check_constant_settings(self)
         if self.groundings not in ("facts", "entities"):
             raise ValueError(f"groundings must be facts or entities, not {self.groundings!r}")
-        if self.min_support < 1 or self.unseen_negatives < 0:
-            raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
-        for name in ("min_confidence", "zero_weight", "ac2_weight"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
 
 
 @dataclass(frozen=True)
@@ -111,18 +105,9 @@ class _TimedEdges:
 
     @classmethod
     def build(cls, facts: pd.DataFrame, n_entities: int, n_relations: int) -> _TimedEdges:
-        cols = facts[["head", "relation", "tail", "time"]]
-        if cols["time"].isna().any():
-            raise ValueError("temporal rules with constants need a time on every fact")
-        cols = cols.drop_duplicates()
-        h = cols["head"].to_numpy(np.int64)
-        r = cols["relation"].to_numpy(np.int64)
-        o = cols["tail"].to_numpy(np.int64)
-        t = cols["time"].to_numpy(np.int64)
-        if len(h) and (min(h.min(), o.min()) < 0 or max(h.max(), o.max()) >= n_entities):
-            raise ValueError(f"entity ids must lie in [0, {n_entities})")
-        if len(r) and (r.min() < 0 or r.max() >= n_relations):
-            raise ValueError(f"relation ids must lie in [0, {n_relations})")
+        h, r, o, t = temporal_fact_arrays(
+            facts, n_entities, n_relations, "mining temporal rules with constants"
+        )
         n_codes = 2 * n_relations
         if (n_codes * n_entities) ** 2 >= 2**62:
             raise ValueError("KG too large for 64-bit rule keys ((2 relations * entities)^2)")

@@ -74,6 +74,7 @@ from tqdm.auto import tqdm
 from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
 from rulerag.rules.temporal_constants import TemporalConstantSettings, mine_temporal_constant_rules
+from rulerag.rules.temporal_facts import temporal_fact_arrays
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
 from rulerag.settings import STRICT_INT, Count, Fraction, Positive
 
@@ -166,18 +167,7 @@ def build_temporal_graph(facts: pd.DataFrame, n_entities: int, n_relations: int)
 
     Raises ValueError for facts without a time or ids outside the declared ranges.
     """
-    cols = facts[["head", "relation", "tail", "time"]]
-    if cols["time"].isna().any():
-        raise ValueError("temporal mining needs a time on every fact (found a null time)")
-    cols = cols.drop_duplicates()
-    s0 = cols["head"].to_numpy(dtype=np.int64)
-    r0 = cols["relation"].to_numpy(dtype=np.int64)
-    o0 = cols["tail"].to_numpy(dtype=np.int64)
-    t0 = cols["time"].to_numpy(dtype=np.int64)
-    if len(s0) and (min(s0.min(), o0.min()) < 0 or max(s0.max(), o0.max()) >= n_entities):
-        raise ValueError(f"entity ids must lie in [0, {n_entities})")
-    if len(r0) and (r0.min() < 0 or r0.max() >= n_relations):
-        raise ValueError(f"relation ids must lie in [0, {n_relations})")
+    s0, r0, o0, t0 = temporal_fact_arrays(facts, n_entities, n_relations, "temporal mining")
     n, m, nf = n_entities, n_relations, len(s0)
     s = np.concatenate([s0, o0])
     r = np.concatenate([r0, r0 + m])
