@@ -137,14 +137,9 @@ def main() -> int:
             temporal=dataclasses.replace(settings_mine.temporal, constants=temporal_constants),
         )
     if args.mine or args.constant_kinds is not None or args.closed_confidence is not None:
-        constants = settings_mine.static.constants
-        if args.constant_kinds is not None:
-            constants = dataclasses.replace(constants, kinds=tuple(args.constant_kinds))
-        if args.closed_confidence is not None:
-            constants = dataclasses.replace(constants, closed_confidence=args.closed_confidence)
-        if constants != settings_mine.static.constants:
-            static = dataclasses.replace(settings_mine.static, constants=constants)
-            settings_mine = dataclasses.replace(settings_mine, static=static)
+        settings_mine = with_static_constants(
+            settings_mine, args.constant_kinds, args.closed_confidence
+        )
         train = facts[facts["split"].isin(settings_mine.splits)]
         started = time.perf_counter()
         rules = mine(train, n_entities, n_relations, temporal, settings_mine)
@@ -224,6 +219,22 @@ def temporal_constant_settings(
         changes["kinds"] = tuple(args.temporal_constant_kinds)
     chosen = dataclasses.replace(base, **changes)
     return chosen if chosen.kinds else None
+
+
+def with_static_constants(
+    settings: MineRulesSettings, kinds: list[str] | None, closed_confidence: str | None
+) -> MineRulesSettings:
+    """`settings` with AnyBURL's rules with constants of `kinds` and the closed rules'
+    confidence replaced where given (None: as params.yaml has them); the benchmarks' --mine."""
+    constants = settings.static.constants
+    if kinds is not None:
+        constants = dataclasses.replace(constants, kinds=tuple(kinds))
+    if closed_confidence is not None:
+        constants = dataclasses.replace(constants, closed_confidence=closed_confidence)
+    if constants == settings.static.constants:
+        return settings
+    static = dataclasses.replace(settings.static, constants=constants)
+    return dataclasses.replace(settings, static=static)
 
 
 def rounded_figures(metrics: dict) -> dict:

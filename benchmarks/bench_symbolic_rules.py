@@ -35,40 +35,40 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench_rule_application import with_static_constants  # noqa: E402
+
 from rulerag.evaluation.claims import paired_em  # noqa: E402
 from rulerag.evaluation.metrics import score_prediction  # noqa: E402
 from rulerag.io import read_jsonl, read_parquet  # noqa: E402
+from rulerag.kg.schema import KnowledgeGraph  # noqa: E402
+from rulerag.kg.store import read_kg  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.answers import rule_answers  # noqa: E402
-from rulerag.rules.application import AGGREGATIONS  # noqa: E402
+from rulerag.rules.application import AGGREGATIONS, ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.mining import mine  # noqa: E402
 from rulerag.rules.rule import Rule  # noqa: E402
 
 
 def answer_queries(
-    layout: DataLayout, rules: list[Rule], aggregation: str, corpus_splits: tuple[str, ...]
+    kg: KnowledgeGraph,
+    queries: list[dict[str, Any]],
+    rules: list[Rule],
+    applying: ApplySettings,
+    corpus_splits: tuple[str, ...],
 ) -> dict[str, dict[str, Any]]:
-    """qid -> the symbolic row's record (prediction, EM) and whether rules answered it."""
-    params = load_params(ROOT / "params.yaml")
-    facts = read_parquet(layout.facts)
-    entities = read_parquet(layout.entities)
-    relations = read_parquet(layout.relations)
-    temporal = bool(facts["time"].notna().any())
-    applying = dataclasses.replace(
-        params.apply_rules.apply_settings(temporal), aggregation=aggregation
-    )
-    queries = read_jsonl(layout.queries("test"))
+    """qid -> the symbolic row's EM and whether rules answered the query."""
+    facts = kg.facts
     answers = rule_answers(
         queries,
         rules,
         facts[facts["split"].isin(corpus_splits)],
-        len(relations),
+        len(kg.relations),
         applying,
-        entity_names=dict(zip(entities["id"], entities["name"], strict=True)),
-        relation_names=dict(zip(relations["id"], relations["name"], strict=True)),
-        time_unit=json.loads(layout.kg_stats.read_text())["time_unit"],
+        entity_names=dict(zip(kg.entities["id"], kg.entities["name"], strict=True)),
+        relation_names=dict(zip(kg.relations["id"], kg.relations["name"], strict=True)),
+        time_unit=kg.time_unit,
         keep=1,
     )
     out = {}
@@ -94,41 +94,29 @@ def main() -> int:
             parser.error(f"--data {args.data}: no {path} (run the pipeline for it first)")
     params = load_params(ROOT / "params.yaml")
     corpus_splits = tuple(params.build_benchmark.corpus.splits)
+    kg = read_kg(layout.kg)
+    temporal = bool(kg.facts["time"].notna().any())
+    queries = read_jsonl(layout.queries("test"))
+    applying = params.apply_rules.apply_settings(temporal)
 
     started = time.perf_counter()
-    base = answer_queries(
-        layout,
-        frame_rules(read_parquet(layout.rules)),
-        params.apply_rules.aggregation,
-        corpus_splits,
-    )
+    base_rules = frame_rules(read_parquet(layout.rules))
+    base = answer_queries(kg, queries, base_rules, applying, corpus_splits)
     base_seconds = time.perf_counter() - started
 
-    settings = params.mine_rules
-    constants = settings.static.constants
-    if args.constant_kinds is not None:
-        constants = dataclasses.replace(constants, kinds=tuple(args.constant_kinds))
-    if args.closed_confidence is not None:
-        constants = dataclasses.replace(constants, closed_confidence=args.closed_confidence)
-    settings = dataclasses.replace(
-        settings, static=dataclasses.replace(settings.static, constants=constants)
-    )
-    facts = read_parquet(layout.facts)
-    temporal = bool(facts["time"].notna().any())
+    settings = with_static_constants(params.mine_rules, args.constant_kinds, args.closed_confidence)
+    facts = kg.facts
     started = time.perf_counter()
-    rules = mine(
-        facts[facts["split"].isin(settings.splits)],
-        len(read_parquet(layout.entities)),
-        len(read_parquet(layout.relations)),
-        temporal,
-        settings,
-    )
-    variant = answer_queries(layout, rules, args.aggregation, corpus_splits)
+    train = facts[facts["split"].isin(settings.splits)]
+    rules = mine(train, len(kg.entities), len(kg.relations), temporal, settings)
+    variant_applying = dataclasses.replace(applying, aggregation=args.aggregation)
+    variant = answer_queries(kg, queries, rules, variant_applying, corpus_splits)
     variant_seconds = time.perf_counter() - started
 
     paired = paired_em(
         {q: r["em"] for q, r in variant.items()}, {q: r["em"] for q, r in base.items()}
     )
+    constants = settings.static.constants
     report = {
         "dataset": args.dataset,
         "queries": paired.queries,
