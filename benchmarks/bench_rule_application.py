@@ -62,9 +62,7 @@ from rulerag.rules.application import (  # noqa: E402
     ApplySettings,
 )
 from rulerag.rules.bank import frame_rules  # noqa: E402
-from rulerag.rules.forecasting import (  # noqa: E402
-    forecast,
-)
+from rulerag.rules.forecasting import forecast, rounded_metrics  # noqa: E402
 from rulerag.rules.mining import MineRulesSettings, mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
 from rulerag.rules.temporal_constants import (  # noqa: E402
@@ -192,7 +190,7 @@ def main() -> int:
         "queries_per_minute": round(60 * queries / seconds),
         "clustering_seconds": round(clustering.seconds, 1) if clustering else None,
         "clusters": clustering.summary() if clustering else None,
-        **rounded_figures(result.metrics),
+        **rounded_metrics(result.metrics),
         "tlogic_published": TLOGIC_ICEWS14 if args.dataset == "icews14" else None,
     }
     print(json.dumps(report, indent=2))
@@ -235,13 +233,6 @@ def with_static_constants(
         return settings
     static = dataclasses.replace(settings.static, constants=constants)
     return dataclasses.replace(settings, static=static)
-
-
-def rounded_figures(metrics: dict) -> dict:
-    """The forecast's figures to 4 decimals, the tie conventions' sections too."""
-    return {
-        k: rounded_figures(v) if isinstance(v, dict) else round(v, 4) for k, v in metrics.items()
-    }
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
 from rulerag.rules.application import Aggregation, ApplySettings, ClusterLabels, apply_rule_list
 from rulerag.rules.bank import frame_rules
-from rulerag.rules.forecasting import forecast
+from rulerag.rules.forecasting import forecast, rounded_metrics
 from rulerag.rules.rule import Rule
 from rulerag.rules.rule_clusters import rule_clusters
 from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
@@ -159,7 +159,7 @@ def apply_mined_rules(
         "test_facts": len(result.ranks) // 2,  # each fact is two queries
         "seconds": round(seconds, 1),
         "queries_per_minute": round(60 * len(result.ranks) / max(seconds, 1e-9)),
-        **_rounded(result.metrics),
+        **rounded_metrics(result.metrics),
         "published": PUBLISHED.get(layout.dataset),
     }
     if clustering:
@@ -238,11 +238,6 @@ def rule_answers(
             }
         )
     return out
-
-
-def _rounded(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """Figures to 4 decimals, nested ones too (the tie conventions' sections)."""
-    return {k: _rounded(v) if isinstance(v, Mapping) else round(v, 4) for k, v in metrics.items()}
 
 
 def results_markdown(metrics: Mapping[str, Any], settings: ApplyRulesSettings) -> str:

@@ -30,8 +30,9 @@ module copies the table per query.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -55,6 +56,7 @@ __all__ = [
     "forecast",
     "forecast_metrics",
     "forecast_queries",
+    "rounded_metrics",
 ]
 
 HITS = (1, 3, 10)
@@ -165,3 +167,11 @@ def forecast_metrics(ranks: pd.DataFrame) -> dict[str, float | dict[str, float]]
         metrics["ties_average"] = _rank_metrics((first + last) / 2)
         metrics["ties_last"] = _rank_metrics(last)
     return metrics
+
+
+def rounded_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
+    """`forecast_metrics` to 4 decimals, the tie conventions' sections too (what metrics.json
+    and the benchmark report)."""
+    return {
+        k: rounded_metrics(v) if isinstance(v, Mapping) else round(v, 4) for k, v in metrics.items()
+    }
