@@ -220,5 +220,10 @@ def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Pa
     experiment = client.get_experiment_by_name(f"rulerag/{dataset}")
     assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
+    # one parent run for the KFP run, every stage run nested under it
+    (parent,) = [r for r in runs if r.data.tags.get("rulerag.run_kind") == "pipeline"]
+    runs = [r for r in runs if r is not parent]
+    assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parent.info.run_id}
+    assert parent.data.tags["rulerag.pipeline_run"] == summary["run"]
     assert sorted(r.data.tags["rulerag.stage"] for r in runs) == sorted(stages)
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {summary["run"]}
