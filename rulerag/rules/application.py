@@ -342,7 +342,10 @@ class _Adjacency:
 
 
 @dataclass(frozen=True)
-class _Edges:
+class EdgeIndex:
+    """A KG's edges per relation, sorted by (subject, time) for `searchsorted` lookups: what
+    rules are grounded on (`apply_rules`, and `rule_predictions` for SAFRAN's clustering)."""
+
     by_relation: dict[int, _Adjacency]
     t_min: int
     span: int
@@ -358,7 +361,7 @@ class _Edges:
         return self._pairs[relation]
 
     @classmethod
-    def build(cls, edges: pd.DataFrame) -> _Edges:
+    def build(cls, edges: pd.DataFrame) -> EdgeIndex:
         ts = edges["ts"].to_numpy(np.int64)
         t_min = int(ts.min()) if len(ts) else 0
         span = (int(ts.max()) - t_min + 1) if len(ts) else 1
@@ -461,7 +464,7 @@ def _groundings(
     key: np.ndarray,
     sub: np.ndarray,
     tq: np.ndarray,
-    edges: _Edges,
+    edges: EdgeIndex,
     window: int,
     temporal: bool = True,
 ) -> _Paths | None:
@@ -505,8 +508,23 @@ def _groundings(
     return paths if len(paths.key) else None
 
 
+def rule_predictions(rule: AppliedRule, graph: EdgeIndex) -> np.ndarray:
+    """The pairs (x, y) the rule infers on `graph` (every grounding from every entity), as
+    sorted unique codes x * graph.n_entities + y."""
+    adjacency = graph.by_relation.get(rule.body[0])
+    if adjacency is None:
+        return np.empty(0, np.int64)
+    subjects = np.unique(adjacency.code // graph.span)
+    found = _groundings(
+        rule, subjects, subjects, np.zeros_like(subjects), graph, window=0, temporal=False
+    )
+    if found is None:
+        return np.empty(0, np.int64)
+    return np.unique(found.key * graph.n_entities + found.ents[-1])
+
+
 def _pair_groundings(
-    rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: _Edges
+    rule: AppliedRule, key: np.ndarray, sub: np.ndarray, tq: np.ndarray, edges: EdgeIndex
 ) -> _Paths | None:
     """A static pair rule's groundings: the candidates every body relation links the query's
     entity to (the first atom's edges, kept where the others hold too)."""
@@ -556,7 +574,7 @@ def _constant_firings(
     key: np.ndarray,
     sub: np.ndarray,
     tq: np.ndarray,
-    edges: _Edges,
+    edges: EdgeIndex,
     settings: ApplySettings,
 ) -> Iterable[_ConstantRows]:
     """Every firing of the constant rules of one head relation for the queries (key, sub, tq),
@@ -750,7 +768,7 @@ def apply_rules(
         raise ValueError(
             "aggregation nrnoisy_or needs the rules' clusters (rulerag.rules.rule_clusters)"
         )
-    graph = _Edges.build(edges)
+    graph = EdgeIndex.build(edges)
     out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
     # per query and candidate its scores, one per rule, descending: [0] is the best
     lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}

@@ -65,12 +65,12 @@ from rulerag.rules.application import (
     NRNOISY_TEMPORAL,
     AppliedRule,
     ApplySettings,
+    EdgeIndex,
     TieRank,
-    _Edges,
-    _groundings,
     applied_rules,
     apply_rules,
     edges_with_inverses,
+    rule_predictions,
 )
 from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
@@ -108,21 +108,6 @@ class RuleClusters:
             "rules_merged": sum(len(labels) - len(set(labels)) for labels in chosen),
             "seconds": round(self.seconds, 1),
         }
-
-
-def rule_predictions(rule: AppliedRule, graph: _Edges) -> np.ndarray:
-    """The pairs (x, y) the rule infers on `graph` (every grounding from every entity), as
-    sorted unique codes x * graph.n_entities + y."""
-    adjacency = graph.by_relation.get(rule.body[0])
-    if adjacency is None:
-        return np.empty(0, np.int64)
-    subjects = np.unique(adjacency.code // graph.span)
-    found = _groundings(
-        rule, subjects, subjects, np.zeros_like(subjects), graph, window=0, temporal=False
-    )
-    if found is None:
-        return np.empty(0, np.int64)
-    return np.unique(found.key * graph.n_entities + found.ents[-1])
 
 
 def jaccard_matrix(predictions: Sequence[np.ndarray]) -> np.ndarray:
@@ -196,7 +181,7 @@ def rule_clusters(
     contributions: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray]]] = {}
     for head, position, keys, cands, scores in record:
         contributions.setdefault(head, []).append((position, keys, cands, scores))
-    graph = _Edges.build(train)
+    graph = EdgeIndex.build(train)
     cache: dict[tuple[int, bool], tuple[int, np.ndarray]] = {}
     resolution = settings.cluster_resolution
     labels: dict[int, tuple[int, ...] | None] = {}
@@ -242,7 +227,7 @@ def rule_clusters(
 
 def _predictions(
     rule: AppliedRule,
-    graph: _Edges,
+    graph: EdgeIndex,
     n_relations: int,
     cache: dict[tuple[int, bool], tuple[int, np.ndarray]],
 ) -> np.ndarray:

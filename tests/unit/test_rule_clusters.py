@@ -13,7 +13,7 @@ import pytest
 from rulerag.rules.application import (
     NRNOISY_TEMPORAL,
     ApplySettings,
-    _Edges,
+    EdgeIndex,
     applied_rules,
     apply_rules,
     edges_with_inverses,
@@ -52,7 +52,7 @@ def test_jaccard_of_rule_predictions_equals_the_hand_computed_sets() -> None:
                 (2, 3, 10), (3, 3, 10), (10, 4, 3)])  # fmt: skip
     rules = [path([(1, False)], 0.5), path([(2, False)], 0.4),
              path([(1, False), (3, False)], 0.3), path([(3, True)], 0.2)]  # fmt: skip
-    graph = _Edges.build(edges_with_inverses(facts, N_REL))
+    graph = EdgeIndex.build(edges_with_inverses(facts, N_REL))
     by_head = applied_rules(rules, N_REL, STATIC)[HEAD]
     n = graph.n_entities
     predicted = {
@@ -88,7 +88,7 @@ def test_redundant_rules_count_once_and_independent_ones_combine() -> None:
     # rules 1 and 2 both predict 3; make 2 a candidate of the pair only
     facts = facts[~((facts["relation"] == 2) & (facts["tail"] == 3))]
     by_head = applied_rules(rules, N_REL, STATIC)
-    graph = _Edges.build(edges_with_inverses(facts, N_REL))
+    graph = EdgeIndex.build(edges_with_inverses(facts, N_REL))
     jaccard = jaccard_matrix([rule_predictions(r, graph) for r in by_head[HEAD]])
     labels = clusters_above(jaccard, 0.5)
     index = {rule.index: i for i, rule in enumerate(by_head[HEAD])}
@@ -240,7 +240,7 @@ def test_the_threshold_search_picks_the_best_validation_mrr_in_grid_order(seed, 
     )
     chosen = rule_clusters(RANDOM_RULES, facts, N_REL, settings)
     by_head = applied_rules(RANDOM_RULES, N_REL, settings)
-    graph = _Edges.build(edges_with_inverses(facts[facts["split"] == "train"], N_REL))
+    graph = EdgeIndex.build(edges_with_inverses(facts[facts["split"] == "train"], N_REL))
     for head in (HEAD, HEAD + N_REL):
         jaccard = jaccard_matrix([rule_predictions(r, graph) for r in by_head[head]])
         options = [(None, None)] + [
