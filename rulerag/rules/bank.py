@@ -145,10 +145,12 @@ class BankConfig:
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:
     """Keep rules of the configured lengths, confidence and support; then the best N per head.
-    Rules with constants never enter the bank (the module docstring says why)."""
+    Rules with constants never enter the bank (the module docstring says why), and neither do
+    the columns that describe them: the bank of the same rules is the same file whether or not
+    rules with constants were mined beside them, so turning them on reruns no bank reader."""
     support = frame["support"].fillna(0)
     if "constants" in frame.columns:
-        frame = frame[frame["constants"] == "[]"]
+        frame = frame[frame["constants"] == "[]"].drop(columns=["constants", "kind"])
         support = support[frame.index]
     keep = (
         frame["length"].isin(config.lengths)
