@@ -4,7 +4,7 @@ Run by hand, never as a test (after `build_benchmark` and `mine_rules` for the d
 
     python benchmarks/bench_symbolic_rules.py --dataset nell995 [--data FOLDER]
         [--constant-kinds ac1 ac2 zero] [--closed-confidence anyburl] [--aggregation max]
-        [--out FILE]
+        [--min-confidence 0.0001] [--out FILE]
 
 Answers every RuleQA test query (data/<dataset>/benchmark/test.jsonl, not only the grid's
 sample) twice, as the `symbolic` row answers (`rulerag.generation.symbolic`: the best
@@ -86,6 +86,12 @@ def main() -> int:
     parser.add_argument("--constant-kinds", nargs="*", choices=("ac1", "ac2", "zero"))
     parser.add_argument("--closed-confidence", choices=("pca", "anyburl"))
     parser.add_argument("--aggregation", choices=AGGREGATIONS, default="max")
+    parser.add_argument(
+        "--min-confidence",
+        type=float,
+        help="the variant's apply_rules.min_confidence (default: params.yaml's, which drops "
+        "zero-body rules and most ac2 rules after AnyBURL's weights; AnyBURL's own: 0.0001)",
+    )
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     layout = DataLayout.of(args.data, args.dataset)
@@ -110,6 +116,8 @@ def main() -> int:
     train = facts[facts["split"].isin(settings.splits)]
     rules = mine(train, len(kg.entities), len(kg.relations), temporal, settings)
     variant_applying = dataclasses.replace(applying, aggregation=args.aggregation)
+    if args.min_confidence is not None:
+        variant_applying = dataclasses.replace(variant_applying, min_confidence=args.min_confidence)
     variant = answer_queries(kg, queries, rules, variant_applying, corpus_splits)
     variant_seconds = time.perf_counter() - started
 
@@ -130,6 +138,7 @@ def main() -> int:
             "constant_kinds": list(constants.kinds),
             "closed_confidence": constants.closed_confidence,
             "aggregation": args.aggregation,
+            "min_confidence": variant_applying.min_confidence,
             "rules": len(rules),
             "em": round(paired.em_a, 4),
             "answered": round(sum(r["answered"] for r in variant.values()) / len(variant), 4),
