@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks import compare_rows
+from rulerag.layout import DataLayout
 
 
 def write_row(root: Path, row: str, em: dict[str, int], metrics: dict[str, float]) -> None:
-    folder = root / "nell995" / "generation" / row
+    folder = DataLayout.of(root, "nell995").row(row)
     folder.mkdir(parents=True)
     lines = [json.dumps({"qid": q, "em": float(v)}) for q, v in em.items()]
     (folder / "predictions.jsonl").write_text("\n".join(lines) + "\n")
@@ -47,6 +48,6 @@ def test_rows_are_paired_on_their_common_queries(tmp_path: Path) -> None:
 def test_a_named_row_missing_on_one_side_is_an_error_naming_its_folder(tmp_path: Path) -> None:
     before, after = tmp_path / "before", tmp_path / "after"
     write_row(before, "symbolic", {"q1": 1}, {"token_f1": 0.5})
-    (after / "nell995" / "generation").mkdir(parents=True)
+    DataLayout.of(after, "nell995").generation.mkdir(parents=True)
     with pytest.raises(SystemExit, match=r"after/nell995/generation/symbolic: .*\(after\)"):
         compare_rows.compare(before, after, "nell995", ["symbolic"])
