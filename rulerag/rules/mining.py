@@ -181,7 +181,7 @@ def mine(
     from rulerag.rules.static_miner import mine_static
 
     static = {f.name: getattr(settings.static, f.name) for f in dataclasses.fields(settings.static)}
-    return mine_static(facts, n_entities, n_relations, **static)
+    return mine_static(facts, n_entities, n_relations, seed=settings.seed, **static)
 
 
 def import_rules(

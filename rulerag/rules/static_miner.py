@@ -62,6 +62,7 @@ import scipy.sparse as sp
 from annotated_types import Ge, Le
 
 from rulerag.rules.anyburl_miner import ConstantRuleSettings
+from rulerag.rules.long_cyclic import LongCyclicSettings
 from rulerag.rules.rule import Atom, Rule
 from rulerag.settings import STRICT_INT, Count, Fraction
 
@@ -473,6 +474,23 @@ class StaticMinerSettings:
     skyline: bool = True  # keep a refined rule only if it beats its parents' PCA confidence
     #: AnyBURL's rules with constants (`anyburl_miner`), none by default
     constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
+    #: AnyBURL's cyclic rules of three body atoms (`long_cyclic`), none by default
+    long_cyclic: LongCyclicSettings = field(default_factory=LongCyclicSettings)
+
+    def __post_init__(self) -> None:
+        check_long_cyclic(self.long_cyclic, self.constants)
+
+
+def check_long_cyclic(long_cyclic: LongCyclicSettings, constants: ConstantRuleSettings) -> None:
+    """Cyclic rules of three atoms carry AnyBURL's confidence: the closed rules beside them
+    must be on the same scale (`constants.closed_confidence: anyburl`), or max / noisy-or would
+    compare a PCA confidence with support / (body + pc)."""
+    if long_cyclic.enabled and constants.closed_confidence != "anyburl":
+        raise ValueError(
+            "long_cyclic.samples_per_head > 0 needs constants.closed_confidence: anyburl "
+            f"(the rules of three atoms are scored by AnyBURL's confidence), not "
+            f"{constants.closed_confidence!r}"
+        )
 
 
 _DEFAULT = StaticMinerSettings()
@@ -491,6 +509,8 @@ def mine_static(
     min_initial_support: int = _DEFAULT.min_initial_support,
     skyline: bool = _DEFAULT.skyline,
     constants: ConstantRuleSettings = _DEFAULT.constants,
+    long_cyclic: LongCyclicSettings = _DEFAULT.long_cyclic,
+    seed: int = 12,
     progress: bool = True,
 ) -> list[Rule]:
     """Mine closed Horn rules of up to `max_atoms` atoms (head included) from static facts.
@@ -503,8 +523,11 @@ def mine_static(
     See the module docstring for the exact semantics and how they relate to AMIE 3's flags.
 
     With `constants.kinds`, AnyBURL's rules with constants of those kinds follow (each head
-    relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence.
+    relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence; with
+    `long_cyclic.samples_per_head`, AnyBURL's cyclic rules of three body atoms (`long_cyclic`,
+    sampled with `seed`), scored the same way.
     """
+    check_long_cyclic(long_cyclic, constants)
     if max_atoms not in (2, 3):
         raise ValueError(f"max_atoms must be 2 or 3, got {max_atoms}")
     for name, value in (
@@ -537,6 +560,21 @@ def mine_static(
         from rulerag.rules.anyburl_miner import closed_rules_confidence
 
         rules = sorted(closed_rules_confidence(rules, constants), key=_sort_key)
+    if long_cyclic.enabled:
+        from rulerag.rules.long_cyclic import mine_long_cyclic_rules
+
+        longer = mine_long_cyclic_rules(
+            facts["head"].to_numpy(np.int64),
+            facts["relation"].to_numpy(np.int64),
+            facts["tail"].to_numpy(np.int64),
+            n_entities,
+            n_relations,
+            long_cyclic,
+            unseen_negatives=constants.unseen_negatives,
+            seed=seed,
+            progress=progress,
+        )
+        rules = sorted([*rules, *longer], key=_sort_key)
     if not constants.kinds:
         return rules
     from rulerag.rules.anyburl_miner import mine_constant_rules
