@@ -5,7 +5,7 @@ Run by hand, never as a test (after `mine_rules` for the dataset):
     .venv/bin/python benchmarks/bench_rule_application.py [--dataset icews14] [--limit N]
         [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max|nrnoisy_or]
         [--data FOLDER] [--out FILE] [--mine] [--constant-kinds ac1 ac2 zero]
-        [--closed-confidence pca|anyburl] [--min-confidence 0.01]
+        [--closed-confidence pca|anyburl] [--long-cyclic-samples 30] [--min-confidence 0.01]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -28,6 +28,7 @@ SAFRAN's eval.py ranks ties, scipy's rankdata "average"); the same candidates an
 training facts; the mining time is reported), and `--constant-kinds` (implies `--mine`) adds
 AnyBURL's rules with constants of those kinds (`mine_rules.static.constants.kinds`); rules
 by kind are reported; `--closed-confidence` is `mine_rules.static.constants.closed_confidence`
+(implies `--mine`), `--long-cyclic-samples` `mine_rules.static.long_cyclic.samples_per_head`
 (implies `--mine`). `--min-confidence` is
 `apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it).
 
@@ -98,6 +99,11 @@ def main() -> int:
         help="AnyBURL's rules with constants to mine (implies --mine)",
     )  # fmt: skip
     parser.add_argument("--closed-confidence", choices=["pca", "anyburl"], default=None)
+    parser.add_argument(
+        "--long-cyclic-samples", type=int, default=None,
+        help="mine_rules.static.long_cyclic.samples_per_head: AnyBURL's cyclic rules of three "
+        "body atoms (implies --mine; needs --closed-confidence anyburl)",
+    )  # fmt: skip
     parser.add_argument("--min-confidence", type=float, default=0.01)
     parser.add_argument(
         "--temporal-constant-kinds", nargs="*", default=None, choices=["ac1", "ac2", "zero"],
@@ -134,10 +140,23 @@ def main() -> int:
             settings_mine,
             temporal=dataclasses.replace(settings_mine.temporal, constants=temporal_constants),
         )
-    if args.mine or args.constant_kinds is not None or args.closed_confidence is not None:
+    long_cyclic = args.long_cyclic_samples
+    if (
+        args.mine
+        or args.constant_kinds is not None
+        or args.closed_confidence is not None
+        or (long_cyclic is not None)
+    ):
         settings_mine = with_static_constants(
             settings_mine, args.constant_kinds, args.closed_confidence
         )
+        if long_cyclic is not None:
+            static = settings_mine.static
+            static = dataclasses.replace(
+                static,
+                long_cyclic=dataclasses.replace(static.long_cyclic, samples_per_head=long_cyclic),
+            )
+            settings_mine = dataclasses.replace(settings_mine, static=static)
         train = facts[facts["split"].isin(settings_mine.splits)]
         started = time.perf_counter()
         rules = mine(train, n_entities, n_relations, temporal, settings_mine)
@@ -177,6 +196,7 @@ def main() -> int:
         "dataset": args.dataset,
         "rules": len(rules),
         "rules_by_kind": dict(Counter(rule.kind for rule in rules)),
+        "rules_by_body_atoms": dict(sorted(Counter(len(rule.body) for rule in rules).items())),
         "constant_kinds": args.constant_kinds,
         "temporal_constants": (
             dataclasses.asdict(temporal_constants) if temporal_constants is not None else None
