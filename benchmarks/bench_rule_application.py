@@ -140,23 +140,13 @@ def main() -> int:
             settings_mine,
             temporal=dataclasses.replace(settings_mine.temporal, constants=temporal_constants),
         )
-    long_cyclic = args.long_cyclic_samples
-    if (
-        args.mine
-        or args.constant_kinds is not None
-        or args.closed_confidence is not None
-        or (long_cyclic is not None)
+    if args.mine or any(
+        option is not None
+        for option in (args.constant_kinds, args.closed_confidence, args.long_cyclic_samples)
     ):
         settings_mine = with_static_constants(
-            settings_mine, args.constant_kinds, args.closed_confidence
+            settings_mine, args.constant_kinds, args.closed_confidence, args.long_cyclic_samples
         )
-        if long_cyclic is not None:
-            static = settings_mine.static
-            static = dataclasses.replace(
-                static,
-                long_cyclic=dataclasses.replace(static.long_cyclic, samples_per_head=long_cyclic),
-            )
-            settings_mine = dataclasses.replace(settings_mine, static=static)
         train = facts[facts["split"].isin(settings_mine.splits)]
         started = time.perf_counter()
         rules = mine(train, n_entities, n_relations, temporal, settings_mine)
@@ -240,18 +230,26 @@ def temporal_constant_settings(
 
 
 def with_static_constants(
-    settings: MineRulesSettings, kinds: list[str] | None, closed_confidence: str | None
+    settings: MineRulesSettings,
+    kinds: list[str] | None,
+    closed_confidence: str | None,
+    long_cyclic_samples: int | None = None,
 ) -> MineRulesSettings:
-    """`settings` with AnyBURL's rules with constants of `kinds` and the closed rules'
-    confidence replaced where given (None: as params.yaml has them); the benchmarks' --mine."""
-    constants = settings.static.constants
+    """`settings` with AnyBURL's rules with constants of `kinds`, the closed rules' confidence
+    and the cyclic rules of three atoms' samples per head replaced where given (None: as
+    params.yaml has them); the benchmarks' --mine."""
+    static = settings.static
+    constants = static.constants
     if kinds is not None:
         constants = dataclasses.replace(constants, kinds=tuple(kinds))
     if closed_confidence is not None:
         constants = dataclasses.replace(constants, closed_confidence=closed_confidence)
-    if constants == settings.static.constants:
+    long_cyclic = static.long_cyclic
+    if long_cyclic_samples is not None:
+        long_cyclic = dataclasses.replace(long_cyclic, samples_per_head=long_cyclic_samples)
+    if (constants, long_cyclic) == (static.constants, static.long_cyclic):
         return settings
-    static = dataclasses.replace(settings.static, constants=constants)
+    static = dataclasses.replace(static, constants=constants, long_cyclic=long_cyclic)
     return dataclasses.replace(settings, static=static)
 
 

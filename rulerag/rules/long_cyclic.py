@@ -121,15 +121,14 @@ def mine_long_cyclic_rules(
 def _adjacency(
     head: np.ndarray, relation: np.ndarray, tail: np.ndarray, n: int, nr: int
 ) -> list[csr_matrix]:
-    """One boolean n x n matrix per relation code: r walks r(x, y), r + nr walks it backwards."""
-    out = []
-    for inverse in (False, True):
-        for r in range(nr):
-            mask = relation == r
-            rows, cols = (tail[mask], head[mask]) if inverse else (head[mask], tail[mask])
-            data = np.ones(int(mask.sum()), bool)
-            out.append(_boolean(csr_matrix((data, (rows, cols)), shape=(n, n))))
-    return out
+    """One boolean n x n matrix per relation code: r walks r(x, y), r + nr walks it backwards
+    (the transpose of r's)."""
+    forward = []
+    for r in range(nr):
+        mask = relation == r
+        data = np.ones(int(mask.sum()), bool)
+        forward.append(_boolean(csr_matrix((data, (head[mask], tail[mask])), shape=(n, n))))
+    return forward + [_boolean(matrix.T) for matrix in forward]
 
 
 def _boolean(matrix: csr_matrix) -> csr_matrix:
