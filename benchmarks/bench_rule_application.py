@@ -6,6 +6,7 @@ Run by hand, never as a test (after `mine_rules` for the dataset):
         [--lengths 1 2 3] [--window 0] [--top-k 20] [--aggregation noisy_or|max|nrnoisy_or]
         [--data FOLDER] [--out FILE] [--mine] [--constant-kinds ac1 ac2 zero]
         [--closed-confidence pca|anyburl] [--long-cyclic-samples 30] [--min-confidence 0.01]
+        [--discrimination-bound 1000]
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
@@ -30,7 +31,8 @@ AnyBURL's rules with constants of those kinds (`mine_rules.static.constants.kind
 by kind are reported; `--closed-confidence` is `mine_rules.static.constants.closed_confidence`
 (implies `--mine`), `--long-cyclic-samples` `mine_rules.static.long_cyclic.samples_per_head`
 (implies `--mine`). `--min-confidence` is
-`apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it).
+`apply_rules.min_confidence` (0.01; AnyBURL's weights put zero-body rules below it),
+`--discrimination-bound` `apply_rules.discrimination_bound` (0: none).
 
 Temporal KGs: `--temporal-constant-kinds ac1 ac2 zero` adds TLogic-style rules with constants
 (`mine_rules.temporal.constants`, `rulerag.rules.temporal_constants`), mined in-process from
@@ -106,6 +108,10 @@ def main() -> int:
     )  # fmt: skip
     parser.add_argument("--min-confidence", type=float, default=0.01)
     parser.add_argument(
+        "--discrimination-bound", type=int, default=0,
+        help="apply_rules.discrimination_bound (static rules; AnyBURL and SAFRAN: 1000)",
+    )  # fmt: skip
+    parser.add_argument(
         "--temporal-constant-kinds", nargs="*", default=None, choices=["ac1", "ac2", "zero"],
         help="temporal rules with constants to mine and add (mine_rules.temporal.constants)",
     )  # fmt: skip
@@ -167,6 +173,7 @@ def main() -> int:
         aggregation=args.aggregation,
         cluster_ties=args.cluster_ties,
         min_confidence=args.min_confidence,
+        discrimination_bound=args.discrimination_bound,
     )
     started = time.perf_counter()
     clustering = None
@@ -194,6 +201,7 @@ def main() -> int:
         "closed_confidence": args.closed_confidence or "pca",
         "mining_seconds": mining_seconds,
         "aggregation": args.aggregation,
+        "discrimination_bound": args.discrimination_bound,
         "cluster_ties": args.cluster_ties if clustering else None,
         "queries": queries,
         "seconds": round(seconds, 1),

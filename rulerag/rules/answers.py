@@ -23,7 +23,13 @@ from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
-from rulerag.rules.application import Aggregation, ApplySettings, ClusterLabels, apply_rule_list
+from rulerag.rules.application import (
+    Aggregation,
+    ApplySettings,
+    ClusterLabels,
+    apply_rule_list,
+    check_discrimination_bound,
+)
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast, rounded_metrics
 from rulerag.rules.rule import Rule
@@ -76,11 +82,17 @@ class ApplyRulesSettings:
     cluster_resolution: Positive = 200
     #: nrnoisy_or: the threshold search's validation MRR counts the top this many candidates
     cluster_top_k: Positive = 10
+    #: static rules: a rule predicting this many candidates or more for a query predicts none
+    #: for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 there); 0: no bound
+    discrimination_bound: Count = 0
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500
     candidates: Positive = 10  # explained candidates kept per RuleQA test query
     seed: Seed = 12
+
+    def __post_init__(self) -> None:
+        check_discrimination_bound(self.discrimination_bound)
 
     def apply_settings(self, temporal: bool) -> ApplySettings:
         return ApplySettings(
@@ -95,6 +107,7 @@ class ApplyRulesSettings:
             aggregation=self.aggregation,
             cluster_resolution=self.cluster_resolution,
             cluster_top_k=self.cluster_top_k,
+            discrimination_bound=self.discrimination_bound,
         )
 
 

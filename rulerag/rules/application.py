@@ -38,7 +38,13 @@ confidence: r(X, c) <= s(X, d) when s(e, d) holds, r(X, c) <=
 s(X, A) when e has an s-fact with another entity, r(X, c) <= (no body) always, each only for
 e != c (and e != d), as AnyBURL's `RuleAcyclic.computeTailResults` fires them. A rule with the
 constant as the head's subject, r(c, X) <= ..., answers the subject query (e, r⁻¹, ?) the same
-way; such rules are never mirrored. They are applied in bulk after a relation's closed rules,
+way; such rules are never mirrored. A static one with a body is also read backwards
+(`AppliedRule.reversed`), as AnyBURL's `computeHeadResults` and SAFRAN's application read it:
+r(X, c) <= s(X, d) answers r(?, c), the query (c, r⁻¹, ?), with every X != c, d such that
+s(X, d) holds, r(X, c) <= s(X, A) with every X != c that has an s-fact to another entity; a
+rule whose set has `discrimination_bound` members or more (AnyBURL's and SAFRAN's
+DISCRIMINATION_BOUND, 1000 there) gives none. The same bound drops a closed static rule for a
+query it reaches as many candidates for. They are applied in bulk after a relation's closed rules,
 to every query of the relation (no stop: millions of them, and their equal confidences, e.g.
 2 / (2 + 5) for every rule seen twice, tie score lists TLogic's stop waits to see differ):
 rules sharing a body fire for the same queries, so each body is matched once, the ac1 rules
@@ -65,7 +71,7 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import partial
 from typing import Literal, get_args
 
@@ -87,6 +93,7 @@ __all__ = [
     "apply_rule_list",
     "apply_rules",
     "applied_rules",
+    "check_discrimination_bound",
     "edges_with_inverses",
     "filtered_rank",
     "filtered_rank_span",
@@ -114,6 +121,15 @@ NRNOISY_TEMPORAL = (
     "rule's predictions and scores depend on the query time (TLogic's recency), so there is "
     "no time-free set of inferred triples to compare; use noisy_or or max"
 )
+
+
+def check_discrimination_bound(bound: int) -> None:
+    """0 (no bound) or at least 2: with 1 every rule would predict nothing."""
+    if bound < 0 or bound == 1:
+        raise ValueError(
+            "discrimination_bound must be 0 (no bound) or at least 2 (1 would drop every "
+            f"prediction), not {bound}"
+        )
 
 
 @dataclass(frozen=True)
@@ -146,6 +162,11 @@ class ApplySettings:
     #: answer with more candidates (FB15k-237: MRR 0.315 with ties first, 0.196 with ties
     #: last; docs/results.md), a gain of the rank's convention, not of the ranking
     cluster_ties: TieRank = "last"
+    #: static rules only: a rule that predicts at least this many candidates for a query
+    #: predicts none for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 in SAFRAN and in
+    #: AnyBURL until 2021: so many candidates tell a top-k ranking nothing); 0: no bound.
+    #: Temporal rules follow TLogic, which has none
+    discrimination_bound: int = 0
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -154,6 +175,7 @@ class ApplySettings:
             raise ValueError(NRNOISY_TEMPORAL)
         if self.cluster_ties not in get_args(TieRank):
             raise ValueError(f"cluster_ties must be last or first, not {self.cluster_ties!r}")
+        check_discrimination_bound(self.discrimination_bound)
         if self.cluster_resolution < 1 or self.cluster_top_k < 1:
             raise ValueError(
                 "cluster_resolution and cluster_top_k must be at least 1, not "
@@ -171,7 +193,7 @@ MAX_EXPANSION_ROWS = 1 << 22
 CONSTANT_QUERY_CHUNK = 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class AppliedRule:
     """A rule in TLogic's ids: head and body relations (inverse r + n), constraints over the
     positions 0..len(body) of the path, confidence, and the rule it came from. A `pair` rule
@@ -188,6 +210,9 @@ class AppliedRule:
     #: it); ac2 rules have a body relation and no body constant, zero-body rules no body
     constant: int | None = None
     body_constant: int | None = None
+    #: a static rule with constants read backwards (`reversed`): it answers only the query
+    #: whose entity is its head constant, with every X its body holds for
+    reverse: bool = False
 
     def mirrored(self, n_relations: int) -> AppliedRule:
         """The rule for the inverse head: the body read backwards with each relation
@@ -207,6 +232,16 @@ class AppliedRule:
         return AppliedRule(
             self.index, inv(self.head), body, constraints, self.confidence, self.pair
         )
+
+    def reversed(self, n_relations: int) -> AppliedRule:
+        """A static rule r(X, c) <= s(X, d | A) for the inverse head: the query (c, r⁻¹, ?),
+        i.e. r(?, c), answered with every X the body holds for, as AnyBURL's
+        `RuleAcyclic.computeHeadResults` (and SAFRAN's application) fires an X rule whose head
+        constant is the query's entity (`r(c, X) <= ...` alike for r(c, ?))."""
+        if self.constant is None or not self.body or self.reverse:
+            raise ValueError("only a rule with constants and a body is read backwards")
+        head = (self.head + n_relations) % (2 * n_relations)
+        return replace(self, head=head, reverse=True)
 
 
 def applied_rules(
@@ -234,10 +269,12 @@ def applied_rules(
         copies = [applied]
         if (rule.length == 1 or not settings.temporal) and applied.constant is None:
             copies.append(applied.mirrored(n))
+        elif not settings.temporal and applied.body:
+            copies.append(applied.reversed(n))
         for copy in copies:
             key = (
                 copy.head, copy.body, copy.constraints, copy.pair, copy.constant,
-                copy.body_constant,
+                copy.body_constant, copy.reverse,
             )  # fmt: skip
             if key in seen:
                 continue
@@ -508,6 +545,14 @@ def _groundings(
     return paths if len(paths.key) else None
 
 
+def _bounded(found: _Paths, bound: int) -> _Paths | None:
+    """The groundings of the queries for which the rule reaches fewer than `bound` candidates
+    (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND: a rule with more predicts nothing)."""
+    _, owner, counts = np.unique(found.key, return_inverse=True, return_counts=True)
+    keep = np.flatnonzero(counts[owner] < bound)
+    return found.take(keep) if len(keep) else None
+
+
 def rule_predictions(rule: AppliedRule, graph: EdgeIndex) -> np.ndarray:
     """The pairs (x, y) the rule infers on `graph` (every grounding from every entity), as
     sorted unique codes x * graph.n_entities + y."""
@@ -589,6 +634,8 @@ def _constant_firings(
     const = np.array([r.constant for r in constant], np.int64)
     conf = np.array([r.confidence for r in constant], np.float64 if temporal else np.float32)
     body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
+    # a reversed rule (`_reverse_firings`) takes no part here: no body relation matches it
+    body[np.array([r.reverse for r in constant], bool)] = -2
     d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
 
     def block(
@@ -608,7 +655,7 @@ def _constant_firings(
         ts = np.zeros(len(q), np.int64) if ts is None else ts[keep]
         return _ConstantRows(key[q], sub[q], const[i], score, i, middle, ts)
 
-    zero = np.flatnonzero(body < 0)
+    zero = np.flatnonzero(body == -1)  # zero-body rules (never reversed)
     if len(zero):
         q = np.repeat(np.arange(len(key)), len(zero))
         i = np.tile(zero, len(key))
@@ -649,6 +696,95 @@ def _constant_firings(
             hi_d = np.searchsorted(d[ac1], obj, side="right")
             pos, owner = ragged_ranges(lo_d, hi_d)
             yield block(q[owner], ac1[pos], obj[owner], adjacency.ts[index][owner])
+
+
+@dataclass(frozen=True)
+class _ReverseSets:
+    """What the reversed rules of one head relation (`AppliedRule.reversed`) predict, one row
+    per (rule, X), sorted by head constant: a query fires the rows whose constant is its
+    entity. `middle` is the body's other entity of X's fact: d, or one A != X."""
+
+    constant: np.ndarray
+    rule: np.ndarray
+    x: np.ndarray
+    middle: np.ndarray
+    score: np.ndarray
+
+    @classmethod
+    def build(
+        cls, rules: Sequence[AppliedRule], queried: np.ndarray, edges: EdgeIndex, bound: int
+    ) -> _ReverseSets:
+        """The rows of the reversed rules among `rules` (positions in that list) whose head
+        constant is one of the `queried` entities. As AnyBURL fires them
+        (`RuleAcyclic.computeValuesReversed`): r(X, c) <= s(X, d) gives every X with s(X, d),
+        r(X, c) <= s(X, A) every X with an s-fact to another entity, each X != c (and != d);
+        a rule with `bound` or more such X (bound > 0) gives none."""
+        index = np.array([i for i, r in enumerate(rules) if r.reverse], np.int64)
+        const = np.array([rules[i].constant for i in index], np.int64)
+        index = index[np.isin(const, queried)]
+        parts: list[tuple[np.ndarray, ...]] = []
+        body = np.array([rules[i].body[0] for i in index], np.int64)
+        d = np.array([_or_none(rules[i].body_constant) for i in index], np.int64)
+        const = np.array([rules[i].constant for i in index], np.int64)
+        for relation in np.unique(body).tolist():
+            adjacency = edges.by_relation.get(relation)
+            if adjacency is None:
+                continue
+            subject = adjacency.code // edges.span
+            mine = body == relation
+            ac1 = np.flatnonzero(mine & (d >= 0))
+            if len(ac1):  # X with s(X, d): the relation's facts sorted by object
+                order = np.argsort(adjacency.obj, kind="stable")
+                objects = adjacency.obj[order]
+                lo = np.searchsorted(objects, d[ac1], side="left")
+                hi = np.searchsorted(objects, d[ac1], side="right")
+                if bound:  # X != c and X != d remove at most two
+                    small = hi - lo - 2 < bound
+                    ac1, lo, hi = ac1[small], lo[small], hi[small]
+                pos, owner = ragged_ranges(lo, hi)
+                rows, x = ac1[owner], subject[order][pos]
+                keep = (x != const[rows]) & (x != d[rows])
+                parts.append((rows[keep], x[keep], d[rows[keep]]))
+            ac2 = np.flatnonzero(mine & (d < 0))
+            if len(ac2):  # X with s(X, A), A != X: the same set for every rule
+                other = adjacency.obj != subject
+                xs, first = np.unique(subject[other], return_index=True)
+                if bound:
+                    size = len(xs) - np.isin(const[ac2], xs)
+                    ac2 = ac2[size < bound]
+                rows = np.repeat(ac2, len(xs))
+                x = np.tile(xs, len(ac2))
+                keep = x != const[rows]
+                middle = np.tile(adjacency.obj[other][first], len(ac2))
+                parts.append((rows[keep], x[keep], middle[keep]))
+        rows, x, middle = (
+            (np.concatenate(c) for c in zip(*parts, strict=True))
+            if parts
+            else (np.zeros(0, np.int64) for _ in range(3))
+        )
+        if bound and len(rows):  # exactly: X != c (and != d) are out
+            sizes = np.bincount(rows, minlength=len(index))
+            keep = sizes[rows] < bound
+            rows, x, middle = rows[keep], x[keep], middle[keep]
+        order = np.lexsort((x, rows, const[rows]))
+        rows, x, middle = rows[order], x[order], middle[order]
+        score = np.array([rules[i].confidence for i in index], np.float32)
+        return cls(const[rows], index[rows], x, middle, score[rows])
+
+    def firings(self, key: np.ndarray, sub: np.ndarray) -> _ConstantRows:
+        """The rows fired by the queries (key, sub): those whose constant is the query's
+        entity, each X a candidate explained by its own body fact (X, s, middle)."""
+        lo = np.searchsorted(self.constant, sub, side="left")
+        hi = np.searchsorted(self.constant, sub, side="right")
+        pos, q = ragged_ranges(lo, hi)
+        x = self.x[pos]
+        return _ConstantRows(
+            key[q], x, x, self.score[pos], self.rule[pos], self.middle[pos], np.zeros_like(x)
+        )
+
+
+def _or_none(value: int | None) -> int:
+    return -1 if value is None else value
 
 
 def _latest_of(
@@ -803,6 +939,8 @@ def apply_rules(
             if len(key) == 0:
                 continue
             found = _groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
+            if found is not None and settings.discrimination_bound and not settings.temporal:
+                found = _bounded(found, settings.discrimination_bound)
             if found is None:
                 continue
             if settings.temporal:
@@ -835,12 +973,21 @@ def apply_rules(
         # rules with constants: every firing at once, for every query of the relation (TLogic's
         # stop compares score lists that these rules' equal confidences often tie), in chunks
         # of queries whose firings merge into each candidate's list once
+        reverse = (
+            _ReverseSets.build(constant, every_sub, graph, settings.discrimination_bound)
+            if constant and not settings.temporal
+            else None
+        )
         for part in range(0, len(every_key) if constant else 0, CONSTANT_QUERY_CHUNK):
             chunk = slice(part, part + CONSTANT_QUERY_CHUNK)
-            firings = _constant_firings(
-                constant, every_key[chunk], every_sub[chunk], every_tq[chunk], graph, settings
+            firings = list(
+                _constant_firings(
+                    constant, every_key[chunk], every_sub[chunk], every_tq[chunk], graph, settings
+                )
             )
-            _merge_constant_rows(_ConstantRows.concat(list(firings)), constant, lists, out)
+            if reverse is not None:
+                firings.append(reverse.firings(every_key[chunk], every_sub[chunk]))
+            _merge_constant_rows(_ConstantRows.concat(firings), constant, lists, out)
         bar.update(len(constant))
     bar.close()
     for k, candidates in lists.items():

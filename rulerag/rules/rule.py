@@ -36,7 +36,7 @@ from typing import Any
 RULE_KINDS = ("path", "pair", "ac1", "ac2", "zero")
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Atom:
     """`relation(subject, object)` over rule variables (0 = Entity1, 1 = Entity2, ...)."""
 
@@ -59,7 +59,7 @@ class Atom:
         return f"[{term(self.subject)}, {name}, {term(self.object)}]"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rule:
     """A mined rule: structure plus the statistics its miner computed.
 

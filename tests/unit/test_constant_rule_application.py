@@ -3,6 +3,8 @@ score list equals a brute-force firing of the rules, with max and noisy-or aggre
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -31,11 +33,35 @@ def rules_for(facts: pd.DataFrame) -> list[Rule]:
     return closed + constant
 
 
+def _body_holds(fact_set: set[tuple[int, int, int]], rule: Rule, x: int, value: int) -> bool:
+    """The rule's body with its variable x = value: s(value, d) for d != value, or an s-fact
+    to an A != value for a dangling end; a zero-body rule always."""
+    if not rule.body:
+        return True
+    (atom,) = rule.body
+    other = atom.object if atom.subject == x else atom.subject
+    d = rule.constant_of.get(other)
+
+    def holds(end: int) -> bool:
+        pair = {x: value, other: end}
+        return (pair[atom.subject], atom.relation, pair[atom.object]) in fact_set
+
+    if d is not None:
+        return d != value and holds(d)
+    return any(holds(a) for a in range(N_ENTITIES) if a != value)
+
+
 def brute_force(
-    facts: pd.DataFrame, rules: list[Rule], query: tuple[int, int], min_confidence: float
+    facts: pd.DataFrame,
+    rules: list[Rule],
+    query: tuple[int, int],
+    min_confidence: float,
+    bound: int = 0,
 ) -> dict[int, list[float]]:
     """candidate -> the confidences of the constant rules that fire for query (e, head id),
-    straight from the rule's atoms over the fact set (AnyBURL's firing conditions)."""
+    straight from the rule's atoms over the fact set (AnyBURL's firing conditions): forwards,
+    r(X, c) gives c for r(e, ?); backwards, it gives every X its body holds for to r(?, c),
+    none if `bound` (> 0) or more."""
     fact_set = set(facts[["head", "relation", "tail"]].itertuples(index=False, name=None))
     e, rel = query
     n = N_RELATIONS
@@ -43,40 +69,36 @@ def brute_force(
     for rule in rules:
         if not rule.constants or rule.score < min_confidence:
             continue
-        bound = rule.constant_of
+        bound_vars = rule.constant_of
         head = rule.head
-        constant_is_subject = head.subject in bound
-        if (head.relation + (n if constant_is_subject else 0)) != rel:
-            continue
+        constant_is_subject = head.subject in bound_vars
+        forward = head.relation + (n if constant_is_subject else 0)
         x = head.object if constant_is_subject else head.subject
-        c = bound[head.subject if constant_is_subject else head.object]
-        if e == c:
-            continue
-        if rule.body:
-            (atom,) = rule.body
-            other = atom.object if atom.subject == x else atom.subject
-
-            def holds(value: int, atom=atom, other=other, x=x) -> bool:
-                pair = {x: e, other: value}
-                return (pair[atom.subject], atom.relation, pair[atom.object]) in fact_set
-
-            if other in bound:
-                d = bound[other]
-                if d == e or not holds(d):
-                    continue
-            elif not any(holds(a) for a in range(N_ENTITIES) if a != e):
-                continue
-        out.setdefault(c, []).append(np.float32(rule.score))
+        c = bound_vars[head.subject if constant_is_subject else head.object]
+        if rel == forward and e != c and _body_holds(fact_set, rule, x, e):
+            out.setdefault(c, []).append(np.float32(rule.score))
+        elif rule.body and rel == (forward + n) % (2 * n) and e == c:
+            xs = [v for v in range(N_ENTITIES) if v != c and _body_holds(fact_set, rule, x, v)]
+            if not bound or len(xs) < bound:
+                for v in xs:
+                    out.setdefault(v, []).append(np.float32(rule.score))
     return out
 
 
+@pytest.mark.parametrize("bound", [0, 4])
 @pytest.mark.parametrize("aggregation", ["max", "noisy_or"])
 @pytest.mark.parametrize("seed", [3, 8])
-def test_candidate_scores_equal_a_brute_force_firing(aggregation: str, seed: int) -> None:
+def test_candidate_scores_equal_a_brute_force_firing(
+    aggregation: str, seed: int, bound: int
+) -> None:
     facts = toy_facts(seed).assign(time=pd.NA, split="train")
     rules = [r for r in rules_for(facts) if r.constants]
     settings = ApplySettings(
-        temporal=False, aggregation=aggregation, top_k=10**6, min_confidence=0.0001
+        temporal=False,
+        aggregation=aggregation,
+        top_k=10**6,
+        min_confidence=0.0001,
+        discrimination_bound=bound,
     )
     queries = pd.DataFrame(
         [
@@ -89,7 +111,7 @@ def test_candidate_scores_equal_a_brute_force_firing(aggregation: str, seed: int
     out = apply_rule_list(queries, rules, facts, N_RELATIONS, settings, progress=False)
     fired = 0
     for row in queries.itertuples(index=False):
-        expected = brute_force(facts, rules, (row.sub, row.rel), settings.min_confidence)
+        expected = brute_force(facts, rules, (row.sub, row.rel), settings.min_confidence, bound)
         got = out[row.key]
         assert set(got.scores) == set(expected)
         for c, scores in expected.items():
@@ -101,14 +123,33 @@ def test_candidate_scores_equal_a_brute_force_firing(aggregation: str, seed: int
                 assert got.scores[c] == pytest.approx(noisy_or(ordered), rel=1e-6)
             fired += len(scores)
     assert fired > 50  # the toy KG fires every kind many times
+    if bound:  # the bound drops some backward firings on this KG (not a vacuous setting)
+        unbounded = apply_rule_list(
+            queries, rules, facts, N_RELATIONS, replace(settings, discrimination_bound=0),
+            progress=False,
+        )  # fmt: skip
+        assert any(set(out[k].scores) != set(unbounded[k].scores) for k in queries["key"])
 
 
-def test_constant_rules_explain_and_are_not_mirrored() -> None:
+def test_constant_rules_explain_and_are_read_backwards_not_mirrored() -> None:
     facts = toy_facts().assign(time=pd.NA, split="train")
     rules = [r for r in rules_for(facts) if r.constants]
     by_head = applied_rules(rules, N_RELATIONS, ApplySettings(temporal=False, min_confidence=0))
     applied = [a for group in by_head.values() for a in group]
-    assert len(applied) == len(rules)  # one each: never mirrored
+    forward = [a for a in applied if not a.reverse]
+    backward = [a for a in applied if a.reverse]
+    assert len(forward) == len(rules)  # never mirrored (a path read backwards)
+    # every rule with a body is also read backwards, under the inverse head, as it is
+    assert sorted(a.index for a in backward) == [i for i, r in enumerate(rules) if r.body]
+    by_index = {a.index: a for a in forward}
+    for a in backward:
+        twin = by_index[a.index]
+        assert a.head == (twin.head + N_RELATIONS) % (2 * N_RELATIONS)
+        assert (a.body, a.constant, a.body_constant) == (
+            twin.body, twin.constant, twin.body_constant,
+        )  # fmt: skip
+    temporal = applied_rules(rules, N_RELATIONS, ApplySettings(temporal=True, min_confidence=0))
+    assert not any(a.reverse for group in temporal.values() for a in group)
     ac1 = Rule.with_constant(0, 0, body=(1, False), body_constant=2, confidence=0.5)
     zero = Rule.with_constant(0, 0, confidence=0.01)
     settings = ApplySettings(temporal=False, min_confidence=0.0, lengths=(1,))
@@ -118,6 +159,13 @@ def test_constant_rules_explain_and_are_not_mirrored() -> None:
     assert out[0].rules[0] == 0 and out[0].explanations[0] == [(3, 1, 2, 0)]
     # 13 plays for no team: only the zero-body rule (applied whatever `lengths` says)
     assert out[1].scores == {0: pytest.approx(0.01)} and out[1].explanations[0] == []
+    # read backwards, gender(?, male) gets every player of TEAM, each explained by its own
+    # plays_for fact; the zero-body rule is not read backwards
+    players = set(facts.loc[(facts["relation"] == 1) & (facts["tail"] == 2), "head"])
+    backward = pd.DataFrame([(2, 0, N_RELATIONS, 0)], columns=["key", "sub", "rel", "ts"])
+    out = apply_rule_list(backward, [ac1, zero], facts, N_RELATIONS, settings, progress=False)
+    assert players and set(out[2].scores) == players
+    assert all(out[2].explanations[x] == [(x, 1, 2, 0)] for x in players)
 
 
 def test_forecast_with_constant_rules_ranks_the_planted_answer() -> None:

@@ -337,6 +337,34 @@ def test_max_aggregation_ranks_by_the_best_rule_then_the_next() -> None:
         ApplySettings(aggregation="sum")
 
 
+def test_the_discrimination_bound_drops_a_rule_with_as_many_candidates_or_more() -> None:
+    """AnyBURL's DISCRIMINATION_BOUND, per rule and query: BODY reaches 3 candidates from 1
+    and one from 5; with bound 3 it predicts nothing for 1 and still 6 for 5; A's two stay."""
+    kg = facts([(1, BODY, 2, 0), (1, BODY, 3, 0), (1, BODY, 4, 0), (5, BODY, 6, 0),
+                (1, A, 7, 0), (1, A, 8, 0)]).assign(time=pd.NA)  # fmt: skip
+    rules = [Rule.path(HEAD, [(BODY, False)], pca_confidence=0.8),
+             Rule.path(HEAD, [(A, False)], pca_confidence=0.2)]  # fmt: skip
+    edges = edges_with_inverses(kg, N_REL)
+    q = queries([(0, 1, HEAD, 0), (1, 5, HEAD, 0)])
+    scores = {}
+    for bound in (0, 3, 4):
+        settings = ApplySettings(temporal=False, discrimination_bound=bound)
+        out = apply_rules(q, applied_rules(rules, N_REL, settings), edges, settings,
+                          progress=False)  # fmt: skip
+        scores[bound] = (set(out[0].scores), set(out[1].scores))
+    assert scores[0] == scores[4] == ({2, 3, 4, 7, 8}, {6})
+    assert scores[3] == ({7, 8}, {6})
+    temporal = ApplySettings(discrimination_bound=3, lengths=(1,), min_body_support=0)
+    timed = facts([(1, BODY, e, 0) for e in (2, 3, 4)])
+    out = apply_rules(queries([(0, 1, HEAD, 5)]),
+                      applied_rules([one_atom()], N_REL, temporal),
+                      edges_with_inverses(timed, N_REL), temporal, progress=False)  # fmt: skip
+    assert set(out[0].scores) == {2, 3, 4}  # temporal rules (TLogic) have no bound
+    for bad in (-1, 1):
+        with pytest.raises(ValueError, match="discrimination_bound"):
+            ApplySettings(discrimination_bound=bad)
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_blocked_expansion_keeps_every_score_rule_and_explanation(seed, monkeypatch) -> None:
     """Hops expanded in blocks (as on YAGO, whose three-atom rules reach 5e8 rows) give the
