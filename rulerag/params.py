@@ -346,6 +346,26 @@ def _nrnoisy_static(params: Params) -> list[str]:
     return []
 
 
+def _constants_bounded(params: Params) -> list[str]:
+    """Static rules with constants are read backwards too (`application`): r(X, c) <= s(X, A)
+    answers r(?, c) with every X that has an s-fact, thousands on FB15k-237, for each of
+    hundreds of thousands of rules. AnyBURL and SAFRAN bound that set; without a bound one
+    apply_rules run on FB15k-237 needs more than 24 GB (docs/results.md), so a static dataset of
+    the run with rules with constants needs `apply_rules.discrimination_bound`."""
+    if not params.mine_rules.static.constants.kinds or params.apply_rules.discrimination_bound:
+        return []
+    known = params.known_datasets()
+    static = [n for n in params.datasets if n in known and params.ingest.kind(n) == "static"]
+    if static:
+        return [
+            "apply_rules.discrimination_bound: 0 (no bound) with mine_rules.static.constants."
+            f"kinds {list(params.mine_rules.static.constants.kinds)} on static datasets "
+            f"{', '.join(static)}: a backward-read rule with constants predicts every entity "
+            "its body holds for; set a bound (AnyBURL's and SAFRAN's: 1000)"
+        ]
+    return []
+
+
 RULES: tuple[Rule, ...] = (
     Rule(("generation",), _max_rules),
     Rule(("qa",), _qa_rows),
@@ -354,6 +374,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("generalisation",), _known_datasets),
     Rule(("export",), _export_retriever),
     Rule(("apply_rules",), _nrnoisy_static),
+    Rule(("apply_rules", "mine_rules"), _constants_bounded),
 )
 
 

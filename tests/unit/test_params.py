@@ -572,3 +572,18 @@ def test_apply_rules_aggregation_is_checked_against_the_datasets() -> None:
         params_check.check_params(
             {**PARAMS, "apply_rules": {**PARAMS["apply_rules"], "aggregation": "nrnoisy"}}
         )
+
+
+def test_static_rules_with_constants_need_a_discrimination_bound() -> None:
+    """Read backwards, a rule with constants predicts every entity its body holds for: a static
+    dataset with them needs apply_rules.discrimination_bound; a temporal one does not."""
+    mine = {**PARAMS["mine_rules"]}
+    mine["static"] = {**mine["static"], "constants": {**mine["static"]["constants"],
+                                                      "kinds": ["ac1", "ac2", "zero"]}}  # fmt: skip
+    unbounded = {**PARAMS, "mine_rules": mine, "datasets": ["fb15k237", "icews14"],
+                 "apply_rules": {**PARAMS["apply_rules"], "discrimination_bound": 0}}  # fmt: skip
+    with pytest.raises(SettingsError, match=r"discrimination_bound.*fb15k237"):
+        params_check.check_params(unbounded)
+    params_check.check_params({**unbounded, "datasets": ["icews14"]})
+    bounded = {**unbounded["apply_rules"], "discrimination_bound": 1000}
+    params_check.check_params({**unbounded, "apply_rules": bounded})
