@@ -212,3 +212,23 @@ def test_nrnoisy_or_refuses_rules_with_constants() -> None:
     queries = pd.DataFrame([(0, 3, 0, 0)], columns=["key", "sub", "rel", "ts"])
     with pytest.raises(ValueError, match="nrnoisy_or does not take rules with constants"):
         apply_rule_list(queries, [zero], facts, N_RELATIONS, settings, clusters={0: [0]})
+
+
+@pytest.mark.parametrize("aggregation", ["max", "noisy_or"])
+def test_forecast_ranks_do_not_depend_on_the_query_chunk(aggregation: str) -> None:
+    """`forecast` applies and ranks its queries a chunk at a time (memory); every chunk size
+    gives the same ranks, rules with constants read both ways included."""
+    facts = toy_facts(8).assign(time=pd.NA, split="train")
+    test_rows = facts.sample(n=12, random_state=1).index
+    facts.loc[test_rows, "split"] = "test"
+    rules = rules_for(facts[facts["split"] == "train"])
+    settings = ApplySettings(temporal=False, aggregation=aggregation, min_confidence=0.0001)
+    tables = [
+        forecast(
+            facts, rules, N_RELATIONS, N_ENTITIES, settings, progress=False, query_chunk=chunk
+        ).ranks  # fmt: skip
+        for chunk in (1, 5, 10**6)
+    ]
+    assert len(tables[0]) == 24 and tables[0]["by_rules"].any()
+    for table in tables[1:]:
+        pd.testing.assert_frame_equal(table, tables[0])
