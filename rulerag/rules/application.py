@@ -547,7 +547,8 @@ def _groundings(
 
 def _bounded(found: _Paths, bound: int) -> _Paths | None:
     """The groundings of the queries for which the rule reaches fewer than `bound` candidates
-    (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND: a rule with more predicts nothing)."""
+    (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND: a rule with as many or more predicts
+    nothing)."""
     _, owner, counts = np.unique(found.key, return_inverse=True, return_counts=True)
     keep = np.flatnonzero(counts[owner] < bound)
     return found.take(keep) if len(keep) else None
@@ -634,7 +635,7 @@ def _constant_firings(
     const = np.array([r.constant for r in constant], np.int64)
     conf = np.array([r.confidence for r in constant], np.float64 if temporal else np.float32)
     body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
-    # a reversed rule (`_reverse_firings`) takes no part here: no body relation matches it
+    # a reversed rule (`_ReverseSets`) takes no part here: no body relation matches it
     body[np.array([r.reverse for r in constant], bool)] = -2
     d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
 
