@@ -328,14 +328,20 @@ def _export_retriever(params: Params) -> list[str]:
     return problems
 
 
+def _run_datasets_of_kind(params: Params, kind: str) -> list[str]:
+    """The run's datasets (`datasets`) of one kind, "temporal" or "static"; an unknown name is
+    `_known_datasets`' to report, not this one's."""
+    known = params.known_datasets()
+    return [n for n in params.datasets if n in known and params.ingest.kind(n) == kind]
+
+
 def _nrnoisy_static(params: Params) -> list[str]:
     """`apply_rules.aggregation: nrnoisy_or` (SAFRAN) clusters static rules only
     (`application.NRNOISY_TEMPORAL` says why); a temporal dataset of the run would stop
     apply_rules at its start."""
     if params.apply_rules.aggregation != "nrnoisy_or":
         return []
-    known = params.known_datasets()
-    temporal = [n for n in params.datasets if n in known and params.ingest.kind(n) == "temporal"]
+    temporal = _run_datasets_of_kind(params, "temporal")
     if temporal:
         return [
             "apply_rules.aggregation: nrnoisy_or (SAFRAN's non-redundant noisy-or) clusters "
@@ -354,8 +360,7 @@ def _constants_bounded(params: Params) -> list[str]:
     the run with rules with constants needs `apply_rules.discrimination_bound`."""
     if not params.mine_rules.static.constants.kinds or params.apply_rules.discrimination_bound:
         return []
-    known = params.known_datasets()
-    static = [n for n in params.datasets if n in known and params.ingest.kind(n) == "static"]
+    static = _run_datasets_of_kind(params, "static")
     if static:
         return [
             "apply_rules.discrimination_bound: 0 (no bound) with mine_rules.static.constants."
