@@ -388,6 +388,7 @@ class EdgeIndex:
     span: int
     n_entities: int  # above every entity id (codes key * n_entities + entity)
     _pairs: dict[int, np.ndarray] = field(default_factory=dict)
+    _by_object: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
 
     def pairs(self, relation: int) -> np.ndarray:
         """The relation's (sub, obj) pairs as codes sub * n_entities + obj (cached)."""
@@ -396,6 +397,16 @@ class EdgeIndex:
             sub = adjacency.code // self.span
             self._pairs[relation] = np.unique(sub * self.n_entities + adjacency.obj)
         return self._pairs[relation]
+
+    def by_object(self, relation: int) -> tuple[np.ndarray, np.ndarray]:
+        """The relation's (objects, subjects), sorted by object (stable): who reaches a given
+        entity, one `searchsorted` away (cached: every head relation's backward-read rules
+        look their body relations up here)."""
+        if relation not in self._by_object:
+            adjacency = self.by_relation[relation]
+            order = np.argsort(adjacency.obj, kind="stable")
+            self._by_object[relation] = (adjacency.obj[order], adjacency.code[order] // self.span)
+        return self._by_object[relation]
 
     @classmethod
     def build(cls, edges: pd.DataFrame) -> EdgeIndex:
@@ -637,7 +648,7 @@ def _constant_firings(
     body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
     # a reversed rule (`_ReverseSets`) takes no part here: no body relation matches it
     body[np.array([r.reverse for r in constant], bool)] = -2
-    d = np.array([-1 if r.body_constant is None else r.body_constant for r in constant], np.int64)
+    d = np.array([_or_none(r.body_constant) for r in constant], np.int64)
 
     def block(
         q: np.ndarray, i: np.ndarray, middle: np.ndarray, ts: np.ndarray | None = None
@@ -722,11 +733,11 @@ class _ReverseSets:
         a rule with `bound` or more such X (bound > 0) gives none."""
         index = np.array([i for i, r in enumerate(rules) if r.reverse], np.int64)
         const = np.array([rules[i].constant for i in index], np.int64)
-        index = index[np.isin(const, queried)]
-        parts: list[tuple[np.ndarray, ...]] = []
+        asked = np.isin(const, queried)
+        index, const = index[asked], const[asked]
         body = np.array([rules[i].body[0] for i in index], np.int64)
         d = np.array([_or_none(rules[i].body_constant) for i in index], np.int64)
-        const = np.array([rules[i].constant for i in index], np.int64)
+        parts: list[tuple[np.ndarray, ...]] = []
         for relation in np.unique(body).tolist():
             adjacency = edges.by_relation.get(relation)
             if adjacency is None:
@@ -735,15 +746,14 @@ class _ReverseSets:
             mine = body == relation
             ac1 = np.flatnonzero(mine & (d >= 0))
             if len(ac1):  # X with s(X, d): the relation's facts sorted by object
-                order = np.argsort(adjacency.obj, kind="stable")
-                objects = adjacency.obj[order]
+                objects, subjects = edges.by_object(relation)
                 lo = np.searchsorted(objects, d[ac1], side="left")
                 hi = np.searchsorted(objects, d[ac1], side="right")
                 if bound:  # X != c and X != d remove at most two
                     small = hi - lo - 2 < bound
                     ac1, lo, hi = ac1[small], lo[small], hi[small]
                 pos, owner = ragged_ranges(lo, hi)
-                rows, x = ac1[owner], subject[order][pos]
+                rows, x = ac1[owner], subjects[pos]
                 keep = (x != const[rows]) & (x != d[rows])
                 parts.append((rows[keep], x[keep], d[rows[keep]]))
             ac2 = np.flatnonzero(mine & (d < 0))
@@ -785,6 +795,7 @@ class _ReverseSets:
 
 
 def _or_none(value: int | None) -> int:
+    """An optional entity id as an array value: -1 for none (no ac1 body constant)."""
     return -1 if value is None else value
 
 
