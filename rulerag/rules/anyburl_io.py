@@ -1,0 +1,142 @@
+"""Write static rules as AnyBURL writes them, so AnyBURL's and SAFRAN's application can read them.
+
+AnyBURL (`de.unima.ki.anyburl`) and SAFRAN (`OpenBioLink/SAFRAN`, its `RuleReader`) read one rule
+per line, four tab-separated fields: the body groundings ("predicted"), the body groundings the
+head holds for ("correctly predicted"), the confidence, and the rule:
+
+    1028<TAB>573<TAB>0.557393<TAB>r(X,Y) <= s(X,A), t(A,B), u(B,Y)
+    35<TAB>34<TAB>0.971429<TAB>r(X,c) <= s(X,d)
+    12<TAB>12<TAB>1.0<TAB>r(c,Y) <= s(Y,A)
+
+Terms: the head's subject variable is `X`, its object variable `Y`, the other variables `A`, `B`,
+... in the order the body reaches them; a constant is its entity name. The body starts at the
+head's variable (`X`, or `Y` when the head's subject is a constant) and each atom continues
+where the last one ended, which is how SAFRAN's reader follows a body: our static miners number
+a body that way (`rulerag.rules.rule`). Neither tool uses the file's confidence for ranking:
+SAFRAN recomputes it as correct / (predicted + UNSEEN_NEGATIVE_EXAMPLES), so a rule's AnyBURL
+confidence (`anyburl_miner`) is what those two counts give there, without AnyBURL's weights for
+ac2 rules (SAFRAN has none).
+
+Not every rule has this form: AMIE's two atoms on the head's own pair (`pair` rules) would be read
+as a path, and SAFRAN does not read zero-body rules (AnyBURL writes them as `r(X,c) <= ` with an
+empty body); temporal rules have no AnyBURL form at all. `write_anyburl_rules` skips the kinds it
+is told to skip and refuses any other rule it cannot write, naming it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+from rulerag.rules.rule import Atom, Rule
+
+__all__ = ["SAFRAN_KINDS", "format_anyburl_rule", "write_anyburl_rules"]
+
+#: the rule kinds SAFRAN's reader and `applymax` handle (cyclic, AC1, AC2)
+SAFRAN_KINDS = ("path", "ac1", "ac2")
+#: characters AnyBURL's and SAFRAN's readers split rules on, so no name may hold them
+_SEPARATORS = re.compile(r"[\s(),]")
+_VARIABLES = "ABCDEFGHIJKLMNOPQRSTUVW"
+
+
+def _name(value: object, what: str) -> str:
+    name = str(value)
+    if not name or _SEPARATORS.search(name) or re.fullmatch(r"[A-Z]", name) or "<=" in name:
+        raise ValueError(
+            f"{what} {name!r} cannot be written in AnyBURL's format (empty, whitespace, one "
+            "of '(),', '<=', or a single capital letter, which AnyBURL reads as a variable)"
+        )
+    return name
+
+
+def format_anyburl_rule(
+    rule: Rule,
+    relation_names: Mapping[int, str] | Sequence[str],
+    entity_names: Mapping[int, str] | Sequence[str] | None = None,
+) -> str:
+    """One static rule in AnyBURL's syntax (`r(X,Y) <= s(X,A), t(A,Y)`); constants as their
+    `entity_names` (needed then). ValueError for a rule without that form: temporal, a `pair`
+    rule, or a body that does not start at the head's variable and continue atom by atom."""
+    if rule.temporal or rule.var_constraints:
+        raise ValueError(f"{rule.kind} rule: AnyBURL's format holds static rules only")
+    if rule.kind == "pair":
+        raise ValueError("a pair rule (two atoms on the head's own pair) has no AnyBURL form")
+    if rule.constants and entity_names is None:
+        raise ValueError(f"a rule with constants {rule.constants} needs entity_names")
+    bound = {v: _name(entity_names[e], "entity name") for v, e in rule.constants}  # type: ignore[index]
+    last = rule.head.object
+    names: dict[int, str] = {}
+    letters = iter(_VARIABLES)
+
+    def term(v: int) -> str:
+        if v in bound:
+            return bound[v]
+        if v == rule.head.subject:
+            return "X"
+        if v == last:
+            return "Y"
+        if v not in names:
+            names[v] = next(letters)
+        return names[v]
+
+    def atom(a: Atom) -> str:
+        relation = _name(relation_names[a.relation], "relation name")
+        return f"{relation}({term(a.subject)},{term(a.object)})"
+
+    at = rule.head.subject if rule.head.subject not in bound else last
+    for a in rule.body:
+        if at not in (a.subject, a.object):
+            raise ValueError(
+                f"{rule.kind} rule with head {rule.head}: its body {rule.body} does not run "
+                "from the head's variable atom by atom, as AnyBURL's format needs"
+            )
+        at = a.object if a.subject == at else a.subject
+    head = atom(rule.head)
+    body = ", ".join(atom(a) for a in rule.body)
+    return f"{head} <= {body}" if body else f"{head} <= "
+
+
+def _count(value: float | None, what: str, rule: Rule) -> int:
+    if value is None or value != value or value < 0 or not float(value).is_integer():
+        raise ValueError(f"{rule.kind} rule {rule.head}: {what} {value!r} is not a count")
+    return int(value)
+
+
+def write_anyburl_rules(
+    rules: Iterable[Rule],
+    path: Path | str,
+    relation_names: Mapping[int, str] | Sequence[str],
+    entity_names: Mapping[int, str] | Sequence[str] | None = None,
+    *,
+    kinds: Sequence[str] = SAFRAN_KINDS,
+) -> Counter[str]:
+    """Write the rules of `kinds` as AnyBURL's rule file (atomically); returns how many rules of
+    each kind were written and, under `skipped:<kind>`, left out for their kind.
+
+    Each needs its counts: `body_support` (predicted) and `support` (correct); the confidence
+    column is support / body_support. Names are written as given: pass the KG's keys, the names
+    the other tool reads in the triples files."""
+    path = Path(path)
+    wanted = set(kinds)
+    counts: Counter[str] = Counter()
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with tmp.open("w", encoding="utf-8") as handle:
+            for rule in rules:
+                if rule.kind not in wanted:
+                    counts[f"skipped:{rule.kind}"] += 1
+                    continue
+                predicted = _count(rule.body_support, "body_support", rule)
+                correct = _count(rule.support, "support", rule)
+                confidence = correct / predicted if predicted else 0.0
+                text = format_anyburl_rule(rule, relation_names, entity_names)
+                handle.write(f"{predicted}\t{correct}\t{confidence:.6f}\t{text}\n")
+                counts[rule.kind] += 1
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    os.replace(tmp, path)
+    return counts
