@@ -135,11 +135,15 @@ class AppliedRules:
 
 
 def apply_mined_rules(
-    settings: ApplyRulesSettings, corpus_splits: Sequence[str], layout: DataLayout
+    settings: ApplyRulesSettings,
+    corpus_splits: Sequence[str],
+    layout: DataLayout,
+    rule_splits: Sequence[str] = ("train",),
 ) -> AppliedRules:
     """The `apply_rules` stage on one dataset's files (`layout`): every mined rule applied to
     a seeded sample of the KG's test facts (link forecasting on a temporal KG, link prediction
-    on a static one), then RuleQA's test queries answered from the history the retrievers see
+    on a static one, over the facts of `rule_splits`, `mine_rules.splits`, the rules' own
+    training facts), then RuleQA's test queries answered from the history the retrievers see
     (the facts of `corpus_splits`, `build_benchmark.corpus.splits`)."""
     facts = read_parquet(layout.facts)
     entities = read_parquet(layout.entities)
@@ -163,6 +167,7 @@ def apply_mined_rules(
         max_facts=settings.evaluate_facts,
         seed=settings.seed,
         clusters=clusters,
+        history_splits=tuple(rule_splits),
     )
     seconds = time.perf_counter() - started
     metrics = {

@@ -506,3 +506,33 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(
     assert metrics["ruleqa_answered"] == round(answered, 4)
     report = (layout.rule_application / "results.md").read_text(encoding="utf-8")
     assert report == applied.results == results_markdown(metrics, settings)
+
+
+def test_static_rules_apply_to_the_training_facts_only() -> None:
+    """Static link prediction applies rules to the splits they were learned from (AnyBURL's and
+    SAFRAN's graph): a fact only the valid split holds is no evidence, only a filter."""
+    from rulerag.errors import InputError
+    from rulerag.rules.forecasting import forecast
+
+    lives_in, born_in = 0, 1
+    rows = [
+        (0, lives_in, 2, "train"), (0, born_in, 2, "train"),  # born where one lives
+        (3, born_in, 4, "train"), (5, born_in, 4, "train"),  # the baseline's favourite: 4
+        (1, lives_in, 2, "valid"),  # the only evidence for the test fact
+        (1, born_in, 2, "test"),
+    ]  # fmt: skip
+    facts = pd.DataFrame(rows, columns=["head", "relation", "tail", "split"]).assign(time=pd.NA)
+    rule = Rule(head=Atom(born_in, 0, 1), body=(Atom(lives_in, 0, 1),), confidence=0.9)
+    settings = ApplySettings(temporal=False, aggregation="max", min_confidence=0.0)
+
+    def object_query(**kwargs: object) -> pd.Series:
+        ranks = forecast(facts, [rule], 2, 6, settings, progress=False, **kwargs).ranks
+        return ranks[ranks["rel"] == born_in].iloc[0]
+
+    default = object_query()  # train only: no rule fires, the baseline puts 4 first
+    assert (default["rank"], bool(default["by_rules"])) == (2, False)
+    with_valid = object_query(history_splits=("train", "valid"))
+    assert (with_valid["rank"], bool(with_valid["by_rules"])) == (1, True)
+    for wrong in (("train", "test"), ("dev",)):
+        with pytest.raises(InputError, match="history_splits"):
+            object_query(history_splits=wrong)
