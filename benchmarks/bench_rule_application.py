@@ -10,8 +10,9 @@ Run by hand, never as a test (after `mine_rules` for the dataset):
 
 Applies data/<dataset>/rules/rules.parquet (every mined rule, lengths 1-3; `--rules` another
 file) to every test fact in both directions with TLogic's semantics (static KGs: AMIE rules
-by PCA confidence, applied to the training facts; `rulerag.rules.application`) and prints queries per minute, MRR and
-Hits@1/3/10 (time-aware filtered, `rulerag.rules.forecasting`) beside TLogic's published
+by PCA confidence, applied to the training facts; `rulerag.rules.application`) and prints
+queries per minute, MRR and Hits@1/3/10 (time-aware filtered, `rulerag.rules.forecasting`)
+beside TLogic's published
 ICEWS14 figures (its Table 3: MRR 0.4304, Hits@1 0.3356, @3 0.4827, @10 0.6117). The
 reference implementation applies about 210 queries a minute with two processes on a 2-core
 machine. `--limit` evaluates the first N test facts only (a quick look). `--aggregation
