@@ -18,6 +18,9 @@ The rules between sections (`cross_section_problems`):
   it runs on any dataset,
 * `export.datasets` are datasets of the run, and `export.retriever` is an encoder of
   `retrieve.finetune` (export reads its fine-tuned query encoder),
+* on the run's static datasets only, `apply_rules.aggregation: nrnoisy_or`; with static rules
+  with constants, an `apply_rules.discrimination_bound`; and `mine_rules.splits` without test
+  (`apply_rules` applies a static KG's rules to those splits and ranks its test facts),
 * every dataset name (`datasets`, `qa.datasets`, `generalisation.datasets`, `ingest.custom`)
   follows the one rule of `rulerag.settings.check_dataset_name`, and `datasets` /
   `generalisation.datasets` name KGs the registry or `ingest.custom` knows.
@@ -371,6 +374,22 @@ def _constants_bounded(params: Params) -> list[str]:
     return []
 
 
+def _static_history(params: Params) -> list[str]:
+    """A static KG's link prediction (`apply_rules`) ranks the test facts and applies the
+    rules to the splits they were learned from (`mine_rules.splits`, AnyBURL's and SAFRAN's
+    training graph): rules learned from the test facts would read their own answers."""
+    if "test" not in params.mine_rules.splits:
+        return []
+    static = _run_datasets_of_kind(params, "static")
+    if static:
+        return [
+            f"mine_rules.splits {list(params.mine_rules.splits)} holds test, which apply_rules "
+            f"evaluates on static datasets {', '.join(static)}: the rules would be applied to "
+            "the facts they are asked for; learn them from train (and valid)"
+        ]
+    return []
+
+
 RULES: tuple[Rule, ...] = (
     Rule(("generation",), _max_rules),
     Rule(("qa",), _qa_rows),
@@ -380,6 +399,7 @@ RULES: tuple[Rule, ...] = (
     Rule(("export",), _export_retriever),
     Rule(("apply_rules",), _nrnoisy_static),
     Rule(("apply_rules", "mine_rules"), _constants_bounded),
+    Rule(("apply_rules", "mine_rules"), _static_history),
 )
 
 

@@ -587,3 +587,14 @@ def test_static_rules_with_constants_need_a_discrimination_bound() -> None:
     params_check.check_params({**unbounded, "datasets": ["icews14"]})
     bounded = {**unbounded["apply_rules"], "discrimination_bound": 1000}
     params_check.check_params({**unbounded, "apply_rules": bounded})
+
+
+def test_static_rules_are_not_learned_from_the_test_facts() -> None:
+    """apply_rules applies a static KG's rules to mine_rules.splits and ranks its test facts:
+    rules learned from test are refused before any stage runs; a temporal run is not concerned."""
+    mine = {**PARAMS["mine_rules"], "splits": ["train", "test"]}
+    leaky = {**PARAMS, "mine_rules": mine, "datasets": ["nell995", "icews14"]}
+    with pytest.raises(SettingsError, match=r"mine_rules\.splits.*test.*nell995"):
+        params_check.check_params(leaky)
+    params_check.check_params({**leaky, "datasets": ["icews14"]})
+    params_check.check_params({**leaky, "mine_rules": {**mine, "splits": ["train", "valid"]}})
