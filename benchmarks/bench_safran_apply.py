@@ -127,15 +127,24 @@ def main() -> int:
     written = time.perf_counter() - started
     print(f"{sum(v for k, v in counts.items() if ':' not in k)} rules written to {work}")
     started = time.perf_counter()
-    with (work / "safran.log").open("w") as log:
-        subprocess.run(  # noqa: S603 - a binary the user named, arguments built here
+    log_path = work / "safran.log"
+    with log_path.open("w") as log:
+        done = subprocess.run(  # noqa: S603 - a binary the user named, arguments built here
             [str(args.safran), "applymax", str(work / "max.properties")],
-            check=True,
+            check=False,
             stdout=log,
             stderr=subprocess.STDOUT,
         )
+    predictions = work / "predictions.txt"
+    if done.returncode or not predictions.is_file():
+        tail = log_path.read_text(errors="replace").splitlines()[-5:]
+        parser.error(
+            f"--safran {args.safran} exited with {done.returncode} and "
+            f"{'no' if not predictions.is_file() else 'a'} {predictions}; "
+            f"the end of {log_path}: " + " | ".join(tail)
+        )
     safran_seconds = time.perf_counter() - started
-    safran = safran_ranks(work / "predictions.txt", entity_keys, relation_keys)
+    safran = safran_ranks(predictions, entity_keys, relation_keys)
 
     settings = ApplySettings(
         lengths=(1, 2, 3),
