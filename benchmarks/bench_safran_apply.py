@@ -52,9 +52,11 @@ from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.rules.anyburl_io import SAFRAN_KINDS, write_anyburl_rules  # noqa: E402
 from rulerag.rules.application import ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
-from rulerag.rules.forecasting import forecast  # noqa: E402
-
-HITS = (1, 3, 10)
+from rulerag.rules.forecasting import (  # noqa: E402
+    forecast,
+    metrics_of_ranks,
+    rounded_metrics,
+)
 
 
 def main() -> int:
@@ -214,11 +216,9 @@ def safran_ranks(
 
 
 def metrics(rank: np.ndarray) -> dict[str, float]:
-    """MRR and Hits@k over all queries; an infinite rank adds 0 (SAFRAN's eval.py)."""
-    reciprocal = np.where(np.isfinite(rank), 1 / rank, 0.0)
-    result = {"mrr": round(float(reciprocal.mean()), 4)}
-    result.update({f"hits_at_{k}": round(float(np.mean(rank <= k)), 4) for k in HITS})
-    return result
+    """MRR and Hits@k over all queries, to 4 decimals; an infinite rank adds 0 (SAFRAN's
+    eval.py counts an answer it did not write as 0)."""
+    return rounded_metrics(metrics_of_ranks(rank))
 
 
 def paired(ours: np.ndarray, theirs: np.ndarray) -> dict[str, float | int]:

@@ -62,6 +62,7 @@ __all__ = [
     "forecast",
     "forecast_metrics",
     "forecast_queries",
+    "metrics_of_ranks",
     "rounded_metrics",
 ]
 
@@ -180,7 +181,9 @@ def forecast(
     return ForecastResult(table, forecast_metrics(table))
 
 
-def _rank_metrics(rank: np.ndarray) -> dict[str, float]:
+def metrics_of_ranks(rank: np.ndarray) -> dict[str, float]:
+    """MRR and Hits@1/3/10 of one rank per query (float; an infinite rank, an answer not
+    ranked at all, adds 0 to each)."""
     metrics = {"mrr": float(np.mean(1 / rank))}
     metrics.update({f"hits_at_{k}": float(np.mean(rank <= k)) for k in HITS})
     return metrics
@@ -192,12 +195,12 @@ def forecast_metrics(ranks: pd.DataFrame) -> dict[str, float | dict[str, float]]
     averaged and with the answer last (`ties_average`, `ties_last`)."""
     first = ranks["rank"].to_numpy(np.float64)
     metrics: dict[str, float | dict[str, float]] = {"queries": float(len(first))}
-    metrics.update(_rank_metrics(first))
+    metrics.update(metrics_of_ranks(first))
     metrics["answered_by_rules"] = float(ranks["by_rules"].mean())
     if "rank_last" in ranks:
         last = ranks["rank_last"].to_numpy(np.float64)
-        metrics["ties_average"] = _rank_metrics((first + last) / 2)
-        metrics["ties_last"] = _rank_metrics(last)
+        metrics["ties_average"] = metrics_of_ranks((first + last) / 2)
+        metrics["ties_last"] = metrics_of_ranks(last)
     return metrics
 
 
