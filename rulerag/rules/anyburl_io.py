@@ -21,10 +21,19 @@ Not every rule has this form: AMIE's two atoms on the head's own pair (`pair` ru
 as a path, and SAFRAN does not read zero-body rules (AnyBURL writes them as `r(X,c) <= ` with an
 empty body); temporal rules have no AnyBURL form at all. `write_anyburl_rules` skips the kinds it
 is told to skip and refuses any other rule it cannot write, naming it.
+
+`read_anyburl_rules` reads such a file, AnyBURL's own output included, back into Rules on a KG's
+ids, so that rules AnyBURL learned can be applied by `forecasting` beside ours. It gives each
+rule AnyBURL's applied confidence (correct / (predicted + pc), times AnyBURL's weight for AC2
+and zero-body rules, as `anyburl_miner` scores its own). Two things AnyBURL writes have no Rule
+form and are skipped, counted by reason: rules with its reflexive token (`me_myself_i`, learned
+with `REWRITE_REFLEXIV`: the constant stands for "the query's own entity") and rules with a
+constant and more than one body atom (`MAX_LENGTH_ACYCLIC` > 1, off by default).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections import Counter
@@ -33,13 +42,16 @@ from pathlib import Path
 
 from rulerag.rules.rule import Atom, Rule
 
-__all__ = ["SAFRAN_KINDS", "format_anyburl_rule", "write_anyburl_rules"]
+__all__ = ["SAFRAN_KINDS", "format_anyburl_rule", "read_anyburl_rules", "write_anyburl_rules"]
 
 #: the rule kinds SAFRAN's reader and `applymax` handle (cyclic, AC1, AC2)
 SAFRAN_KINDS = ("path", "ac1", "ac2")
 #: characters AnyBURL's and SAFRAN's readers split rules on, so no name may hold them
 _SEPARATORS = re.compile(r"[\s(),]")
 _VARIABLES = "ABCDEFGHIJKLMNOPQRSTUVW"
+#: AnyBURL's stand-in for "the same entity as the other end" (`Settings.REWRITE_REFLEXIV_TOKEN`)
+REFLEXIVE_TOKEN = "me_myself_i"
+_ATOM = re.compile(r"([^\s(),]+)\(([^\s(),]+),([^\s(),]+)\)")
 
 
 def _name(value: object, what: str) -> str:
@@ -140,3 +152,109 @@ def write_anyburl_rules(
         raise
     os.replace(tmp, path)
     return counts
+
+
+def _parse_atoms(text: str) -> list[tuple[str, str, str]] | None:
+    """`r(a,b), s(b,c)` -> [(r, a, b), (s, b, c)]; None when the text is not such a list."""
+    atoms = _ATOM.findall(text)
+    rest = _ATOM.sub("", text).replace(",", " ").strip()
+    return None if rest else atoms
+
+
+def read_anyburl_rules(
+    path: Path | str,
+    relation_ids: Mapping[str, int],
+    entity_ids: Mapping[str, int],
+    *,
+    unseen_negatives: int = 5,
+    ac2_weight: float = 0.1,
+    zero_weight: float = 0.01,
+) -> tuple[list[Rule], Counter[str]]:
+    """The rules of an AnyBURL rule file as Rules on the KG's ids, and how many of each kind
+    were read (`skipped:<reason>` for those without a Rule form, see the module doc).
+
+    Variables are numbered as `Rule.with_constant` and the AMIE reader number them (the head's
+    subject, the body's other terms in order, the head's object last), so a rule this module
+    wrote reads back equal. `support` is the file's "correct", `body_support` its
+    "predicted", `std_confidence` their ratio, `confidence` AnyBURL's applied confidence.
+    ValueError, naming the file and line, for a line that is not an AnyBURL rule, a name the
+    KG does not have, or a cyclic body that is not a path from the head's subject to its
+    object."""
+    path = Path(path)
+    rules: list[Rule] = []
+    counts: Counter[str] = Counter()
+    weight = {"ac2": ac2_weight, "zero": zero_weight}
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+
+            def bad(why: str, number: int = number, line: str = line) -> ValueError:
+                return ValueError(f"{path}, line {number}: {why}: {line.rstrip()[:200]!r}")
+
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 4 or " <= " not in fields[3] + " ":
+                raise bad("not `predicted<TAB>correct<TAB>confidence<TAB>head <= body`")
+            try:
+                predicted, correct = int(fields[0]), int(fields[1])
+            except ValueError:
+                raise bad("the counts are not integers") from None
+            head_text, _, body_text = fields[3].partition(" <=")
+            head = _parse_atoms(head_text.strip())
+            body = _parse_atoms(body_text.strip())
+            if head is None or body is None or len(head) != 1 or predicted < correct:
+                raise bad("not one head atom <= atoms, with correct <= predicted")
+            atoms = head + body
+            if any(REFLEXIVE_TOKEN in (s, o) for _, s, o in atoms):
+                counts["skipped:reflexive"] += 1
+                continue
+            (head_rel, subject, obj), *_ = atoms
+            terms = [subject]
+            for term in (t for _, s, o in body for t in (s, o)):
+                if term != obj and term not in terms:
+                    terms.append(term)
+            if obj in terms:
+                raise bad("the head's two ends are the same term")
+            terms.append(obj)
+            number_of = {term: i for i, term in enumerate(terms)}
+            try:
+                constants = tuple(
+                    sorted((number_of[t], entity_ids[t]) for t in terms if not _is_variable(t))
+                )
+                relation = [relation_ids[r] for r, _, _ in atoms]
+            except KeyError as missing:
+                raise bad(f"{missing} is not a name of this KG") from None
+            if constants and len(body) > 1:
+                counts["skipped:long_acyclic"] += 1
+                continue
+            rule = Rule(
+                head=Atom(relation[0], 0, len(terms) - 1),
+                body=tuple(
+                    Atom(rel, number_of[s], number_of[o])
+                    for rel, (_, s, o) in zip(relation[1:], body, strict=True)
+                ),
+                constants=constants,
+                support=float(correct),
+                body_support=float(predicted),
+                std_confidence=correct / predicted if predicted else None,
+            )
+            applied = weight.get(rule.kind, 1.0) * correct / (predicted + unseen_negatives)
+            rule = dataclasses.replace(rule, confidence=applied)
+            if rule.kind == "path" and not _is_chain(rule):
+                raise bad("a cyclic body that is not a path from X to Y")
+            rules.append(rule)
+            counts[rule.kind] += 1
+    return rules, counts
+
+
+def _is_variable(term: str) -> bool:
+    return re.fullmatch(r"[A-Z]", term) is not None
+
+
+def _is_chain(rule: Rule) -> bool:
+    at = rule.head.subject
+    for a in rule.body:
+        if at not in (a.subject, a.object):
+            return False
+        at = a.object if a.subject == at else a.subject
+    return at == rule.head.object

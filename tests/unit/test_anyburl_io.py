@@ -1,5 +1,6 @@
 """Rules written in AnyBURL's format say what they said: the text, read back by a brute-force
-reader of AnyBURL's syntax, holds for exactly the groundings the Rule holds for."""
+reader of AnyBURL's syntax, holds for exactly the groundings the Rule holds for; and AnyBURL's
+files read back into Rules that hold for the groundings their text holds for."""
 
 from __future__ import annotations
 
@@ -10,7 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.rules.anyburl_io import SAFRAN_KINDS, format_anyburl_rule, write_anyburl_rules
+from rulerag.rules.anyburl_io import (
+    SAFRAN_KINDS,
+    format_anyburl_rule,
+    read_anyburl_rules,
+    write_anyburl_rules,
+)
 from rulerag.rules.rule import Atom, Rule
 
 RELATIONS = ["born_in", "lives_in", "works_for"]
@@ -131,3 +137,82 @@ def test_file_with_counts_and_kinds(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="body_support"):
         write_anyburl_rules([Rule.path(0, [(1, False)], support=3)], out, RELATIONS)
     assert out.read_text().count("\n") == 2  # a refused file leaves the last one whole
+
+
+RELATION_IDS = {name: i for i, name in enumerate(RELATIONS)}
+ENTITY_IDS = {name: i for i, name in enumerate(ENTITIES)}
+
+
+def test_written_rules_read_back_equal(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    rules = _random_rules(rng) + [
+        Rule.with_constant(
+            rng.randrange(3),
+            rng.randrange(5),
+            constant_is_subject=bool(i % 2),
+            support=3,
+            body_support=40,
+        )
+        for i in range(10)
+    ]
+    rules = [r for r in {r.key: r for r in rules}.values()]  # one rule per structure
+    out = tmp_path / "rules.txt"
+    written = write_anyburl_rules(
+        rules, out, RELATIONS, ENTITIES, kinds=("path", "ac1", "ac2", "zero")
+    )
+    read, counts = read_anyburl_rules(out, RELATION_IDS, ENTITY_IDS)
+    assert counts == {k: v for k, v in written.items() if ":" not in k}
+    assert [r.key for r in read] == [r.key for r in rules]
+    weight = {"path": 1.0, "ac1": 1.0, "ac2": 0.1, "zero": 0.01}
+    for rule, original in zip(read, rules, strict=True):
+        assert (rule.support, rule.body_support) == (original.support, original.body_support)
+        assert rule.confidence == pytest.approx(
+            weight[rule.kind] * rule.support / (rule.body_support + 5)
+        )
+
+
+def test_read_rules_hold_for_the_groundings_of_their_text(tmp_path: Path) -> None:
+    """Lines as AnyBURL writes them, shapes our writer never makes included (the body read from
+    the constant's side, the head's own relation in the body, a path against its atoms)."""
+    lines = [
+        "born_in(/m/a,Y) <= born_in(/m/b,Y)",
+        "born_in(/m/a,Y) <= lives_in(Y,/m/a)",
+        "works_for(X,/m/c) <= lives_in(A,X)",
+        "born_in(X,Y) <= lives_in(Y,X)",
+        "born_in(X,Y) <= works_for(A,X), born_in(B,A), lives_in(Y,B)",
+        "lives_in(X,Y) <= lives_in(A,X), lives_in(A,Y)",
+    ]
+    out = tmp_path / "anyburl.txt"
+    out.write_text("".join(f"9\t3\t0.3\t{line}\n" for line in lines))
+    read, _ = read_anyburl_rules(out, RELATION_IDS, ENTITY_IDS)
+    rng = random.Random(3)
+    for _ in range(20):
+        facts = {(rng.randrange(5), rng.randrange(3), rng.randrange(5)) for _ in range(14)}
+        for line, rule in zip(lines, read, strict=True):
+            assert _rule_groundings(rule, facts) == _text_groundings(line, facts), line
+
+
+def test_what_anyburl_writes_beyond_rules_is_counted_or_refused(tmp_path: Path) -> None:
+    out = tmp_path / "anyburl.txt"
+    out.write_text(
+        "526\t121\t0.23\tborn_in(/m/a,Y) <= lives_in(Y,me_myself_i)\n"
+        "10\t2\t0.2\tborn_in(X,/m/a) <= lives_in(X,A), works_for(A,/m/b)\n"
+        "5880\t324\t0.05\tworks_for(/m/c,Y) <= \n"
+        "\n"
+    )
+    read, counts = read_anyburl_rules(out, RELATION_IDS, ENTITY_IDS, zero_weight=1.0)
+    assert counts == {"skipped:reflexive": 1, "skipped:long_acyclic": 1, "zero": 1}
+    assert read[0].confidence == pytest.approx(324 / 5885)
+    for text, why in (
+        ("9\t3\tborn_in(X,Y) <= lives_in(X,Y)", "not `predicted"),
+        ("x\t3\t0.3\tborn_in(X,Y) <= lives_in(X,Y)", "not integers"),
+        ("9\t3\t0.3\tborn_in(X,Y) <= lives_in(X,Y) junk", "one head atom"),
+        ("3\t9\t0.3\tborn_in(X,Y) <= lives_in(X,Y)", "correct <= predicted"),
+        ("9\t3\t0.3\tborn_in(X,Y) <= moved_to(X,Y)", "'moved_to' is not a name"),
+        ("9\t3\t0.3\tborn_in(X,/m/z) <= lives_in(X,A)", "'/m/z' is not a name"),
+        ("9\t3\t0.3\tborn_in(X,Y) <= lives_in(X,A), works_for(B,Y)", "not a path"),
+        ("9\t3\t0.3\tborn_in(X,X) <= lives_in(X,A)", "same term"),
+    ):
+        out.write_text("9\t3\t0.3\tborn_in(X,Y) <= lives_in(X,Y)\n" + text + "\n")
+        with pytest.raises(ValueError, match=f"{out.name}, line 2: .*{why}"):
+            read_anyburl_rules(out, RELATION_IDS, ENTITY_IDS)
