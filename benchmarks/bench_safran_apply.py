@@ -4,7 +4,7 @@ Run by hand, with a SAFRAN binary (built from github.com/OpenBioLink/SAFRAN, or 
 ships as resources/binaries/SAFRAN; Linux, needs libgomp), after `mine_rules` for the dataset:
 
     .venv/bin/python benchmarks/bench_safran_apply.py --safran PATH [--dataset fb15k237]
-        [--data FOLDER] [--rules FILE] [--limit N] [--top-k 10] [--threads 1]
+        [--data FOLDER] [--rules FILE | --anyburl-rules FILE] [--limit N] [--top-k 10] [--threads 1]
         [--discrimination-bound 1000] [--unseen-negatives 5] [--workdir DIR] [--out FILE]
 
 What it answers: is a gap to the published AnyBURL / SAFRAN figures in how we apply rules, or
@@ -21,6 +21,13 @@ sides), `apply_rules.discrimination_bound` = `--discrimination-bound`, and the g
 applies rules to: the training facts (`--history train valid` adds the validation facts to ours).
 Both are reported in SAFRAN's protocol (top-k, ties averaged), ours also over every rank, with
 the queries each side ranks better and a Wilcoxon signed-rank test on the reciprocal ranks.
+
+`--anyburl-rules FILE` takes a rule file AnyBURL wrote instead (its learner's output, on this
+KG's training facts): SAFRAN reads the file as it is, ours reads it with
+`anyburl_io.read_anyburl_rules` (which skips AnyBURL's reflexive-token rules, counted in the
+report; SAFRAN applies them). Zero-body rules are left out of both sides, as before: SAFRAN
+does not apply them, and the released binary crashes (SIGSEGV) on the empty body AnyBURL 23
+writes for them. So the two applications can also be compared on AnyBURL's rules.
 
 SAFRAN's application differs from ours in ways the comparison shows rather than hides: its
 DISCRIMINATION_BOUND counts the search's steps, so an AC1 rule read backwards from a body
@@ -49,7 +56,11 @@ from scipy.stats import rankdata, wilcoxon  # noqa: E402
 
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
-from rulerag.rules.anyburl_io import SAFRAN_KINDS, write_anyburl_rules  # noqa: E402
+from rulerag.rules.anyburl_io import (  # noqa: E402
+    SAFRAN_KINDS,
+    read_anyburl_rules,
+    write_anyburl_rules,
+)
 from rulerag.rules.application import ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import (  # noqa: E402
@@ -64,7 +75,9 @@ def main() -> int:
     parser.add_argument("--safran", type=Path, required=True, help="the SAFRAN binary")
     parser.add_argument("--dataset", default="fb15k237")
     parser.add_argument("--data", type=Path, default=ROOT / "data")
-    parser.add_argument("--rules", type=Path, default=None)
+    rules_from = parser.add_mutually_exclusive_group()
+    rules_from.add_argument("--rules", type=Path, default=None, help="a rules.parquet")
+    rules_from.add_argument("--anyburl-rules", type=Path, default=None, help="AnyBURL's rules")
     parser.add_argument("--limit", type=int, default=None, help="the first N test facts")
     parser.add_argument("--top-k", type=int, default=10, help="SAFRAN's TOP_K_OUTPUT")
     parser.add_argument("--threads", type=int, default=1)
@@ -81,7 +94,7 @@ def main() -> int:
         parser.error(f"--safran {args.safran}: no such file")
     layout = DataLayout.of(args.data, args.dataset)
     rules_path = args.rules or layout.rules
-    for needed in (layout.facts, rules_path):
+    for needed in (layout.facts, args.anyburl_rules or rules_path):
         if not needed.is_file():
             parser.error(f"no {needed} (run the pipeline's mine_rules for {args.dataset} first)")
     facts = read_parquet(layout.facts)
@@ -96,7 +109,20 @@ def main() -> int:
     work = args.workdir or Path(tempfile.mkdtemp(prefix="safran-"))
     work.mkdir(parents=True, exist_ok=True)
 
-    rules = [r for r in frame_rules(read_parquet(rules_path)) if r.kind in SAFRAN_KINDS]
+    if args.anyburl_rules:
+        try:
+            read, read_counts = read_anyburl_rules(
+                args.anyburl_rules,
+                {key: i for i, key in enumerate(relation_keys)},
+                {key: i for i, key in enumerate(entity_keys)},
+                unseen_negatives=args.unseen_negatives,
+            )
+        except ValueError as error:
+            parser.error(str(error))
+    else:
+        read, read_counts = frame_rules(read_parquet(rules_path)), None
+    rules = [r for r in read if r.kind in SAFRAN_KINDS]
+    del read
     rules = [  # the confidence SAFRAN gives every rule it reads
         dataclasses.replace(
             r, confidence=float(r.support) / (float(r.body_support) + args.unseen_negatives)
@@ -104,7 +130,13 @@ def main() -> int:
         for r in rules
     ]
     started = time.perf_counter()
-    counts = write_anyburl_rules(rules, work / "rules.txt", relation_keys, entity_keys)
+    if args.anyburl_rules:  # as it is, but for zero-body rules, which crash SAFRAN's reader
+        with args.anyburl_rules.open(encoding="utf-8") as source:
+            kept = (line for line in source if not line.rstrip().endswith("<="))
+            (work / "rules.txt").write_text("".join(kept), encoding="utf-8")
+        counts = read_counts
+    else:
+        counts = write_anyburl_rules(rules, work / "rules.txt", relation_keys, entity_keys)
     for split in ("train", "valid", "test"):
         part = facts[facts["split"] == split]
         lines = [
@@ -127,7 +159,7 @@ def main() -> int:
         "".join(f"{k} = {v}\n" for k, v in properties.items()), encoding="utf-8"
     )
     written = time.perf_counter() - started
-    print(f"{sum(v for k, v in counts.items() if ':' not in k)} rules written to {work}")
+    print(f"{sum(v for k, v in counts.items() if ':' not in k)} rules read, {work} written")
     started = time.perf_counter()
     log_path = work / "safran.log"
     with log_path.open("w") as log:
@@ -169,6 +201,7 @@ def main() -> int:
         "dataset": args.dataset,
         "test_facts": len(test),
         "queries": len(ranks),
+        "rules": str(args.anyburl_rules or rules_path),
         "rules_by_kind": dict(counts),
         "top_k": args.top_k,
         "discrimination_bound": args.discrimination_bound,
