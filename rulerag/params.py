@@ -360,18 +360,29 @@ def _constants_bounded(params: Params) -> list[str]:
     answers r(?, c) with every X that has an s-fact, thousands on FB15k-237, for each of
     hundreds of thousands of rules. AnyBURL and SAFRAN bound that set; without a bound one
     apply_rules run on FB15k-237 needs more than 24 GB (docs/results.md), so a static dataset of
-    the run with rules with constants needs `apply_rules.discrimination_bound`."""
-    if not params.mine_rules.static.constants.kinds or params.apply_rules.discrimination_bound:
+    the run with rules with constants, mined or imported from AnyBURL, needs
+    `apply_rules.discrimination_bound`."""
+    if params.apply_rules.discrimination_bound:
         return []
     static = _run_datasets_of_kind(params, "static")
-    if static:
-        return [
+    problems = []
+    if params.mine_rules.static.constants.kinds and static:
+        problems.append(
             "apply_rules.discrimination_bound: 0 (no bound) with mine_rules.static.constants."
             f"kinds {list(params.mine_rules.static.constants.kinds)} on static datasets "
             f"{', '.join(static)}: a backward-read rule with constants predicts every entity "
             "its body holds for; set a bound (AnyBURL's and SAFRAN's: 1000)"
-        ]
-    return []
+        )
+    imported = params.mine_rules.import_
+    anyburl = [d for d in static if d in imported and imported[d].format == "anyburl"]
+    if anyburl:
+        problems.append(
+            "apply_rules.discrimination_bound: 0 (no bound) with AnyBURL's rules imported for "
+            f"static datasets {', '.join(anyburl)} (mine_rules.import): its rules with "
+            "constants, read backwards, predict every entity their body holds for; set a bound "
+            "(AnyBURL's and SAFRAN's: 1000)"
+        )
+    return problems
 
 
 def _static_history(params: Params) -> list[str]:

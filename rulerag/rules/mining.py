@@ -46,8 +46,8 @@ __all__ = [
     "plot_confidence",
 ]
 
-#: AMIE 3's TSV output or TLogic's rules JSON
-ImportFormat = Literal["amie", "tlogic"]
+#: AMIE 3's TSV output, TLogic's rules JSON or AnyBURL's rule file
+ImportFormat = Literal["amie", "tlogic", "anyburl"]
 IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
 
 
@@ -57,8 +57,9 @@ class RuleImport:
 
     format: ImportFormat
     path: str
-    #: AMIE rules with constants (its -const mode) have no place in the Rule type: drop them
-    #: (true) or fail (false)
+    #: rules the Rule type cannot hold, AMIE's with constants (its -const mode) or AnyBURL's
+    #: with its reflexive token or a constant and several body atoms: drop them (true) or
+    #: fail (false)
     skip_unsupported: bool = False
 
 
@@ -144,7 +145,8 @@ def mine_rule_bank(
     started = time.perf_counter()
     if imported:
         relation_keys = dict(zip(kg.relations["key"], kg.relations["id"], strict=True))
-        rules = import_rules(imported, relation_keys, len(kg.relations))
+        entity_keys = dict(zip(kg.entities["key"], kg.entities["id"], strict=True))
+        rules = import_rules(imported, relation_keys, len(kg.relations), entity_keys)
     elif facts.empty:
         raise InputError(
             f"mine_rules@{dataset}: the KG has no facts in splits {splits} "
@@ -185,20 +187,30 @@ def mine(
 
 
 def import_rules(
-    spec: RuleImport, relation_keys: Mapping[str, int], n_relations: int
+    spec: RuleImport,
+    relation_keys: Mapping[str, int],
+    n_relations: int,
+    entity_keys: Mapping[str, int] | None = None,
 ) -> list[Rule]:
-    """Rules mined elsewhere: AMIE 3's TSV output or TLogic's rules JSON.
+    """Rules mined elsewhere: AMIE 3's TSV output, TLogic's rules JSON or AnyBURL's rule file
+    (its constants named by `entity_keys`).
 
-    A file that is not what its format says fails naming the file (and the line, for AMIE),
-    never as an empty bank: a file from which no rule can be read is an error too.
+    A file that is not what its format says fails naming the file (and the line, for AMIE and
+    AnyBURL), never as an empty bank: a file from which no rule can be read is an error too.
     """
     path = Path(spec.path).expanduser()
-    what = {"amie": "an AMIE 3 rule table", "tlogic": "a TLogic rules JSON"}[spec.format]
+    what = {
+        "amie": "an AMIE 3 rule table",
+        "tlogic": "a TLogic rules JSON",
+        "anyburl": "an AnyBURL rule file",
+    }[spec.format]
     try:
         if spec.format == "amie":
             from rulerag.rules.amie_io import read_amie_tsv
 
             rules = read_amie_tsv(path, relation_keys, skip_unsupported=spec.skip_unsupported)
+        elif spec.format == "anyburl":
+            rules = _import_anyburl(spec, path, relation_keys, entity_keys or {})
         else:
             from rulerag.rules.tlogic_io import read_tlogic_json
 
@@ -213,6 +225,22 @@ def import_rules(
         raise InputError(
             f"{path}: no rule could be read from it (mine_rules.import expects {what}); "
             "an empty bank would replace the one built before"
+        )
+    return rules
+
+
+def _import_anyburl(
+    spec: RuleImport, path: Path, relation_keys: Mapping[str, int], entity_keys: Mapping[str, int]
+) -> list[Rule]:
+    from rulerag.rules.anyburl_io import read_anyburl_rules
+
+    rules, counts = read_anyburl_rules(path, relation_keys, entity_keys)
+    skipped = {k.split(":", 1)[1]: v for k, v in counts.items() if k.startswith("skipped:")}
+    if skipped and not spec.skip_unsupported:
+        raise InputError(
+            f"{path}: {skipped} AnyBURL rules have no place in the Rule type (its reflexive "
+            "token, or a constant and several body atoms); set mine_rules.import.<dataset>."
+            "skip_unsupported: true to drop them"
         )
     return rules
 

@@ -187,7 +187,7 @@ def test_bad_values_fail_naming_the_key() -> None:
     with pytest.raises(SettingsError, match=r"train_retriever.*positives"):
         train_retriever_settings({"positives": "all"})
     with pytest.raises(SettingsError, match=r"mine_rules\.import\.x.*format"):
-        mine_rules_settings({"import": {"x": {"format": "anyburl", "path": "/r"}}})
+        mine_rules_settings({"import": {"x": {"format": "safran", "path": "/r"}}})
 
 
 # --------------------------------------------------------------------------------------------
@@ -585,6 +585,21 @@ def test_static_rules_with_constants_need_a_discrimination_bound() -> None:
     with pytest.raises(SettingsError, match=r"discrimination_bound.*fb15k237"):
         params_check.check_params(unbounded)
     params_check.check_params({**unbounded, "datasets": ["icews14"]})
+    bounded = {**unbounded["apply_rules"], "discrimination_bound": 1000}
+    params_check.check_params({**unbounded, "apply_rules": bounded})
+
+
+def test_imported_anyburl_rules_need_a_discrimination_bound() -> None:
+    """AnyBURL's imported rules have constants too: a static dataset importing them needs the
+    bound; an AMIE import or a dataset outside the run does not."""
+    mine = {**PARAMS["mine_rules"], "import": {"fb15k237": {"format": "anyburl", "path": "r"}}}
+    unbounded = {**PARAMS, "mine_rules": mine, "datasets": ["fb15k237", "icews14"],
+                 "apply_rules": {**PARAMS["apply_rules"], "discrimination_bound": 0}}  # fmt: skip
+    with pytest.raises(SettingsError, match=r"discrimination_bound.*AnyBURL.*fb15k237"):
+        params_check.check_params(unbounded)
+    params_check.check_params({**unbounded, "datasets": ["icews14"]})
+    amie = {**mine, "import": {"fb15k237": {"format": "amie", "path": "r"}}}
+    params_check.check_params({**unbounded, "mine_rules": amie})
     bounded = {**unbounded["apply_rules"], "discrimination_bound": 1000}
     params_check.check_params({**unbounded, "apply_rules": bounded})
 
