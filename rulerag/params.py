@@ -365,24 +365,22 @@ def _constants_bounded(params: Params) -> list[str]:
     if params.apply_rules.discrimination_bound:
         return []
     static = _run_datasets_of_kind(params, "static")
-    problems = []
-    if params.mine_rules.static.constants.kinds and static:
-        problems.append(
-            "apply_rules.discrimination_bound: 0 (no bound) with mine_rules.static.constants."
-            f"kinds {list(params.mine_rules.static.constants.kinds)} on static datasets "
-            f"{', '.join(static)}: a backward-read rule with constants predicts every entity "
-            "its body holds for; set a bound (AnyBURL's and SAFRAN's: 1000)"
-        )
     imported = params.mine_rules.import_
-    anyburl = [d for d in static if d in imported and imported[d].format == "anyburl"]
-    if anyburl:
-        problems.append(
-            "apply_rules.discrimination_bound: 0 (no bound) with AnyBURL's rules imported for "
-            f"static datasets {', '.join(anyburl)} (mine_rules.import): its rules with "
-            "constants, read backwards, predict every entity their body holds for; set a bound "
-            "(AnyBURL's and SAFRAN's: 1000)"
-        )
-    return problems
+    kinds = list(params.mine_rules.static.constants.kinds)
+    sources = (
+        (f"mine_rules.static.constants.kinds {kinds}", static if kinds else []),
+        (
+            "AnyBURL's rules imported (mine_rules.import)",
+            [d for d in static if d in imported and imported[d].format == "anyburl"],
+        ),
+    )
+    return [
+        f"apply_rules.discrimination_bound: 0 (no bound) with {what} on static datasets "
+        f"{', '.join(datasets)}: a backward-read rule with constants predicts every entity "
+        "its body holds for; set a bound (AnyBURL's and SAFRAN's: 1000)"
+        for what, datasets in sources
+        if datasets
+    ]
 
 
 def _static_history(params: Params) -> list[str]:

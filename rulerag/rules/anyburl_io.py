@@ -98,14 +98,12 @@ def format_anyburl_rule(
         relation = _name(relation_names[a.relation], "relation name")
         return f"{relation}({term(a.subject)},{term(a.object)})"
 
-    at = rule.head.subject if rule.head.subject not in bound else last
-    for a in rule.body:
-        if at not in (a.subject, a.object):
-            raise ValueError(
-                f"{rule.kind} rule with head {rule.head}: its body {rule.body} does not run "
-                "from the head's variable atom by atom, as AnyBURL's format needs"
-            )
-        at = a.object if a.subject == at else a.subject
+    start = rule.head.subject if rule.head.subject not in bound else last
+    if _path_end(rule.body, start) is None:
+        raise ValueError(
+            f"{rule.kind} rule with head {rule.head}: its body {rule.body} does not run "
+            "from the head's variable atom by atom, as AnyBURL's format needs"
+        )
     head = atom(rule.head)
     body = ", ".join(atom(a) for a in rule.body)
     return f"{head} <= {body}" if body else f"{head} <= "
@@ -208,7 +206,7 @@ def read_anyburl_rules(
             if any(REFLEXIVE_TOKEN in (s, o) for _, s, o in atoms):
                 counts["skipped:reflexive"] += 1
                 continue
-            (head_rel, subject, obj), *_ = atoms
+            _, subject, obj = head[0]
             terms = [subject]
             for term in (t for _, s, o in body for t in (s, o)):
                 if term != obj and term not in terms:
@@ -240,7 +238,7 @@ def read_anyburl_rules(
             )
             applied = weight.get(rule.kind, 1.0) * correct / (predicted + unseen_negatives)
             rule = dataclasses.replace(rule, confidence=applied)
-            if rule.kind == "path" and not _is_chain(rule):
+            if rule.kind == "path" and _path_end(rule.body, 0) != rule.head.object:
                 raise bad("a cyclic body that is not a path from X to Y")
             rules.append(rule)
             counts[rule.kind] += 1
@@ -251,10 +249,12 @@ def _is_variable(term: str) -> bool:
     return re.fullmatch(r"[A-Z]", term) is not None
 
 
-def _is_chain(rule: Rule) -> bool:
-    at = rule.head.subject
-    for a in rule.body:
+def _path_end(body: Sequence[Atom], start: int) -> int | None:
+    """Where a body read atom by atom from the variable `start` ends, each atom continuing
+    from the last one's other end (AnyBURL's body order); None when an atom does not."""
+    at = start
+    for a in body:
         if at not in (a.subject, a.object):
-            return False
+            return None
         at = a.object if a.subject == at else a.subject
-    return at == rule.head.object
+    return at
