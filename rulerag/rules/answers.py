@@ -26,9 +26,12 @@ from rulerag.layout import DataLayout
 from rulerag.rules.application import (
     Aggregation,
     ApplySettings,
+    Baseline,
     ClusterLabels,
+    NoisyOr,
     apply_rule_list,
     check_discrimination_bound,
+    check_noisy_or,
 )
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast, rounded_metrics
@@ -85,6 +88,12 @@ class ApplyRulesSettings:
     #: static rules: a rule predicting this many candidates or more for a query predicts none
     #: for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 there); 0: no bound
     discrimination_bound: Count = 0
+    #: noisy_or: float32 (TLogic's code: saturates at 1.0 and ties what many rules reach) or
+    #: exact (the same order in float64 log space)
+    noisy_or: NoisyOr = "float32"
+    #: link forecasting's evaluation: TLogic's frequency baseline for queries no rule answers
+    #: (unanswered) or also below the rules' candidates (below_rules); not RuleQA's answers
+    baseline: Baseline = "unanswered"
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
     evaluate_facts: Positive | None = 500
@@ -93,6 +102,7 @@ class ApplyRulesSettings:
 
     def __post_init__(self) -> None:
         check_discrimination_bound(self.discrimination_bound)
+        check_noisy_or(self.noisy_or, self.aggregation)
 
     def apply_settings(self, temporal: bool) -> ApplySettings:
         return ApplySettings(
@@ -108,6 +118,8 @@ class ApplyRulesSettings:
             cluster_resolution=self.cluster_resolution,
             cluster_top_k=self.cluster_top_k,
             discrimination_bound=self.discrimination_bound,
+            noisy_or=self.noisy_or,
+            baseline=self.baseline,
         )
 
 

@@ -84,6 +84,10 @@ from rulerag.rules.tlogic_io import rule_to_tlogic
 
 __all__ = [
     "AGGREGATIONS",
+    "BASELINES",
+    "NOISY_OR_MODES",
+    "Baseline",
+    "NoisyOr",
     "NRNOISY_TEMPORAL",
     "AppliedRule",
     "ApplySettings",
@@ -94,10 +98,12 @@ __all__ = [
     "apply_rules",
     "applied_rules",
     "check_discrimination_bound",
+    "check_noisy_or",
     "edges_with_inverses",
     "filtered_rank",
     "filtered_rank_span",
     "noisy_or",
+    "noisy_or_exact",
     "nrnoisy_or",
     "time_aware_filter",
 ]
@@ -109,6 +115,19 @@ AGGREGATIONS: tuple[str, ...] = get_args(Aggregation)
 
 #: where an answer tied with other candidates ranks among them
 TieRank = Literal["last", "first"]
+
+#: how noisy-or is computed: float32 (TLogic's reference code: 1 - Π(1 - s) in float32 rounds
+#: to 1.0 once Π falls below 2^-24, tying every candidate that many rules reach) or exact
+#: (ranked by -Σ log(1 - s) in float64, the same order without the rounding)
+NoisyOr = Literal["float32", "exact"]
+NOISY_OR_MODES: tuple[str, ...] = get_args(NoisyOr)
+
+#: where link forecasting's evaluation uses TLogic's baseline, the share of the query
+#: relation's training facts with each object: for queries no rule answers (TLogic), or
+#: also below the rules (ties among the rules' candidates broken by it, every entity the rules
+#: do not reach ranked after theirs by it)
+Baseline = Literal["unanswered", "below_rules"]
+BASELINES: tuple[str, ...] = get_args(Baseline)
 
 #: Per head relation (TLogic id) the cluster of each of its rules, in `applied_rules` order, or
 #: None where SAFRAN's search chose its max approach (maxplus) for that head
@@ -129,6 +148,18 @@ def check_discrimination_bound(bound: int) -> None:
         raise ValueError(
             "discrimination_bound must be 0 (no bound) or at least 2 (1 would drop every "
             f"prediction), not {bound}"
+        )
+
+
+def check_noisy_or(mode: str, aggregation: str) -> None:
+    """noisy_or is float32 or exact, and exact only with aggregation noisy_or (with max or
+    nrnoisy_or it would change nothing, which a user who set it did not mean)."""
+    if mode not in NOISY_OR_MODES:
+        raise ValueError(f"noisy_or must be one of {NOISY_OR_MODES}, not {mode!r}")
+    if mode == "exact" and aggregation != "noisy_or":
+        raise ValueError(
+            f"noisy_or: exact computes aggregation noisy_or; with aggregation {aggregation} "
+            "it would change nothing (leave noisy_or: float32)"
         )
 
 
@@ -167,10 +198,18 @@ class ApplySettings:
     #: AnyBURL until 2021: so many candidates tell a top-k ranking nothing); 0: no bound.
     #: Temporal rules follow TLogic, which has none
     discrimination_bound: int = 0
+    #: noisy_or in float32 as TLogic computes it, or exact (`NoisyOr`); aggregation noisy_or
+    noisy_or: NoisyOr = "float32"
+    #: where the evaluation (`forecasting.forecast`) ranks by TLogic's baseline (`Baseline`);
+    #: RuleQA's explained candidates are the rules' own either way
+    baseline: Baseline = "unanswered"
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, not {self.aggregation!r}")
+        check_noisy_or(self.noisy_or, self.aggregation)
+        if self.baseline not in BASELINES:
+            raise ValueError(f"baseline must be one of {BASELINES}, not {self.baseline!r}")
         if self.aggregation == "nrnoisy_or" and self.temporal:
             raise ValueError(NRNOISY_TEMPORAL)
         if self.cluster_ties not in get_args(TieRank):
@@ -1011,6 +1050,10 @@ def apply_rules(
             aggregated = {c: nrnoisy_or(m.values()) for c, m in maxima[k].items()}
             out[k].scores = {c: score for c, (score, _) in aggregated.items()}
             out[k].rank_keys = {c: rank_key for c, (_, rank_key) in aggregated.items()}
+        elif settings.noisy_or == "exact":
+            exact = {c: noisy_or_exact(s) for c, s in candidates.items()}
+            out[k].scores = {c: score for c, (score, _) in exact.items()}
+            out[k].rank_keys = {c: rank_key for c, (_, rank_key) in exact.items()}
         else:
             out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out
@@ -1041,6 +1084,17 @@ def apply_rule_list(
 def noisy_or(scores: Sequence[float]) -> float:
     """1 - Π(1 - s), in float32 as TLogic computes it (ties are exact float comparisons)."""
     return float(1 - np.prod(1 - np.asarray(scores, np.float32), dtype=np.float32))
+
+
+def noisy_or_exact(scores: Sequence[float]) -> tuple[float, float]:
+    """Noisy-or without float32's rounding: (score, rank key) = (1 - Π(1 - s), -Σ log(1 - s))
+    in float64. The key orders candidates as the exact 1 - Π does where the score itself
+    rounds to 1.0 (a candidate reached by 30 rules of score 0.6 keeps its place above one
+    reached by 25); a score of 1 gives an infinite key."""
+    values = np.asarray(scores, np.float64)
+    with np.errstate(divide="ignore"):
+        key = float(-np.log1p(-values).sum())
+    return float(-np.expm1(-key)), key
 
 
 def nrnoisy_or(maxima: Iterable[float]) -> tuple[float, float]:

@@ -16,7 +16,10 @@ Every fact (s, r, o, t) of the evaluated split is two queries: (s, r, ?, t) for 
 (o, r⁻¹, ?, t) for the subject. Candidates come from `application.apply_rules` (history: a
 temporal KG's every split before t, a static KG's `history_splits`). A query no rule answers
 falls back to TLogic's baseline: the objects of its relation in the training facts (inverses
-included), scored by their frequency [`baseline.py`].
+included), scored by their frequency [`baseline.py`]. With `baseline="below_rules"` the same
+frequencies also rank below the rules where rules answer: candidates the rules tie are ordered
+by them, and every entity the rules do not reach ranks after the rules' candidates by them
+(`below_rules`), instead of at |E| (docs/results.md, "ICEWS14: TLogic's ranking made exact").
 The rank is 1 + the candidates scored strictly higher than the answer after removing the other
 objects true at the query time (time-aware filter, every split); an answer without a score
 ranks |E|. MRR and Hits@1/3/10 average over all queries.
@@ -59,6 +62,7 @@ __all__ = [
     "TIE_CONVENTIONS",
     "ForecastResult",
     "baseline_scores",
+    "below_rules",
     "forecast",
     "forecast_metrics",
     "forecast_queries",
@@ -112,6 +116,17 @@ def baseline_scores(facts: pd.DataFrame, n_relations: int) -> dict[int, dict[int
         counts = group["obj"].value_counts(normalize=True)
         out[int(rel)] = {int(o): round(float(p), 6) for o, p in counts.items()}
     return out
+
+
+def below_rules(
+    keys: Mapping[int, float | tuple[float, ...]], prior: Mapping[int, float]
+) -> dict[int, tuple[Any, ...]]:
+    """A query's rank keys with TLogic's baseline below the rules: (1, the rules' key,
+    frequency) for each rule candidate, (0, 0.0, frequency) for each other entity of the
+    relation's training objects; an entity in neither has no key (ranks |E|)."""
+    ranked: dict[int, tuple[Any, ...]] = {c: (0, 0.0, f) for c, f in prior.items()}
+    ranked.update({c: (1, key, prior.get(c, 0.0)) for c, key in keys.items()})
+    return ranked
 
 
 def forecast(
@@ -171,7 +186,11 @@ def forecast(
             scores = found.rank_keys or found.scores
             for row in rows_of[key]:
                 answered[row] = bool(scores)
-                ranked = scores or baseline.get(int(rel[row]), {})
+                prior = baseline.get(int(rel[row]), {})
+                if scores and settings.baseline == "below_rules":
+                    ranked: Mapping[int, Any] = below_rules(scores, prior)
+                else:
+                    ranked = scores or prior
                 others = known.get((int(sub[row]), int(rel[row]), int(ts[row])), set())
                 firsts[row], lasts[row] = filtered_rank_span(
                     ranked, int(obj[row]), others, n_entities

@@ -536,3 +536,96 @@ def test_static_rules_apply_to_the_training_facts_only() -> None:
     for wrong in (("train", "test"), ("dev",)):
         with pytest.raises(InputError, match="history_splits"):
             object_query(history_splits=wrong)
+
+
+def test_exact_noisy_or_orders_what_float32_ties_as_exact_arithmetic_does() -> None:
+    """float32 noisy-or rounds 1 - 0.4^25 and 1 - 0.4^30 both to 1.0; the exact key keeps
+    them apart, and over random score lists orders candidates as Fractions do."""
+    from fractions import Fraction
+
+    from rulerag.rules.application import noisy_or_exact
+
+    assert noisy_or([0.6] * 30) == noisy_or([0.6] * 25) == 1.0
+    assert noisy_or_exact([0.6] * 30)[1] > noisy_or_exact([0.6] * 25)[1]
+    assert noisy_or_exact([0.5, 0.5])[0] == pytest.approx(0.75)
+    assert noisy_or_exact([1.0, 0.2])[1] == float("inf")
+    rng = np.random.default_rng(5)
+    lists = [
+        sorted(np.float32(rng.integers(1, 20, rng.integers(1, 40)) / 20).tolist(), reverse=True)
+        for _ in range(200)
+    ]
+
+    def product(scores: list[float]) -> Fraction:
+        out = Fraction(1)
+        for s in scores:
+            out *= 1 - Fraction(s)
+        return out
+
+    for x, y in zip(lists, lists[1:], strict=False):
+        px, py = product(x), product(y)
+        kx, ky = noisy_or_exact(x)[1], noisy_or_exact(y)[1]
+        if px == py:
+            continue
+        if abs(px - py) / max(px, py) > 1e-9:
+            assert (kx > ky) == (px < py)
+    assert noisy_or_exact(lists[0]) == noisy_or_exact(list(lists[0]))
+
+
+def test_exact_noisy_or_ranks_candidates_that_float32_ties() -> None:
+    """Candidate 7 is reached by 30 one-atom rules of confidence 0.6, candidate 6 by 25: float32
+    noisy-or ties them at 1.0 (ranked by id), exact ranks 7 first; max is refused with exact."""
+    n_rel = 32  # 0 the head, 1..31 bodies
+    rows = [(1, r, 7, 0) for r in range(1, 31)] + [(1, r, 6, 0) for r in range(1, 26)]
+    kg = facts(rows).assign(time=pd.NA)
+    rules = [Rule.path(0, [(r, False)], pca_confidence=0.6) for r in range(1, 31)]
+    edges = edges_with_inverses(kg, n_rel)
+    q = queries([(0, 1, 0, 0)])
+    ranked = {}
+    for mode in ("float32", "exact"):
+        settings = ApplySettings(temporal=False, noisy_or=mode)
+        found = apply_rules(q, applied_rules(rules, n_rel, settings), edges, settings,
+                            progress=False)[0]  # fmt: skip
+        ranked[mode] = [c for c, _ in found.ranked()]
+        assert found.scores == pytest.approx({6: 1.0, 7: 1.0})
+    assert ranked == {"float32": [6, 7], "exact": [7, 6]}
+    with pytest.raises(ValueError, match="noisy_or: exact"):
+        ApplySettings(aggregation="max", noisy_or="exact")
+    with pytest.raises(ValueError, match="noisy_or must be"):
+        ApplySettings(noisy_or="float64")
+    with pytest.raises(ValueError, match="baseline must be"):
+        ApplySettings(baseline="everywhere")
+
+
+def test_the_baseline_below_the_rules_breaks_ties_and_ranks_what_they_miss() -> None:
+    """below_rules: the rules' candidates first (their ties by the relation's object
+    frequency), then every other training object by frequency; without it an answer the rules
+    miss ranks |E| and tied candidates by id, first or last."""
+    from rulerag.rules.forecasting import below_rules, forecast
+
+    keys = {3: 0.5, 4: 0.5, 5: 0.9}
+    prior = {4: 0.4, 6: 0.3, 7: 0.2, 3: 0.1}
+    ranked = below_rules(keys, prior)
+    assert sorted(ranked, key=ranked.__getitem__, reverse=True) == [5, 4, 3, 6, 7]
+    assert ranked[6] == (0, 0.0, 0.3) and ranked[3] == (1, 0.5, 0.1)
+    assert below_rules({3: (0.5, 0.2)}, {})[3] == (1, (0.5, 0.2), 0.0)
+
+    lives_in, born_in = 0, 1
+    rows = [
+        (0, lives_in, 2, "train"), (0, born_in, 2, "train"),  # the rule's evidence
+        (8, lives_in, 9, "train"), (8, lives_in, 3, "train"),  # it reaches 9 and 3 for 8
+        (3, born_in, 4, "train"), (5, born_in, 4, "train"), (6, born_in, 7, "train"),
+        (10, born_in, 3, "train"),  # frequencies of born_in's objects: 4 2/5; 2, 7, 3 1/5
+        (8, born_in, 7, "test"),  # rules miss 7: |E| without the baseline; with it after 9
+        # (the rules' other candidate; 3 is filtered) and 4, tied with 2
+        (8, born_in, 3, "test"),  # tied with 9 for the rules; 3 has a frequency, 9 none
+    ]  # fmt: skip
+    kg = pd.DataFrame(rows, columns=["head", "relation", "tail", "split"]).assign(time=pd.NA)
+    rule = Rule(head=Atom(born_in, 0, 1), body=(Atom(lives_in, 0, 1),), confidence=0.9)
+    for baseline, expected in (("unanswered", {7: (11, 11), 3: (1, 2)}),
+                               ("below_rules", {7: (3, 4), 3: (1, 1)})):  # fmt: skip
+        settings = ApplySettings(temporal=False, min_confidence=0.0, baseline=baseline)
+        ranks = forecast(kg, [rule], 2, 11, settings, progress=False).ranks
+        objects = ranks[(ranks["rel"] == born_in) & (ranks["sub"] == 8)]
+        got = {int(o): (int(f), int(la)) for o, f, la in
+               objects[["obj", "rank", "rank_last"]].itertuples(index=False)}  # fmt: skip
+        assert got == expected, baseline
