@@ -14,8 +14,11 @@ head is r, in order of confidence:
   t_0 the time of the first body fact of the latest such grounding (the largest t_0 among the
   groundings reaching the candidate), as float32.
 * Aggregation: each candidate collects one score per rule that reaches it; its final score is
-  their noisy-or 1 - Π(1 - s_i). Application stops for a query once its best `top_k` (20)
-  candidates, ordered by their score lists, have pairwise different score lists.
+  their noisy-or 1 - Π(1 - s_i), in float32 as TLogic's code computes it, which rounds to
+  1.0 once Π falls below 2^-24 and ties what many rules reach (`noisy_or="exact"` ranks by
+  -Σ log(1 - s_i) in float64 instead: the same order without the rounding). Application
+  stops for a query once its best `top_k` (20) candidates, ordered by their score lists,
+  have pairwise different score lists.
 * Only rules with confidence >= 0.01 and body support >= 2 [`filter_rules`], of the lengths
   asked.
 

@@ -19,7 +19,7 @@ falls back to TLogic's baseline: the objects of its relation in the training fac
 included), scored by their frequency [`baseline.py`]. With `baseline="below_rules"` the same
 frequencies also rank below the rules where rules answer: candidates the rules tie are ordered
 by them, and every entity the rules do not reach ranks after the rules' candidates by them
-(`below_rules`), instead of at |E| (docs/results.md, "ICEWS14: TLogic's ranking made exact").
+(`below_rules`), instead of at |E| (docs/results.md, "The frequency baseline below the rules").
 The rank is 1 + the candidates scored strictly higher than the answer after removing the other
 objects true at the query time (time-aware filter, every split); an answer without a score
 ranks |E|. MRR and Hits@1/3/10 average over all queries.
