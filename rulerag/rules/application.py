@@ -1049,14 +1049,15 @@ def apply_rules(
             # nrnoisy_or: a head whose search chose SAFRAN's max approach ranks by maxplus
             out[k].scores = {c: s[0] for c, s in candidates.items()}
             out[k].rank_keys = {c: tuple(s) for c, s in candidates.items()}
-        elif nrnoisy:
-            aggregated = {c: nrnoisy_or(m.values()) for c, m in maxima[k].items()}
+        elif nrnoisy or settings.noisy_or == "exact":
+            # (score, rank key) per candidate: a key that keeps the order the score rounds off
+            aggregated = (
+                {c: nrnoisy_or(m.values()) for c, m in maxima[k].items()}
+                if nrnoisy
+                else {c: noisy_or_exact(s) for c, s in candidates.items()}
+            )
             out[k].scores = {c: score for c, (score, _) in aggregated.items()}
             out[k].rank_keys = {c: rank_key for c, (_, rank_key) in aggregated.items()}
-        elif settings.noisy_or == "exact":
-            exact = {c: noisy_or_exact(s) for c, s in candidates.items()}
-            out[k].scores = {c: score for c, (score, _) in exact.items()}
-            out[k].rank_keys = {c: rank_key for c, (_, rank_key) in exact.items()}
         else:
             out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
     return out

@@ -184,13 +184,14 @@ def forecast(
         )
         for key, found in candidates.items():
             scores = found.rank_keys or found.scores
+            # a key's rows share (sub, rel, ts): one relation, one ranking for all of them
+            prior = baseline.get(int(rel[rows_of[key][0]]), {})
+            if scores and settings.baseline == "below_rules":
+                ranked: Mapping[int, Any] = below_rules(scores, prior)
+            else:
+                ranked = scores or prior
             for row in rows_of[key]:
                 answered[row] = bool(scores)
-                prior = baseline.get(int(rel[row]), {})
-                if scores and settings.baseline == "below_rules":
-                    ranked: Mapping[int, Any] = below_rules(scores, prior)
-                else:
-                    ranked = scores or prior
                 others = known.get((int(sub[row]), int(rel[row]), int(ts[row])), set())
                 firsts[row], lasts[row] = filtered_rank_span(
                     ranked, int(obj[row]), others, n_entities

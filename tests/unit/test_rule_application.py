@@ -563,12 +563,12 @@ def test_exact_noisy_or_orders_what_float32_ties_as_exact_arithmetic_does() -> N
 
     for x, y in zip(lists, lists[1:], strict=False):
         px, py = product(x), product(y)
-        kx, ky = noisy_or_exact(x)[1], noisy_or_exact(y)[1]
+        (sx, kx), ky = noisy_or_exact(x), noisy_or_exact(y)[1]
+        assert sx == pytest.approx(float(1 - px), abs=1e-12)
         if px == py:
             continue
         if abs(px - py) / max(px, py) > 1e-9:
             assert (kx > ky) == (px < py)
-    assert noisy_or_exact(lists[0]) == noisy_or_exact(list(lists[0]))
 
 
 def test_exact_noisy_or_ranks_candidates_that_float32_ties() -> None:
