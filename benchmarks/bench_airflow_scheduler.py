@@ -29,6 +29,8 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+from checkout import copy_checkout  # noqa: E402
+
 from tests.http_fixtures import mirror_dir  # noqa: E402
 from tests.support.local_airflow import (  # noqa: E402
     running_airflow,
@@ -36,22 +38,6 @@ from tests.support.local_airflow import (  # noqa: E402
     task_instances,
     wait_for_run,
 )
-
-
-def copy_checkout(source: Path, dest: Path) -> Path:
-    """`source`'s tracked and untracked-but-not-ignored files as a fresh git repository."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=source, check=True, capture_output=True,
-    ).stdout.decode()  # fmt: skip
-    for rel in (p for p in listed.split("\0") if p and (source / p).is_file()):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, dest / rel)
-    git = ["git", "-c", "user.email=bench@rulerag", "-c", "user.name=bench"]
-    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
-    return dest
 
 
 def seconds(stamp: str | None) -> float:

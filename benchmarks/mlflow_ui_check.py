@@ -21,42 +21,22 @@ Talks to Chromium over its DevTools protocol (`websockets`, a dependency of the 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+from chromium import Browser, free_port, wait_http  # noqa: E402
+
 from rulerag.tracking import PIPELINE_RUN_ENV, stage_run  # noqa: E402
 from rulerag.tracking.config import UI_APP_NAME, server_command, ui_url  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _wait_http(url: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
 
 
 def log_demo_runs(project: Path) -> str:
@@ -87,7 +67,7 @@ def plugin_path(folder: Path) -> str:
 @contextmanager
 def mlflow_server(project: Path, plugin: bool) -> Iterator[str]:
     """`make mlflow-ui`'s server (`plugin`), or MLflow's plain one, on a free port."""
-    port = _free_port()
+    port = free_port()
     command = server_command(project, port=port, workers=1)
     if "--app-name" in command:
         at = command.index("--app-name")
@@ -99,71 +79,11 @@ def mlflow_server(project: Path, plugin: bool) -> Iterator[str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT), extra) if p)
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        _wait_http(f"http://127.0.0.1:{port}/health", 90)
+        wait_http(f"http://127.0.0.1:{port}/health", 90)
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-
-
-class Browser:
-    """One fresh headless Chromium (its own empty profile) driven over DevTools."""
-
-    def __init__(self, chromium: str) -> None:
-        self.profile = tempfile.mkdtemp(prefix="mlflow-ui-check-")
-        self.port = _free_port()
-        self.proc = subprocess.Popen(
-            [
-                chromium, "--headless=new", "--no-sandbox", "--disable-gpu",
-                f"--user-data-dir={self.profile}", f"--remote-debugging-port={self.port}",
-                "--window-size=1400,900", "about:blank",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        _wait_http(f"http://127.0.0.1:{self.port}/json/version", 30)
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=5) as r:
-            page = next(t for t in json.load(r) if t["type"] == "page")
-        from websockets.sync.client import ClientConnection, connect
-
-        self.ws: ClientConnection = connect(page["webSocketDebuggerUrl"], max_size=None)
-        self.ids = 0
-
-    def call(self, method: str, **params: Any) -> dict[str, Any]:
-        self.ids += 1
-        self.ws.send(json.dumps({"id": self.ids, "method": method, "params": params}))
-        while True:
-            answer = json.loads(self.ws.recv(timeout=30))
-            if answer.get("id") == self.ids:
-                return dict(answer.get("result", {}))
-
-    def evaluate(self, expression: str) -> Any:
-        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True)
-        return result.get("result", {}).get("value")
-
-    def open(self, url: str, settle: float = 40.0) -> tuple[str, str]:
-        """Navigate, wait until the page's URL and text stop changing; (URL, visible text)."""
-        self.call("Page.navigate", url=url)
-        return self.settle(settle)
-
-    def settle(self, timeout: float) -> tuple[str, str]:
-        """(URL, text) once the page shows one of the views `_view` tells apart and has not
-        changed for 2 s, or at `timeout` seconds (a slow first page load)."""
-        last, stable, deadline = None, 0, time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            time.sleep(0.5)
-            now = (self.evaluate("location.href"), self.evaluate("document.body.innerText") or "")
-            stable = stable + 1 if now == last and _view(*now) != "other" else 0
-            if stable >= 4:
-                break
-            last = now
-        return last or ("", "")
-
-    def close(self) -> None:
-        self.ws.close()
-        self.proc.terminate()
-        self.proc.wait(timeout=30)
-        shutil.rmtree(self.profile, ignore_errors=True)
 
 
 def _view(url: str, text: str) -> str:
@@ -175,17 +95,22 @@ def _view(url: str, text: str) -> str:
     return "other"
 
 
+def _ready(url: str, text: str) -> bool:
+    return _view(url, text) != "other"
+
+
 def _through_the_list(chromium: str, start: str) -> tuple[str, str]:
     """Open `start` (the experiment list), click the experiment's link; where it lands."""
     browser = Browser(chromium)
     try:
-        browser.open(start)
+        browser.navigate(start)
+        browser.settle(40, _ready)
         clicked = browser.evaluate(
             "(() => { const a = [...document.querySelectorAll('a')].find("
             "l => l.textContent.trim() === 'rulerag/demo'); if (a) a.click(); "
             "return Boolean(a); })()"
         )
-        landed, text = browser.settle(40)
+        landed, text = browser.settle(40, _ready)
     finally:
         browser.close()
     return landed, _view(landed, text) if clicked else "experiment link not found"
@@ -194,7 +119,8 @@ def _through_the_list(chromium: str, start: str) -> tuple[str, str]:
 def _fresh_open(chromium: str, url: str) -> tuple[str, str]:
     browser = Browser(chromium)  # a fresh profile each time: nothing stored
     try:
-        landed, text = browser.open(url)
+        browser.navigate(url)
+        landed, text = browser.settle(40, _ready)
     finally:
         browser.close()
     return landed, _view(landed, text)
