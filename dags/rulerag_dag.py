@@ -1,7 +1,10 @@
 """The rulerag Airflow DAG, generated from dvc.yaml: one task per DVC stage instance.
 
 Thin glue over rulerag.orchestration: the graph (stages, ``foreach`` over every known dataset,
-edges from deps/outs) comes from dvc.yaml, so a stage added there appears here with no edit.
+edges from deps/outs) comes from dvc.yaml, so a stage added there appears here with no edit;
+``dag_layout`` keeps it worked out in a file, so that Airflow's frequent parses of this file
+cost milliseconds. The first task, ``apply_conf``, writes the run's conf into params.yaml and
+skips every stage task the run does not select before any starts.
 Each stage task runs the very command DVC runs, ``dvc repro --single-item <stage>@<item>``, so
 dvc.lock is written as by ``dvc repro`` and ``dvc status`` agrees with Airflow. DVC holds a
 repository lock, hence, by default, one task at a time (``max_active_tasks=1``) and one run
@@ -33,7 +36,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.providers.standard.operators.python import PythonOperator
 from airflow.sdk import (
     DAG,
@@ -45,6 +47,7 @@ from airflow.sdk import (
     get_current_context,
     task,
 )
+from airflow.sdk.bases.skipmixin import SkipMixin
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 # The project is the parent of dags/ unless RULERAG_PROJECT_DIR says otherwise (tests point it
@@ -55,37 +58,24 @@ PROJECT_DIR = Path(
 if str(PROJECT_DIR) not in sys.path:
     sys.path.insert(0, str(PROJECT_DIR))
 
-from rulerag.orchestration.assets import (  # noqa: E402
-    ASSET_GROUP,
-    mirror_asset_name,
-    mirror_folder,
-    output_assets,
-    root_stages,
+# Only what the DAG's shape needs is imported here (the layout is read back from its file,
+# dag_layout.py): Airflow parses this file every half minute and in every task process.
+from rulerag.orchestration.assets import ASSET_GROUP  # noqa: E402
+from rulerag.orchestration.dag_layout import (  # noqa: E402
+    DagLayout,
+    TaskSpec,
+    dag_layout,
+    selected_instances,
+    unselected_task_ids,
 )
 from rulerag.orchestration.dag_settings import GPU_STAGES, DagSettings  # noqa: E402
-from rulerag.orchestration.dvc_graph import (  # noqa: E402
-    DONE_SUFFIX,
-    GATE_SUFFIX,
-    StageInstance,
-    build_graph,
-    cmd_param_keys,
-    full_task_id,
-    load_yaml,
-    marker_task_ids,
-    stage_edges,
-    task_placement,
-)
 from rulerag.orchestration.mlflow_links import (  # noqa: E402
     experiment_runs_url,
     mlflow_ui_base,
     run_url,
     tags_filter,
 )
-from rulerag.orchestration.run_conf import (  # noqa: E402
-    apply_run_conf,
-    override_schema,
-    validate_run_conf,
-)
+from rulerag.orchestration.run_conf import apply_run_conf, validate_run_conf  # noqa: E402
 from rulerag.orchestration.workspaces import (  # noqa: E402
     collect,
     head_commit,
@@ -93,17 +83,11 @@ from rulerag.orchestration.workspaces import (  # noqa: E402
     run_in_workspace,
     stream_command,
 )
-from rulerag.params import parse_params, read_params_file  # noqa: E402
+from rulerag.params import read_params_file  # noqa: E402
 
 DVC_YAML = PROJECT_DIR / "dvc.yaml"
 PARAMS_YAML = PROJECT_DIR / "params.yaml"
-
-
-def _known_datasets(params: dict) -> list[str]:
-    """Every KG a run conf may select: the registry's and params.yaml's `ingest.custom`."""
-    return parse_params(params, str(PARAMS_YAML)).known_datasets()
-
-
+LAYOUT = dag_layout(PROJECT_DIR)
 DVC_LOCK = PROJECT_DIR / "dvc.lock"
 SETTINGS = DagSettings.from_env()
 log = logging.getLogger("rulerag.dag")
@@ -128,50 +112,45 @@ def _stage_env(run_id: str) -> dict[str, str]:
     return env
 
 
-def _multi_select(title: str, description: str, names: list[str]) -> Param:
-    """A trigger-form multi-select of `names`, empty by default; optional (Airflow's form marks
-    a field required unless its type admits null)."""
-    return Param(
-        [],
-        type=["array", "null"],
-        title=title,
-        description=description,
-        items={"type": "string", "enum": names},
-        uniqueItems=True,
-        examples=names,
-    )
-
-
-def trigger_params(
-    datasets: list[str], stages: list[str], params: dict[str, Any] | None = None
-) -> dict[str, Param]:
+def trigger_params(datasets: list[str], stages: list[str]) -> dict[str, Param]:
     """The trigger form: datasets and stages as multi-selects of the known names, param
-    overrides as a JSON object of the keys `params` (params.yaml) has; each empty by default,
-    meaning "as params.yaml has it"."""
+    overrides as a JSON object; each empty by default, meaning "as params.yaml has it".
+
+    Every task carries a copy of these (Airflow serializes the DAG's params into each task),
+    so they stay small: the stage names are the form's choices (`examples`), not a schema
+    enum, and the override keys are no schema at all. `apply_conf` checks all of it, every
+    problem at once with a suggestion for a mistyped name. (A schema enum of params.yaml's
+    ~400 keys made 10.2 MB of the 10.9 MB serialized DAG, and every DAG page waited on it.)
+    The dataset names keep their enum, so a hostile name is refused before a run exists.
+    """
+
+    def multi_select(title: str, description: str, names: list[str], enum: bool) -> Param:
+        # optional: Airflow's form marks a field required unless its type admits null
+        items = {"type": "string", **({"enum": names} if enum else {})}
+        return Param(
+            [], type=["array", "null"], title=title, description=description, items=items,
+            uniqueItems=True, examples=names,
+        )  # fmt: skip
+
     return {
-        "datasets": _multi_select(
-            "Datasets",
-            "The KGs to run (params.yaml `datasets`); none chosen: params.yaml's.",
-            datasets,
+        "datasets": multi_select(
+            "Datasets", "The KGs to run (params.yaml `datasets`); none: params.yaml's.",
+            datasets, enum=True,
         ),
-        "stages": _multi_select(
-            "Stages", "dvc.yaml stages to run, the others skip; none chosen: every stage.", stages
+        "stages": multi_select(
+            "Stages", "dvc.yaml stages to run, the others skip; none: every stage.",
+            stages, enum=False,
         ),
-        "force": _multi_select(
-            "Force",
-            "dvc.yaml stages to rerun even when DVC sees no change (dvc repro --force), e.g. "
-            "ingest after the KG mirror changed; none chosen: none.",
-            stages,
+        "force": multi_select(
+            "Force", "Stages to rerun even when DVC sees no change (dvc repro --force), e.g. "
+            "ingest after the KG mirror changed; none: none.", stages, enum=False,
         ),
         "params": Param(
-            {},
-            type=["object", "null"],
-            title="params.yaml overrides",
+            {}, type=["object", "null"], title="params.yaml overrides",
             description='Dotted keys that exist in params.yaml, e.g. {"ingest.duplicates": '
             '"error", "generation.test_queries": 50}; checked before anything runs.',
-            **(override_schema(params) if params is not None else {}),
         ),
-    }
+    }  # fmt: skip
 
 
 def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
@@ -204,13 +183,16 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
     conf = _without_empty_fields(dict(conf or {}))
     original = PARAMS_YAML.read_text(encoding="utf-8")
     params = read_params_file(PARAMS_YAML)
+    from rulerag.orchestration.dvc_graph import cmd_param_keys
+    from rulerag.params import parse_params
+
     try:
         run_conf = validate_run_conf(
             conf,
             params,
-            _known_datasets(params),
+            parse_params(params, str(PARAMS_YAML)).known_datasets(),
             cmd_keys=cmd_param_keys(DVC_YAML),
-            stage_names=list(load_yaml(DVC_YAML).get("stages") or {}),
+            stage_names=list(LAYOUT.stages),
         )
     except ValueError as exc:
         raise AirflowFailException(f"invalid run conf: {exc}") from exc
@@ -292,57 +274,57 @@ def _commit_files(branch: str, names: list[str], run_id: str) -> str:
     return commit
 
 
-def skip_unselected(instance: StageInstance, stages: list[str] | None) -> None:
+def skip_unselected(task: TaskSpec, stages: list[str] | None) -> None:
     """Skip a stage instance the current params.yaml does not select, or whose stage is not
     among the run's ``stages`` (None: all).
 
-    "Selected" means DVC itself would generate this instance from params.yaml as it is now
-    (after apply_conf), e.g. ``ingest@nell995`` only while nell995 is in ``datasets``.
-    Otherwise ``dvc repro --single-item`` would fail with an unknown stage.
+    `apply_conf` already skipped every unselected task before any ran; this check stands for
+    the run's selection when a task is run by hand (a cleared task instance): "selected" means
+    DVC itself would generate this instance from params.yaml as it is now, e.g.
+    ``ingest@nell995`` only while nell995 is in ``datasets``, or ``dvc repro --single-item``
+    would fail with an unknown stage.
     """
-    if stages is not None and instance.stage not in stages:
-        raise AirflowSkipException(f"{instance.name}: stage not in this run's stages {stages}")
+    if stages is not None and task.stage not in stages:
+        raise AirflowSkipException(f"{task.instance}: stage not in this run's stages {stages}")
     params = read_params_file(PARAMS_YAML)
     selected = [str(d) for d in params.get("datasets") or []]
-    current = {i.name for i in build_graph(DVC_YAML, params, selected)}
-    if instance.name not in current:
+    if task.instance not in selected_instances(DVC_YAML, params):
         why = (
-            f"dataset {instance.dataset!r} is not selected (datasets: {', '.join(selected)})"
-            if instance.dataset is not None
+            f"dataset {task.dataset!r} is not selected (datasets: {', '.join(selected)})"
+            if task.dataset is not None
             else "params.yaml does not generate it"
         )
-        raise AirflowSkipException(f"{instance.name}: {why}")
+        raise AirflowSkipException(f"{task.instance}: {why}")
 
 
 def run_stage(
-    instance: StageInstance,
+    task: TaskSpec,
     run_id: str,
     stages: list[str] | None = None,
     force: list[str] | None = None,
 ) -> None:
     """``dvc repro`` a selected stage instance in the project folder (`skip_unselected`),
     with ``--force`` when its stage is in `force`."""
-    skip_unselected(instance, stages)
-    forced = ["--force"] if instance.stage in (force or ()) else []
-    cmd = [_dvc_executable(), "repro", "--single-item", *forced, instance.name]
+    skip_unselected(task, stages)
+    forced = ["--force"] if task.stage in (force or ()) else []
+    cmd = [_dvc_executable(), "repro", "--single-item", *forced, task.instance]
     log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
     stream_command(cmd, PROJECT_DIR, _stage_env(run_id), log.info)
 
 
 def run_stage_in_workspace(
-    instance: StageInstance,
+    task: TaskSpec,
     run_id: str,
     applied: dict[str, Any],
-    upstream: list[str],
     entries: dict[str, Any],
 ) -> dict[str, Any]:
     """``dvc repro`` a selected stage instance in a workspace of its own (`skip_unselected`);
     its dvc.lock entry, for downstream tasks and `collect`."""
-    skip_unselected(instance, applied.get("stages"))
+    skip_unselected(task, applied.get("stages"))
     entry = run_in_workspace(
         PROJECT_DIR,
-        instance.name,
-        upstream,
+        task.instance,
+        list(task.upstream),
         commit=applied["commit"],
         params_text=applied["params_yaml"],
         lock_text=applied.get("lock_yaml"),
@@ -350,9 +332,9 @@ def run_stage_in_workspace(
         settings=SETTINGS,
         env=_stage_env(run_id),
         echo=log.info,
-        force=instance.stage in (applied.get("force") or ()),
+        force=task.stage in (applied.get("force") or ()),
     )
-    return {instance.name: entry}
+    return {task.instance: entry}
 
 
 def mlflow_runs_link(instance: str, dataset: str, run_id: str) -> str:
@@ -378,6 +360,21 @@ def mlflow_runs_link(instance: str, dataset: str, run_id: str) -> str:
     if len(runs) == 1:
         return run_url(base, experiment.experiment_id, runs[0].info.run_id)
     return experiment_runs_url(base, experiment.experiment_id, search)
+
+
+def log_mlflow_link(task: TaskSpec, run_id: str) -> None:
+    """The stage's MLflow run as the last line of its log: the log is the task instance page's
+    first tab, where the extra link (`MlflowRunLink`) sits under Details. A link that cannot
+    be made (no store yet, no dataset) is left out; it never fails the task."""
+    if task.dataset is None:
+        return
+    try:
+        link = mlflow_runs_link(task.instance, task.dataset, run_id)
+    except Exception as exc:  # noqa: BLE001 - a link is a convenience, the stage succeeded
+        log.info("no MLflow link: %s", exc)
+        return
+    if link:
+        log.info("MLflow run: %s", link)
 
 
 class MlflowRunLink(BaseOperatorLink):
@@ -416,57 +413,27 @@ def gpu_pod_override(resource: str) -> dict[str, Any]:
     return {"pod_override": k8s.V1Pod(spec=k8s.V1PodSpec(containers=[container]))}
 
 
-def selected_gate_ids(
-    placement: dict[str, tuple[tuple[str, ...], str]], stages: list[str] | None
-) -> list[str]:
-    """The gates of the stage tasks this run executes: the instances DVC generates from
-    params.yaml as it is now (after apply_conf), of the run's `stages` (None: all). Decided
-    once, by `select`."""
-    params = read_params_file(PARAMS_YAML)
-    selected = [str(d) for d in params.get("datasets") or []]
-    current = build_graph(DVC_YAML, params, selected)
-    return [
-        marker_task_ids(placement[inst.name])[0]
-        for inst in current
-        if inst.name in placement and (stages is None or inst.stage in stages)
-    ]
+class ApplyConfOperator(PythonOperator, SkipMixin):
+    """`apply_conf`: its callable validates the run's conf and writes params.yaml (returning
+    what the run selected, as an XCom), then this skips every stage task the run does not
+    select, in one call, before any stage task can start: the scheduler never sends them to
+    the executor, so an unselected task costs no process (a stage downstream of a skipped one
+    still runs: stage tasks are `none_failed`)."""
+
+    def execute(self, context: Any) -> Any:
+        applied = super().execute(context)
+        # skip() ends the task by an exception, before Airflow would push the return value
+        context["ti"].xcom_push(key="return_value", value=applied)
+        unselected = set(applied.get("unselected") or ())
+        self.skip(context["ti"], [t for t in self.dag.tasks if t.task_id in unselected])
+        return applied
 
 
-def stage_assets(
-    instances: list[StageInstance], params: dict[str, Any]
-) -> tuple[dict[str, Asset], dict[str, list[Asset]]]:
-    """Each instance's outputs as an Asset (its outlet: `rulerag.orchestration.assets` says
-    which path), and what it reads as Assets (its inlets: its upstream instances' outputs,
-    and for the stages that read the KG mirrors, its dataset's mirror where one is known).
-    Airflow's Assets page draws the lineage from these."""
-    paths = output_assets(instances)
-    outlets = {
-        name: Asset(name=path, uri=(PROJECT_DIR / path).as_uri(), group=ASSET_GROUP)
-        for name, path in paths.items()
-    }
-    roots = set(root_stages(instances))
-    inlets: dict[str, list[Asset]] = {inst.name: [] for inst in instances}
-    for up, down in stage_edges(instances):
-        if up in outlets:
-            inlets[down].append(outlets[up])
-    for inst in instances:
-        if inst.stage in roots and inst.dataset is not None:
-            folder = mirror_folder(inst.dataset, params)
-            if folder is not None:
-                inlets[inst.name].append(
-                    Asset(name=mirror_asset_name(inst.dataset), uri=folder.as_uri(),
-                          group=ASSET_GROUP)
-                )  # fmt: skip
-    return outlets, inlets
-
-
-def _build_dag() -> DAG:
-    params = read_params_file(PARAMS_YAML)
-    # Every known dataset, not only params.yaml's selection: a run's conf may pick any of them.
-    instances = build_graph(DVC_YAML, params, _known_datasets(params))
-    placement = task_placement(instances)
-    outlets, inlets = stage_assets(instances, params)
-
+def _build_dag(layout: DagLayout) -> DAG:
+    """One task per stage instance of `layout` (every known dataset's), in a TaskGroup per
+    dataset (and per stage where it has several instances), between `apply_conf` and
+    `record_overrides`."""
+    by_instance = layout.by_instance()
     with DAG(
         dag_id="rulerag",
         description="RuleRAG pipeline: the DVC stages of dvc.yaml, one task per stage instance",
@@ -477,19 +444,20 @@ def _build_dag() -> DAG:
         max_active_tasks=SETTINGS.max_active_tasks,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=30)},
         tags=["rulerag", "dvc"],
-        params=trigger_params(
-            sorted(_known_datasets(params)),
-            list(load_yaml(DVC_YAML).get("stages") or {}),
-            params,
-        ),
+        params=trigger_params(list(layout.datasets), list(layout.stages)),
     ) as dag:
 
-        @task(task_id="apply_conf", retries=0)
         def apply_conf() -> dict[str, Any]:
             """Validate dag_run.conf and write it into params.yaml (like dvc exp run -S)."""
             context = get_current_context()
             conf = dict(context["dag_run"].conf or {})
             applied = apply_conf_to_params(conf, str(context["run_id"]))
+            applied["unselected"] = unselected_task_ids(layout, PROJECT_DIR, applied["stages"])
+            log.info(
+                "%d of %d stage tasks selected",
+                len(layout.tasks) - len(applied["unselected"]),
+                len(layout.tasks),
+            )
             if SETTINGS.mode == "workspaces":  # what each workspace starts from, as text
                 env = _stage_env(str(context["run_id"]))
                 push_outputs(PROJECT_DIR, SETTINGS, env, echo=log.info)
@@ -500,15 +468,6 @@ def _build_dag() -> DAG:
                 )
             return applied
 
-        @task.branch(task_id="select", retries=0)
-        def select() -> list[str]:
-            """The gates of every stage task this run executes; the others' gates are
-            skipped, and with them their stage tasks, by the scheduler, without a process."""
-            applied = get_current_context()["ti"].xcom_pull(task_ids="apply_conf") or {}
-            chosen = selected_gate_ids(placement, applied.get("stages"))
-            log.info("%d of %d stage tasks selected", len(chosen), len(placement))
-            return [*chosen, "record_overrides"]
-
         @task(task_id="record_overrides", retries=0)
         def record() -> str | None:
             """Commit a run's overrides to a branch; restore params.yaml."""
@@ -516,15 +475,9 @@ def _build_dag() -> DAG:
             applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
             return record_overrides(str(context["run_id"]), bool(applied.get("changed")))
 
-        upstream_of: dict[str, list[str]] = {inst.name: [] for inst in instances}
-        for up, down in stage_edges(instances):
-            upstream_of[down].append(up)
-
-        def stage_task(instance: StageInstance) -> Any:
-            # all_success (the default): upstreams are the stage's gate and its upstream
-            # stages' done markers, so a skipped gate skips the stage in the scheduler
+        def stage_task(spec: TaskSpec) -> StageOperator:
             routing = {}
-            if instance.stage in GPU_STAGES:
+            if spec.stage in GPU_STAGES:
                 if SETTINGS.gpu_queue:
                     routing["queue"] = SETTINGS.gpu_queue
                 if SETTINGS.gpu_pool:
@@ -537,22 +490,31 @@ def _build_dag() -> DAG:
                 ti, run_id = context["ti"], str(context["run_id"])
                 applied = ti.xcom_pull(task_ids="apply_conf") or {}
                 if SETTINGS.mode != "workspaces":
-                    run_stage(instance, run_id, applied.get("stages"), applied.get("force"))
+                    run_stage(spec, run_id, applied.get("stages"), applied.get("force"))
+                    log_mlflow_link(spec, run_id)
                     return None
-                upstream = upstream_of[instance.name]
                 entries: dict[str, Any] = {}
-                for up in upstream:  # what this run rebuilt upstream (skipped ones: nothing)
-                    entries.update(ti.xcom_pull(task_ids=full_task_id(placement[up])) or {})
-                return run_stage_in_workspace(instance, run_id, applied, upstream, entries)
+                for up in spec.upstream:  # what this run rebuilt upstream (skipped: nothing)
+                    entries.update(ti.xcom_pull(task_ids=by_instance[up].full_task_id) or {})
+                entry = run_stage_in_workspace(spec, run_id, applied, entries)
+                log_mlflow_link(spec, run_id)
+                return entry
+
+            def asset(value: Any) -> Asset:
+                return Asset(name=value.name, uri=value.uri, group=ASSET_GROUP)
 
             return StageOperator(
-                task_id=placement[instance.name][1],
+                task_id=spec.task_id,
                 python_callable=stage,
-                stage_instance=instance.name,
-                stage_dataset=instance.dataset,
-                outlets=[outlets[instance.name]] if instance.name in outlets else [],
-                inlets=inlets[instance.name],
-                doc_md=f"`dvc repro --single-item {instance.name}`\n\n```\n{instance.cmd}\n```",
+                stage_instance=spec.instance,
+                stage_dataset=spec.dataset,
+                # after its upstream stages when none failed: one the run did not select is
+                # skipped, and this one still runs if selected (apply_conf skipped it if
+                # not); a root stage follows apply_conf, a setup, which asks all_success
+                trigger_rule=TriggerRule.NONE_FAILED if spec.upstream else TriggerRule.ALL_SUCCESS,
+                outlets=[asset(spec.outlet)] if spec.outlet is not None else [],
+                inlets=[asset(a) for a in spec.inlets],
+                doc_md=f"`dvc repro --single-item {spec.instance}`\n\n```\n{spec.cmd}\n```",
                 **routing,
             )
 
@@ -562,8 +524,7 @@ def _build_dag() -> DAG:
             if not path:
                 return None
             if path not in groups:
-                parent = group_of(path[:-1])
-                groups[path] = TaskGroup(path[-1], parent_group=parent)
+                groups[path] = TaskGroup(path[-1], parent_group=group_of(path[:-1]))
             return groups[path]
 
         @task(task_id="collect", retries=0, trigger_rule=TriggerRule.ALL_DONE)
@@ -573,55 +534,32 @@ def _build_dag() -> DAG:
             context = get_current_context()
             ti = context["ti"]
             entries: dict[str, Any] = {}
-            for name in placement:
-                entries.update(ti.xcom_pull(task_ids=full_task_id(placement[name])) or {})
+            for spec in layout.tasks:
+                entries.update(ti.xcom_pull(task_ids=spec.full_task_id) or {})
             env = _stage_env(str(context["run_id"]))
             return collect(PROJECT_DIR, entries, SETTINGS, env, echo=log.info)
 
-        def markers(instance: StageInstance) -> tuple[EmptyOperator, EmptyOperator]:
-            """The stage task's gate and done marker: EmptyOperators without callbacks,
-            inlets or outlets, which the scheduler settles without starting a process."""
-            _path, leaf = placement[instance.name]
-            gate = EmptyOperator(
-                task_id=leaf + GATE_SUFFIX,
-                doc_md=f"Followed by `select` when the run selects `{instance.name}`; "
-                "skipped otherwise, and the stage task with it.",
-            )
-            done = EmptyOperator(
-                task_id=leaf + DONE_SUFFIX,
-                trigger_rule=TriggerRule.NONE_FAILED,
-                doc_md=f"`{instance.name}` succeeded or was skipped: its downstream stages "
-                "may run (a failure fails this marker and them).",
-            )
-            return gate, done
-
-        # Why gates and done markers: a branch skips only its direct children that are not
-        # downstream of a followed task, and a stage task the scheduler sends to the executor
-        # is a process even if it only skips itself. Each stage task is all_success over its
-        # gate (a child of `select`) and its upstream stages' done markers (none_failed):
-        # an unselected gate is skipped and the scheduler skips its stage; a done marker
-        # succeeds after a skipped stage, so a selected stage downstream of it still runs.
-        # record_overrides is a teardown: it runs whatever happened, and the run's state is
-        # the stages' (a failed stage fails the run even though the teardown succeeds)
-        first, chooser = apply_conf(), select()
+        # apply_conf precedes every stage (the roots directly, the rest through them) and skips
+        # the unselected ones before any can start. record_overrides is a teardown: it runs
+        # whatever happened, after every stage (a stage skipped at the start may sit upstream
+        # of nothing but be downstream of one still running), and the run's state is the
+        # stages' (a failed stage fails the run even though the teardown succeeds).
+        first = ApplyConfOperator(task_id="apply_conf", python_callable=apply_conf, retries=0)
         last = record().as_teardown(setups=first)
         gather = collect_outputs() if SETTINGS.mode == "workspaces" else None
         if gather is not None:
             gather >> last
-        first >> chooser
-        tasks, dones = {}, {}
-        for inst in instances:
-            path, _leaf = placement[inst.name]
-            group = group_of(path)
+        tasks: dict[str, StageOperator] = {}
+        for spec in layout.tasks:
+            group = group_of(spec.group)
             with group if group is not None else contextlib.nullcontext():
-                gate, dones[inst.name] = markers(inst)
-                tasks[inst.name] = stage_task(inst)
-            chooser >> gate >> tasks[inst.name] >> dones[inst.name]
-            dones[inst.name] >> (gather if gather is not None else last)
-        for up, down in stage_edges(instances):
-            dones[up] >> tasks[down]
-        chooser >> last
+                tasks[spec.instance] = stage_task(spec)
+            if not spec.upstream:
+                first >> tasks[spec.instance]
+            for up in spec.upstream:
+                tasks[up] >> tasks[spec.instance]
+            tasks[spec.instance] >> (gather if gather is not None else last)
     return dag
 
 
-rulerag_dag = _build_dag()
+rulerag_dag = _build_dag(LAYOUT)

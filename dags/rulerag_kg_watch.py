@@ -8,7 +8,7 @@ Two small DAGs, both paused at creation like every new DAG (unpause both to use 
   ``ingest.custom.<name>.path``). Each fingerprints its folder (every file's path, size and
   modification time; nothing is read) and compares it with the fingerprint in its asset's
   latest event: unchanged, the task skips and no event is emitted; changed, the task succeeds
-  and emits an event of the asset ``kg_mirror/<dataset>`` carrying the new fingerprint. The
+  and emits an event of the asset ``<dataset>/kg_mirror`` carrying the new fingerprint. The
   first fingerprint of a mirror is emitted as a baseline, which runs nothing.
 - ``rulerag_kg_changed`` is scheduled on those assets (any of them) and triggers ``rulerag``
   with ``{"datasets": [the changed ones], "force": [the stages that read the mirrors]}``:
@@ -38,11 +38,8 @@ from rulerag.orchestration.assets import (  # noqa: E402
     ASSET_GROUP,
     folder_fingerprint,
     mirror_asset_name,
-    mirror_folder,
-    root_stages,
 )
-from rulerag.orchestration.dvc_graph import build_graph  # noqa: E402
-from rulerag.params import parse_params, read_params_file  # noqa: E402
+from rulerag.orchestration.dag_layout import dag_layout  # noqa: E402
 
 SCHEDULE_ENV = "RULERAG_KG_WATCH_SCHEDULE"
 #: the extra keys of a mirror's asset events
@@ -52,12 +49,12 @@ FINGERPRINT, BASELINE = "fingerprint", "baseline"
 def _mirrors() -> dict[str, tuple[Path, Asset]]:
     """Dataset -> (mirror folder, its asset), for every known dataset whose mirror folder
     exists (the DAG processor parses this file again every few minutes: a mirror that
-    appears gets its task then)."""
-    params = read_params_file(PROJECT_DIR / "params.yaml")
+    appears gets its task then). The folders come from the DAG's layout (dag_layout.py),
+    worked out again only when dvc.yaml, params.yaml or RULERAG_DATA_DIR change."""
     found = {}
-    for name in parse_params(params).known_datasets():
-        folder = mirror_folder(name, params)
-        if folder is not None and folder.is_dir():
+    for name, where in LAYOUT.mirrors.items():
+        folder = Path(where)
+        if folder.is_dir():
             asset = Asset(name=mirror_asset_name(name), uri=folder.as_uri(), group=ASSET_GROUP)
             found[name] = (folder, asset)
     return found
@@ -107,6 +104,7 @@ def watch_schedule(value: str | None) -> str | None:
     return None if value.lower() == "none" else value
 
 
+LAYOUT = dag_layout(PROJECT_DIR)
 MIRRORS = _mirrors()
 
 with DAG(
@@ -146,10 +144,8 @@ if MIRRORS:
         def changed(triggering_asset_events: Any = None) -> list[str]:
             return changed_datasets(triggering_asset_events, by_name)
 
-        params = read_params_file(PROJECT_DIR / "params.yaml")
-        instances = build_graph(PROJECT_DIR / "dvc.yaml", params, list(MIRRORS))
         TriggerDagRunOperator(
             task_id="run_chain",
             trigger_dag_id="rulerag",
-            conf={"datasets": changed(), "force": root_stages(instances)},
+            conf={"datasets": changed(), "force": list(LAYOUT.root_stages)},
         )

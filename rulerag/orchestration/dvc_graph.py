@@ -29,8 +29,6 @@ from ruamel.yaml import YAML
 from rulerag.settings import SettingsError, check_dataset_name
 
 __all__ = [
-    "DONE_SUFFIX",
-    "GATE_SUFFIX",
     "CycleError",
     "InterpolationError",
     "StageGraphError",
@@ -38,9 +36,9 @@ __all__ = [
     "build_graph",
     "cmd_param_keys",
     "load_yaml",
-    "marker_task_ids",
     "stage_edges",
     "task_id_for",
+    "task_word",
     "topological_order",
 ]
 
@@ -564,70 +562,19 @@ def topological_order(
     return [by_name[n] for n in order]
 
 
+def task_word(text: str) -> str:
+    """`text` as a part of an Airflow task or group id: letters, digits, `_`, `.` and `-`
+    stay, anything else becomes `_`."""
+    return _TASK_ID_BAD.sub("_", text)
+
+
 def task_id_for(name: str) -> str:
     """Airflow task id for a stage instance: ``ingest@icews14`` -> ``ingest__icews14``.
 
     Airflow allows only letters, digits, ``_``, ``.`` and ``-`` (max 250); anything else
     becomes ``_``. Callers must check the ids stay unique (the DAG file does).
     """
-    task_id = _TASK_ID_BAD.sub("_", name.replace("@", "__"))
+    task_id = task_word(name.replace("@", "__"))
     if len(task_id) > 250:
         raise StageGraphError(f"stage name too long for an Airflow task id: '{name}'")
     return task_id
-
-
-def task_placement(instances: Sequence[StageInstance]) -> dict[str, tuple[tuple[str, ...], str]]:
-    """Instance name -> (TaskGroup path, task id inside it), so Airflow's graph reads as
-    datasets > stages > items instead of a flat list of every stage instance.
-
-    A group per dataset; inside it, a group per stage that has several instances for that
-    dataset (`generate`: one per grid row) whose tasks are named by the rest of the item
-    (`icews14` > `generate` > `rulerag_ft`); a stage with one instance is the task `stage`
-    (`icews14` > `ingest`). Instances without a dataset stay at the top (`task_id_for`). The
-    full Airflow task id joins the path and the id with dots (`icews14.generate.rulerag_ft`).
-    """
-    counts: dict[tuple[str, str | None], int] = {}
-    for inst in instances:
-        counts[(inst.stage, inst.dataset)] = counts.get((inst.stage, inst.dataset), 0) + 1
-    placed: dict[str, tuple[tuple[str, ...], str]] = {}
-    for inst in instances:
-        if inst.dataset is None:
-            placed[inst.name] = ((), task_id_for(inst.name))
-            continue
-        group = _TASK_ID_BAD.sub("_", inst.dataset)
-        if counts[(inst.stage, inst.dataset)] == 1:
-            placed[inst.name] = ((group,), _TASK_ID_BAD.sub("_", inst.stage))
-            continue
-        item = str(inst.item or inst.name)
-        rest = item.removeprefix(f"{inst.dataset}-") if item != inst.dataset else item
-        placed[inst.name] = (
-            (group, _TASK_ID_BAD.sub("_", inst.stage)),
-            _TASK_ID_BAD.sub("_", rest),
-        )
-    full = [
-        task_id
-        for placement in placed.values()
-        for task_id in (full_task_id(placement), *marker_task_ids(placement))
-    ]
-    if len(set(full)) != len(full):
-        raise StageGraphError(f"stage instances collide as Airflow task ids: {sorted(full)}")
-    return placed
-
-
-def full_task_id(placement: tuple[tuple[str, ...], str]) -> str:
-    """The Airflow task id of a placed instance: group ids and the task id joined by dots."""
-    path, leaf = placement
-    return ".".join((*path, leaf))
-
-
-#: what a stage task's two markers (EmptyOperators beside it in its TaskGroup) append to its id
-GATE_SUFFIX = "_selected"
-DONE_SUFFIX = "_done"
-
-
-def marker_task_ids(placement: tuple[tuple[str, ...], str]) -> tuple[str, str]:
-    """The full task ids of a placed instance's gate and done marker: `icews14.ingest_selected`
-    (the branch follows it when the run selects the instance) and `icews14.ingest_done`
-    (what downstream stages wait for)."""
-    task_id = full_task_id(placement)
-    return task_id + GATE_SUFFIX, task_id + DONE_SUFFIX

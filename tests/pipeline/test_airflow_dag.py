@@ -20,15 +20,7 @@ from typing import Any
 import pytest
 
 from rulerag.layout import DataLayout
-from rulerag.orchestration.dvc_graph import (
-    DONE_SUFFIX,
-    GATE_SUFFIX,
-    build_graph,
-    full_task_id,
-    marker_task_ids,
-    stage_edges,
-    task_placement,
-)
+from rulerag.orchestration.dag_layout import build_layout
 from rulerag.params import parse_params, read_params_file
 from tests.support.local_airflow import BIN, airflow_env, run
 
@@ -136,11 +128,6 @@ def last_run_states(home: Path) -> tuple[str, str, dict[str, str]]:
     return run_id, state, tasks
 
 
-def without_markers(tasks: dict[str, str]) -> dict[str, str]:
-    """The states of the tasks that are no stage's gate or done marker."""
-    return {t: s for t, s in tasks.items() if not t.endswith((GATE_SUFFIX, DONE_SUFFIX))}
-
-
 @pytest.fixture
 def airflow_project(project_copy: Path, tmp_path: Path) -> tuple[Path, Path]:
     """A project copy and a migrated, empty Airflow home for it."""
@@ -168,52 +155,40 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert dag["max_active_runs"] == 1 and dag["max_active_tasks"] == 1
     assert dag["timetable"] == "NullTimetable"  # schedule=None: runs are triggered
 
-    params = read_params_file(PROJECT_DIR / "params.yaml")
-    instances = build_graph(PROJECT_DIR / "dvc.yaml", params, parse_params(params).known_datasets())
-    placement = task_placement(instances)
-    placed = {name: full_task_id(p) for name, p in placement.items()}
-    gates = {name: marker_task_ids(p)[0] for name, p in placement.items()}
-    dones = {name: marker_task_ids(p)[1] for name, p in placement.items()}
-    # apply_conf, then `select` (the branch: every stage's gate is its direct child, and only
-    # the gates are, so it skips each unselected gate), each stage after its gate and its
-    # upstream stages' done markers along dvc.yaml's edges, record_overrides last
-    expected: dict[str, set[str]] = {"apply_conf": set(), "select": {"apply_conf"}}
-    for inst in instances:
-        expected[gates[inst.name]] = {"select"}
-        expected[placed[inst.name]] = {gates[inst.name]}
-        expected[dones[inst.name]] = {placed[inst.name]}
-    for up, down in stage_edges(instances):
-        expected[placed[down]].add(dones[up])
-    # record_overrides: the teardown of apply_conf, after everything, whatever happened
-    expected["record_overrides"] = {"apply_conf", "select", *dones.values()}
-    assert {t: set(v["upstream"]) for t, v in dag["tasks"].items()} == expected
-    assert dag["tasks"]["record_overrides"]["teardown"]
-    # a skipped gate skips its stage (all_success); a skipped stage's done marker succeeds
-    # (none_failed), so selected stages downstream of an unselected one still run
+    layout = build_layout(PROJECT_DIR, {"RULERAG_DATA_DIR": str(mirror)})
+    placed = {spec.instance: spec.full_task_id for spec in layout.tasks}
+    # apply_conf first (it skips what the run does not select), each stage after its
+    # upstream stages along dvc.yaml's edges (the stages that need none after apply_conf),
+    # record_overrides last: no gate, done marker or branch task around each stage any more
+    expected: dict[str, set[str]] = {"apply_conf": set()}
+    for spec in layout.tasks:
+        expected[spec.full_task_id] = {placed[u] for u in spec.upstream} or {"apply_conf"}
+    # record_overrides: the teardown of apply_conf, after every stage, whatever happened
+    expected["record_overrides"] = {"apply_conf", *placed.values()}
     tasks = dag["tasks"]
-    assert {tasks[placed[n]]["trigger_rule"] for n in placed} == {"TriggerRule.ALL_SUCCESS"}
-    assert {tasks[dones[n]]["trigger_rule"] for n in placed} == {"TriggerRule.NONE_FAILED"}
-    assert {tasks[t]["operator"] for t in (*gates.values(), *dones.values())} == {"EmptyOperator"}
-    assert gates["ingest@icews14"] == "icews14.ingest_selected"
-    assert dones["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft_done"
-    # Assets: each stage task's outputs (its outlet), its upstreams' and the KG mirror (its
-    # inlets); none on the gates and done markers, which the scheduler settles only without
-    # them. Each stage task links to its MLflow run.
+    assert {t: set(v["upstream"]) for t, v in tasks.items()} == expected
+    assert len(tasks) == len(layout.tasks) + 2
+    assert tasks["record_overrides"]["teardown"]
+    # a stage runs when no upstream failed (an unselected upstream is skipped; apply_conf
+    # skipped this one if the run does not select it); a root follows apply_conf, a setup
+    rules = {tasks[placed[s.instance]]["trigger_rule"] for s in layout.tasks if s.upstream}
+    assert rules == {"TriggerRule.NONE_FAILED"}
+    roots = {tasks[placed[s.instance]]["trigger_rule"] for s in layout.tasks if not s.upstream}
+    assert roots == {"TriggerRule.ALL_SUCCESS"}
+    assert tasks["apply_conf"]["operator"] == "ApplyConfOperator"
+    # Assets: the KG, rule bank, benchmark and report of each dataset, named after it (the
+    # Assets page searches by name prefix), and each KG mirror; inlets from upstream ones
     data = (PROJECT_DIR / "data").as_uri()
-    assert tasks["nell995.ingest"]["outlets"] == [f"data/nell995/kg {data}/nell995/kg"]
+    assert tasks["nell995.ingest"]["outlets"] == [f"nell995/kg {data}/nell995/kg"]
     assert tasks["nell995.ingest"]["inlets"] == [
-        f"kg_mirror/nell995 {(mirror / 'nell-995').as_uri()}"
+        f"nell995/kg_mirror {(mirror / 'nell-995').as_uri()}"
     ]
-    assert tasks["nell995.mine_rules"]["outlets"] == [f"data/nell995/rules {data}/nell995/rules"]
-    assert f"data/nell995/kg {data}/nell995/kg" in tasks["nell995.mine_rules"]["inlets"]
-    adapter = "nell995/generation/adapters/rgft"
-    assert tasks["nell995.train_generator.rgft"]["outlets"] == [f"data/{adapter} {data}/{adapter}"]
-    for name in placed:
-        assert tasks[placed[name]]["extra_links"] == ["MLflow run"]
-        assert len(tasks[placed[name]]["outlets"]) == 1
-        for marker in (gates[name], dones[name]):
-            assert tasks[marker]["inlets"] == tasks[marker]["outlets"] == []
-            assert tasks[marker]["extra_links"] == []
+    assert tasks["nell995.mine_rules"]["outlets"] == [f"nell995/rule_bank {data}/nell995/rules"]
+    assert tasks["nell995.mine_rules"]["inlets"] == [f"nell995/kg {data}/nell995/kg"]
+    assert tasks["nell995.train_generator.rgft"]["outlets"] == []
+    assert sum(len(t["outlets"]) for t in tasks.values()) == 4 * len(layout.datasets)
+    for name in placed.values():
+        assert tasks[name]["extra_links"] == ["MLflow run"]
 
     # A changed KG mirror runs its dataset's chain: a check per mirror emits its asset
     # (inlet: the latest event's fingerprint); the chain DAG is scheduled on any of them.
@@ -229,17 +204,25 @@ def test_dag_imports_and_mirrors_the_stage_graph(tmp_path: Path) -> None:
     assert placed["generate@icews14-rulerag_ft"] == "icews14.generate.rulerag_ft"
     assert placed["ingest@icews14"] == "icews14.ingest"
     # Every known dataset has its ingest task, whatever params.yaml selects today.
-    for name in parse_params(params).known_datasets():
+    for name in layout.datasets:
         assert f"{name}.ingest" in dag["tasks"]
     assert dag["tasks"]["icews14.ingest"]["retries"] == 1
     assert dag["tasks"]["apply_conf"]["retries"] == 0
-    # The trigger form: multi-selects of the known datasets and stages, overrides as an object
+    # The trigger form: multi-selects of the known datasets and stages, overrides as an object;
+    # the stage names are the form's choices and the override keys no schema (apply_conf
+    # checks both): every task carries a copy of the form
     form = dag["params"]
+    params = read_params_file(PROJECT_DIR / "params.yaml")
     assert form["datasets"]["items"]["enum"] == sorted(parse_params(params).known_datasets())
+    assert tuple(form["datasets"]["items"]["enum"]) == layout.datasets
     stages = list(read_params_file(PROJECT_DIR / "dvc.yaml")["stages"])
-    assert form["stages"]["items"]["enum"] == stages
-    assert form["force"]["items"]["enum"] == stages  # dvc repro --force for these
-    assert form["params"]["type"] == ["object", "null"] and form["params"]["description"]
+    assert form["stages"]["examples"] == stages and "enum" not in form["stages"]["items"]
+    assert form["force"]["examples"] == stages  # dvc repro --force for these
+    assert form["params"] == {
+        "type": ["object", "null"], "title": "params.yaml overrides",
+        "description": form["params"]["description"],
+    }  # fmt: skip
+    assert len(json.dumps(form)) < 3000
     assert all(form[k]["title"] for k in ("datasets", "stages", "params", "force"))
     # optional: Airflow's form marks a field required unless its type admits null
     assert all("null" in form[k]["type"] for k in ("datasets", "stages", "params", "force"))
@@ -258,9 +241,8 @@ def test_workspaces_mode_collects_at_the_end_and_routes_gpu_stages(tmp_path: Pat
     dag = bag["dag"]
     assert dag["max_active_tasks"] == 3
     tasks = dag["tasks"]
-    dones = {t for t in tasks if t.endswith("_done")}
-    assert len(dones) * 3 + 4 == len(tasks)  # a gate, a stage and a done marker per instance
-    assert set(tasks["collect"]["upstream"]) == dones  # after every stage, whatever ran
+    stages = set(tasks) - {"apply_conf", "collect", "record_overrides"}
+    assert set(tasks["collect"]["upstream"]) == stages  # after every stage, whatever ran
     assert "collect" in tasks["record_overrides"]["upstream"]
     assert tasks["icews14.generate.rulerag_ft"]["queue"] == "gpu"
     assert tasks["icews14.generate.rulerag_ft"]["pool"] == "gpus"
@@ -279,12 +261,8 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     code, out = dags_test(project, env, {"datasets": ["wiki"]})
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-6000:]
-    assert tasks["wiki.ingest_selected"] == "success"
-    assert tasks["icews14.ingest_selected"] == "skipped"
-    tasks = without_markers(tasks)
     assert tasks.pop("apply_conf") == "success"
     assert tasks.pop("record_overrides") == "success"
-    assert tasks.pop("select") == "success"
     assert tasks.pop("wiki.ingest") == "success"
     assert tasks.pop("wiki.count") == "success"
     assert set(tasks.values()) == {"skipped"}, tasks
@@ -310,19 +288,16 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     assert code != 0 and "is not one of" in out, out[-3000:]
     assert last_run_states(home)[0] == run_id  # no run was created
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
-    # So is a key params.yaml lacks (the overrides' schema lists the keys it has).
-    code, out = dags_test(project, env, {"params": {"ingest.no_such_knob": 1}})
-    assert code != 0 and "'ingest.no_such_knob' is not one of" in out, out[-3000:]
-    assert last_run_states(home)[0] == run_id  # no run was created
-    # What the schema cannot know fails in apply_conf, every problem at once; params.yaml and
-    # the stages are left alone.
-    bad = {"ingest.duplicates": 5, "generation.test_queries": -3}
+    # What the form's schema does not check fails in apply_conf, every problem at once with a
+    # suggestion for a mistyped key; params.yaml and the stages are left alone.
+    bad = {"ingest.duplicate": "error", "generation.test_queries": -3, "generation.max_rules": 9}
     code, out = dags_test(project, env, {"params": bad})
     _, state, tasks = last_run_states(home)
     assert code != 0 and state == "failed"
     assert tasks["apply_conf"] == "failed"
-    assert "ingest.duplicates: Input should be" in out
+    assert "unknown key 'ingest.duplicate'; did you mean 'ingest.duplicates'?" in out
     assert "generation.test_queries: Input should be greater than or equal to 1" in out
+    assert "generation.max_rules is 9, but the benchmark selects at most" in out
     stages = {s for t, s in tasks.items() if t not in ("apply_conf", "record_overrides")}
     assert stages == {"upstream_failed"}
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
@@ -345,11 +320,10 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
     code, out = dags_test(project, env, {"datasets": ["nell995"], "stages": early})
     run_id, state, tasks = last_run_states(home)
     assert code == 0 and state == "success", out[-8000:]
-    tasks = without_markers(tasks)
     assert "ingest@nell995: 154,213 facts" in out  # the stage's output reached the task log
-    for task_id in ("apply_conf", "select", "record_overrides", *(f"nell995.{s}" for s in early)):
+    for task_id in ("apply_conf", "record_overrides", *(f"nell995.{s}" for s in early)):
         assert tasks.pop(task_id) == "success", task_id
-    # every other stage task was skipped (its gate by `select`, it by the scheduler)
+    # every other stage task was skipped (by apply_conf, before any stage ran)
     assert tasks and set(tasks.values()) == {"skipped"}, tasks
     assert any(t.startswith("nell995.") for t in tasks)  # index, retrieve, generate...
     assert DataLayout.of(project / "data", "nell995").facts.is_file()
@@ -466,7 +440,7 @@ def test_workspaces_mode_runs_two_datasets_at_once(airflow_project: tuple[Path, 
     out = done.stdout + done.stderr
     _, state, tasks = last_run_states(home)
     assert done.returncode == 0 and state == "success", out[-8000:]
-    for task_id in ("apply_conf", "select", "icews14.ingest", "wiki.ingest", "collect"):
+    for task_id in ("apply_conf", "icews14.ingest", "wiki.ingest", "collect"):
         assert tasks[task_id] == "success", (task_id, tasks)
     spans = {}
     for log_file in (home / "logs").rglob("*.log"):
