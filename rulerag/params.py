@@ -109,6 +109,9 @@ class Params:
     #: the file as plain data (deep-copied; never handed to the library)
     _values: Mapping[str, Any] = field(repr=False, compare=False)
     where: str = "params.yaml"
+    #: whether reading a section runs its rules (`_rules_beside` reads them without, then
+    #: runs the ones it can)
+    _rules: bool = field(default=True, repr=False, compare=False)
 
     @cached_property
     def ingest(self) -> IngestSettings:
@@ -176,22 +179,56 @@ class Params:
     def check_all(self) -> Params:
         """Read every section, so that every rule between them is checked too; the problems
         of every section are reported at once (a Trigger form with two bad overrides in two
-        sections used to hear of the first only)."""
+        sections used to hear of the first only), with the rules a bad value kept from
+        running (`_rules_beside`)."""
         problems: list[str] = []
+        keys: list[str] = []
         for section in SECTIONS:
             try:
                 getattr(self, section)
             except SettingsError as err:
                 problems.append(str(err))
+                keys.extend(err.keys)
         if problems:
-            raise SettingsError("; ".join(dict.fromkeys(problems)))
+            problems += [f"{self.where}: {p}" for p in self._rules_beside(keys)]
+            raise SettingsError("; ".join(dict.fromkeys(problems)), tuple(keys))
         return self
+
+    def _rules_beside(self, bad: list[str]) -> list[str]:
+        """The problems of the rules between sections that a bad value elsewhere in a section
+        they read kept from running (a section with an error loads no settings, so
+        `generation.max_rules` > `top_n` went unsaid while `generation.test_queries` was
+        wrong): every section read again with the `bad` keys left at their defaults, and each
+        rule that reads none of those keys run on it. Nothing when that cannot be done (a
+        problem without a key, or one left after the bad keys are dropped)."""
+        if not bad:
+            return []
+        values = copy.deepcopy(dict(self._values))
+        for key in bad:
+            _drop_key(values, key)
+        view = Params(self.datasets, values, self.where, _rules=False)
+        try:
+            for section in SECTIONS:
+                getattr(view, section)
+        except (SettingsError, ValueError, TypeError, KeyError):
+            return []  # SettingsError is a ValueError; a loader may trip on a dropped key
+        said = self.__dict__.get("_said", set())
+        return [
+            problem
+            for rule in RULES
+            if not any(_touches(read, key) for read in rule.reads for key in bad)
+            for problem in rule.check(view)
+            if problem not in said
+        ]
 
     def _section(self, section: str) -> Any:
         settings = section_loader(section)(self._values[section])
         self.__dict__[section] = settings  # cached before the rules below read it back
+        if not self._rules:
+            return settings
         problems = [p for rule in RULES if section in rule.sections for p in rule.check(self)]
         if problems:
+            self.__dict__.setdefault("_said", set()).update(problems)
             raise SettingsError(f"{self.where}: " + "; ".join(problems))
         return settings
 
@@ -244,10 +281,34 @@ def parse_params(
 @dataclass(frozen=True)
 class Rule:
     """A check across sections, run when one of `sections` (those whose stages use the value
-    it constrains) is read, and by `check_all`."""
+    it constrains) is read, and by `check_all`. `reads`: the dotted keys (or whole sections)
+    whose values it looks at, so that `check_all` can still run it when another key of those
+    sections is wrong."""
 
     sections: tuple[str, ...]
     check: Callable[[Params], list[str]]
+    reads: tuple[str, ...]
+
+
+def _touches(a: str, b: str) -> bool:
+    """One dotted key equals the other or is a parent of it."""
+    return a == b or a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def _drop_key(values: dict[str, Any], key: str) -> None:
+    """Remove a dotted key from nested mappings (its default stands in; a whole section
+    becomes all defaults); a key that is not there, or runs through a list, is left alone."""
+    if key in SECTIONS:
+        values[key] = {}
+        return
+    *parents, last = key.split(".")
+    if not parents:
+        return
+    node: Any = values
+    for part in parents:
+        node = node.get(part) if isinstance(node, dict) else None
+    if isinstance(node, dict):
+        node.pop(last, None)
 
 
 def _max_rules(params: Params) -> list[str]:
@@ -399,17 +460,33 @@ def _static_history(params: Params) -> list[str]:
     return []
 
 
+_KINDS = ("datasets", "ingest")  # which of the run's datasets are static or temporal
 RULES: tuple[Rule, ...] = (
-    Rule(("generation",), _max_rules),
-    Rule(("qa",), _qa_rows),
-    Rule(("qa",), _qa_rule_bank),
-    Rule(("generalisation",), _generalisation_dense),
-    Rule(("generalisation",), _known_datasets),
-    Rule(("export",), _export_retriever),
-    Rule(("apply_rules",), _nrnoisy_static),
-    Rule(("apply_rules", "mine_rules"), _constants_bounded),
-    Rule(("apply_rules", "mine_rules"), _static_history),
-)
+    Rule(
+        ("generation",), _max_rules,
+        reads=("generation.max_rules", "build_benchmark.rule_selection.top_n"),
+    ),
+    Rule(("qa",), _qa_rows, reads=("qa", "generation.grid", "generation.decoding")),
+    Rule(("qa",), _qa_rule_bank, reads=("qa.datasets", "qa.rule_bank", "datasets")),
+    Rule(
+        ("generalisation",), _generalisation_dense,
+        reads=("generalisation.datasets", "generation.retriever"),
+    ),
+    Rule(
+        ("generalisation",), _known_datasets,
+        reads=("datasets", "generalisation.datasets", "ingest"),
+    ),
+    Rule(("export",), _export_retriever, reads=("export", "datasets", "retrieve.finetune")),
+    Rule(("apply_rules",), _nrnoisy_static, reads=("apply_rules.aggregation", *_KINDS)),
+    Rule(
+        ("apply_rules", "mine_rules"), _constants_bounded,
+        reads=(
+            "apply_rules.discrimination_bound", "mine_rules.static.constants",
+            "mine_rules.import", *_KINDS,
+        ),
+    ),
+    Rule(("apply_rules", "mine_rules"), _static_history, reads=("mine_rules.splits", *_KINDS)),
+)  # fmt: skip
 
 
 def _require_sections(values: Mapping[str, Any], where: str) -> None:

@@ -90,7 +90,13 @@ PositiveReal = Annotated[float, *FINITE, Gt(0.0)]
 
 
 class SettingsError(InputError):
-    """A params.yaml section that does not fit its settings class."""
+    """A params.yaml section that does not fit its settings class. `keys`: the dotted keys
+    whose values are wrong (`generation.test_queries`), where the loader knows them (a rule
+    between sections, or a file that is no mapping, names none)."""
+
+    def __init__(self, message: str, keys: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.keys = tuple(keys)
 
 
 #: The one name rule, for every name that becomes part of a DVC stage's name (datasets, indexes,
@@ -180,7 +186,8 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
             msg = redact_url(_shorten(error["msg"], 300))
             got = redact_url(_shorten(repr(error.get("input"))))
             problems.append(f"{where}: {msg} (got {got})")
-        raise SettingsError("params.yaml: " + "; ".join(dict.fromkeys(problems))) from None
+        keys = tuple(dict.fromkeys(where for where, _error in errors))
+        raise SettingsError("params.yaml: " + "; ".join(dict.fromkeys(problems)), keys) from None
 
 
 #: what pydantic puts into an error's location for a union's branch (not a params key)
@@ -259,7 +266,8 @@ def _check_keys(cls: type, values: Mapping[str, Any], section: str) -> None:
     if unknown:
         raise SettingsError(
             f"params.yaml: {section}: unknown key {', '.join(repr(k) for k in unknown)} "
-            f"(known: {', '.join(sorted(fields))})"
+            f"(known: {', '.join(sorted(fields))})",
+            tuple(f"{section}.{k}" for k in unknown),
         )
     for name, annotation in fields.items():
         value = values.get(name)

@@ -18,6 +18,7 @@ Both keys are optional; an empty conf changes nothing.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 import io
 import math
@@ -41,7 +42,8 @@ __all__ = [
     "PARAM_KEY_RE",
     "RunConf",
     "apply_run_conf",
-    "override_schema",
+    "did_you_mean",
+    "overridable_keys",
     "set_params",
     "validate_run_conf",
 ]
@@ -160,16 +162,10 @@ def _touches(a: str, b: str) -> bool:
     return a == b or a.startswith(b + ".") or b.startswith(a + ".")
 
 
-def override_schema(params: Mapping[str, Any]) -> dict[str, Any]:
-    """JSON schema of the trigger form's overrides: the dotted keys a run conf may set.
-
-    Airflow checks a run's conf against its params' schemas when the run is triggered, before
-    a run exists, so a key params.yaml lacks (a typo) is refused in the form itself. What
-    a JSON schema cannot say (types, ranges, rules across sections) `validate_run_conf`
-    checks in the run's first task, every problem at once. Left out: `datasets` (the form's
-    own field), the keys that decide where the API key comes from or goes, and keys that are
-    no dotted identifiers (no conf can name them).
-    """
+def overridable_keys(params: Mapping[str, Any]) -> list[str]:
+    """The dotted keys a run conf may override: every key of params.yaml at any depth, less
+    `datasets` (the conf's own field), the keys that decide where the API key comes from or
+    goes, and keys that are no dotted identifiers (no conf can name them)."""
     keys: list[str] = []
 
     def walk(node: Any, prefix: str) -> None:
@@ -189,12 +185,28 @@ def override_schema(params: Mapping[str, Any]) -> dict[str, Any]:
             walk(value, f"{key}.")
 
     walk(params, "")
-    # `propertyNames` with an enum, not `properties` with an empty schema per key and
-    # `additionalProperties: false`: Airflow checks a Param's schema against the JSON-schema
-    # metaschema whenever it serializes a task, and every task carries the DAG's params. With
-    # 530 keys that check took 0.5 s (each key a subschema), 4 ms as one list: about a second
-    # per task when the DAG processor serialized the DAG, minutes for the whole DAG.
-    return {"propertyNames": {"enum": keys}}
+    return keys
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """ "; did you mean 'x'?" for the known name closest to a mistyped `name` (difflib's
+    ratio of at least 0.6), "" when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _key_suggestion(key: str, params: Mapping[str, Any]) -> str:
+    """`did_you_mean` for a dotted key: among its siblings when its parent exists (the last
+    part compared: `ingest.duplicate` -> `ingest.duplicates`, not `ingest.source`), else
+    among every key a conf may override (a misspelt section)."""
+    parent, _, last = key.rpartition(".")
+    keys = overridable_keys(params)
+    if parent:
+        siblings = {k.rpartition(".")[2]: k for k in keys if k.rpartition(".")[0] == parent}
+        close = difflib.get_close_matches(last, list(siblings), n=1, cutoff=0.6)
+        if close:
+            return f"; did you mean {siblings[close[0]]!r}?"
+    return did_you_mean(key, keys)
 
 
 def _listed(problems: Sequence[str]) -> str:
@@ -228,8 +240,8 @@ def _override_problem(
         current = _lookup(params, key)
     except KeyError:
         return (
-            f"run conf params: unknown key {key!r}; only keys already in params.yaml"
-            " can be overridden"
+            f"run conf params: unknown key {key!r}{_key_suggestion(key, params)}"
+            " (only keys already in params.yaml can be overridden)"
         )
     try:
         _check_value(key, value)
@@ -277,10 +289,10 @@ def _stage_list(
         problems.append(f'run conf "{key}" must be a non-empty list of stage names')
         return None
     unknown = [] if stage_names is None else sorted(set(raw) - set(stage_names))
-    if unknown:
+    for name in unknown:
         problems.append(
-            f"run conf {key}: unknown stage(s) {', '.join(map(repr, unknown))};"
-            f" dvc.yaml has {', '.join(stage_names or ())}"
+            f"run conf {key}: unknown stage {name!r}{did_you_mean(name, stage_names or ())}"
+            f" (dvc.yaml has {', '.join(stage_names or ())})"
         )
     return tuple(dict.fromkeys(raw))
 
@@ -308,11 +320,10 @@ def validate_run_conf(
     if not isinstance(conf, Mapping):
         raise ValueError(f"run conf must be a JSON object, got {type(conf).__name__}")
     problems: list[str] = []  # every problem of the conf, reported at once
-    unknown = sorted(str(k) for k in conf if k not in _CONF_KEYS)
-    if unknown:
+    for name in sorted(str(k) for k in conf if k not in _CONF_KEYS):
         problems.append(
-            f"run conf: unknown key(s) {', '.join(map(repr, unknown))};"
-            f" allowed: {', '.join(_CONF_KEYS)}"
+            f"run conf: unknown key {name!r}{did_you_mean(name, _CONF_KEYS)}"
+            f" (allowed: {', '.join(_CONF_KEYS)})"
         )
 
     datasets: tuple[str, ...] | None = None
@@ -332,8 +343,9 @@ def validate_run_conf(
                 continue
             if name not in known_datasets:
                 problems.append(
-                    f"run conf datasets: unknown dataset {name!r}; known:"
-                    f" {', '.join(sorted(known_datasets))}"
+                    f"run conf datasets: unknown dataset {name!r}"
+                    f"{did_you_mean(name, known_datasets)}"
+                    f" (known: {', '.join(sorted(known_datasets))})"
                 )
             elif name not in names:
                 names.append(name)

@@ -613,3 +613,50 @@ def test_static_rules_are_not_learned_from_the_test_facts() -> None:
         params_check.check_params(leaky)
     params_check.check_params({**leaky, "datasets": ["icews14"]})
     params_check.check_params({**leaky, "mine_rules": {**mine, "splits": ["train", "valid"]}})
+
+
+def test_a_rule_between_sections_is_reported_beside_a_bad_value_of_its_section() -> None:
+    """A section with a bad value loads no settings, so its rules could not run: check_all
+    runs them again with the bad keys at their defaults, unless a rule reads one of those
+    (then it says nothing rather than something about a value the user did not write)."""
+    values = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
+
+    def problems(**changes: Any) -> str:
+        changed = {**values, "generation": {**values["generation"]}}
+        changed["build_benchmark"] = {
+            **values["build_benchmark"],
+            "rule_selection": {**values["build_benchmark"]["rule_selection"]},
+        }
+        for key, value in changes.items():
+            section, _, rest = key.partition("__")
+            node = changed[section]
+            *parents, last = rest.split("__")
+            for part in parents:
+                node = node[part]
+            node[last] = value
+        with pytest.raises(SettingsError) as caught:
+            params_module.parse_params(changed, check_all=True)
+        return str(caught.value)
+
+    beside = problems(generation__max_rules=9, generation__test_queries=-1)
+    assert "generation.test_queries: Input should be greater than or equal to 1" in beside
+    assert "generation.max_rules is 9, but the benchmark selects at most" in beside
+    assert beside.count("generation.max_rules is 9") == 1
+    # the rule reads top_n, which is wrong: it is not run on top_n's default
+    unsaid = problems(generation__max_rules=9, build_benchmark__rule_selection__top_n="x")
+    assert "rule_selection.top_n: Input should be a valid integer" in unsaid
+    assert "max_rules is 9" not in unsaid
+    # said once when its sections are fine
+    once = problems(generation__max_rules=9)
+    assert once.count("generation.max_rules is 9") == 1
+
+
+def test_every_rule_reads_keys_params_yaml_has() -> None:
+    values = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
+    for rule in params_module.RULES:
+        assert rule.reads, rule.check.__name__
+        for key in rule.reads:
+            node: Any = values
+            for part in key.split("."):
+                assert isinstance(node, dict) and part in node, (rule.check.__name__, key)
+                node = node[part]

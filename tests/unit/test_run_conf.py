@@ -19,7 +19,8 @@ from rulerag.orchestration.dvc_graph import cmd_param_keys
 from rulerag.orchestration.run_conf import (
     RunConf,
     apply_run_conf,
-    override_schema,
+    did_you_mean,
+    overridable_keys,
     set_params,
     validate_run_conf,
 )
@@ -238,7 +239,7 @@ def test_force_conf_names_dvc_yaml_stages_too():
     conf = validate_run_conf({"force": ["ingest"]}, params, ["icews14"], (), names)
     assert conf.force == ("ingest",) and conf.stages is None and conf.is_empty
     assert validate_run_conf({}, params, ["icews14"], (), names).force == ()
-    with pytest.raises(ValueError, match=r"run conf force: unknown stage\(s\) 'train'"):
+    with pytest.raises(ValueError, match=r"run conf force: unknown stage 'train'"):
         validate_run_conf({"force": ["train"]}, params, ["icews14"], (), names)
     with pytest.raises(ValueError, match='"force" must be a non-empty list'):
         validate_run_conf({"force": "ingest"}, params, ["icews14"], (), names)
@@ -303,21 +304,39 @@ def test_every_problem_of_a_conf_is_reported_at_once() -> None:
     assert "datasets must be a non-empty list" not in message  # params.yaml's datasets stand
 
 
-def test_override_schema_lists_params_keys_as_property_names():
-    """The trigger form's overrides accept exactly params.yaml's dotted keys (the protected
-    ones and `datasets` left out), as one enum of property names: Airflow meta-validates a
-    Param's schema for every task it serializes, and a subschema per key made that take
-    minutes for the DAG."""
-    import jsonschema
-
-    schema = {
-        "type": ["object", "null"],
-        **override_schema(read_params_file(PROJECT / "params.yaml")),
-    }
-    assert set(schema) == {"type", "propertyNames"}
-    keys = schema["propertyNames"]["enum"]
+def test_overridable_keys_are_params_keys_less_the_protected_ones():
+    keys = overridable_keys(read_params_file(PROJECT / "params.yaml"))
     assert "ingest.duplicates" in keys and "generation.test_queries" in keys
+    assert "generation.api.model" in keys and "generation.api" not in keys  # a parent of one
     assert "datasets" not in keys and "generation.api.base_url" not in keys
-    jsonschema.validate({"ingest.duplicates": "error"}, schema)
-    with pytest.raises(jsonschema.ValidationError, match="'ingest.no_such_knob' is not one of"):
-        jsonschema.validate({"ingest.no_such_knob": 1}, schema)
+    assert len(keys) == len(set(keys))
+
+
+def test_a_mistyped_conf_hears_every_problem_at_once_with_suggestions():
+    """What the trigger form's schema used to catch (a 400 listing params.yaml's ~400 keys,
+    no suggestion, the first problem only) is apply_conf's now: every problem in one message,
+    a close known name suggested for each misspelt one, a rule between sections beside them."""
+    params = read_params_file(PROJECT / "params.yaml")
+    conf = {
+        "datasets": ["icews15"],
+        "stages": ["ingset"],
+        "force": ["mine_ruls"],
+        "param": {},
+        "params": {"ingest.duplicate": "error", "generation.max_rules": 9},
+    }
+    with pytest.raises(ValueError) as caught:
+        validate_run_conf(conf, params, KNOWN, stage_names=["ingest", "mine_rules", "report"])
+    lines = str(caught.value).splitlines()
+    assert lines[0] == "run conf: 6 problems:"
+    expected = [
+        "unknown key 'param'; did you mean 'params'?",
+        "unknown dataset 'icews15'; did you mean 'icews14'?",
+        "unknown key 'ingest.duplicate'; did you mean 'ingest.duplicates'?",
+        "unknown stage 'ingset'; did you mean 'ingest'?",
+        "unknown stage 'mine_ruls'; did you mean 'mine_rules'?",
+        "generation.max_rules is 9, but the benchmark selects at most",
+    ]
+    for part, line in zip(expected, lines[1:], strict=True):
+        assert part in line, (part, line)
+    # nothing close, no guess
+    assert did_you_mean("zzzz", ["ingest", "report"]) == ""
