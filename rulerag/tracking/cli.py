@@ -15,8 +15,10 @@ from pathlib import Path
 
 from rulerag.redact import redact_url
 from rulerag.tracking.config import (
+    UI_WORKERS,
     resolve_tracking_uri,
     server_command,
+    server_env,
     spool_dir,
     ui_app_installed,
     ui_url,
@@ -46,7 +48,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (127.0.0.1)")
     ui.add_argument("--port", type=int, default=5000, help="port to listen on (5000)")
-    ui.add_argument("--workers", type=int, default=None, help="server workers (MLflow's 4)")
+    ui.add_argument(
+        "--workers", type=int, default=UI_WORKERS,
+        help=f"server workers ({UI_WORKERS}: one person's browser; MLflow's own default is 4)",
+    )  # fmt: skip
     return parser
 
 
@@ -65,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "is used"
             )
         sys.stdout.flush()
-        os.execv(command[0], command)  # the server takes over this process (and Ctrl-C)
+        # the server takes over this process (and Ctrl-C)
+        os.execve(command[0], command, server_env(os.environ))
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     uri = resolve_tracking_uri(project_dir, args.tracking_uri)
     sent = replay_spool(project_dir, uri)

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -155,13 +156,25 @@ def ui_app_installed() -> bool:
     return any(point.name == UI_APP_NAME for point in entry_points(group="mlflow.app"))
 
 
+#: `make mlflow-ui` is one person's browser on one machine: one server worker, not MLflow's 4
+UI_WORKERS = 1
+
+
+def server_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment `make mlflow-ui`'s server runs in: `env`, with MLflow's job runners off
+    unless `env` turns them on (MLFLOW_SERVER_ENABLE_JOB_EXECUTION). They serve GenAI features
+    (scorers over traces) this project does not use, and started 8 Huey consumers of about
+    240 MiB each beside 4 workers."""
+    return {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **env}
+
+
 def server_command(
-    project_dir: Path, *, host: str = "127.0.0.1", port: int = 5000, workers: int | None = None
+    project_dir: Path, *, host: str = "127.0.0.1", port: int = 5000, workers: int = UI_WORKERS
 ) -> list[str]:
     """`mlflow server` over the project's store, serving its artifacts from `mlartifacts/`
     wherever the project is now, as the app `rulerag-ui` where installed (its UI opens on the
-    model-training view, `rulerag.tracking.ui_app`): what `make mlflow-ui` runs. `workers`:
-    MLflow's default (4) when None."""
+    model-training view, `rulerag.tracking.ui_app`), with `workers` server workers: what
+    `make mlflow-ui` runs (in `server_env`)."""
     project = Path(project_dir).resolve()
     app = ["--app-name", UI_APP_NAME] if ui_app_installed() else []
     command = [
@@ -173,4 +186,4 @@ def server_command(
         "--port", str(port),
         *app,
     ]  # fmt: skip
-    return command if workers is None else [*command, "--workers", str(workers)]
+    return [*command, "--workers", str(workers)]

@@ -8,8 +8,10 @@ run reads it here and carries the URLs of its DAG run and task instance in Airfl
 the run's description (`mlflow.note.content`, Markdown: a link in MLflow's run page).
 
 The base URL is `RULERAG_AIRFLOW_URL`, else Airflow's own `[api] base_url`
-(`AIRFLOW__API__BASE_URL`), else `http://localhost:8080`, where `make airflow` serves. Outside
-Airflow nothing is added. Nothing here imports mlflow or airflow.
+(`AIRFLOW__API__BASE_URL`, which `make airflow` sets to where it serves), else
+`http://127.0.0.1:8080`, `make airflow`'s default address: the very host the UI is opened on,
+since a browser logged in on 127.0.0.1 has no session on localhost. Outside Airflow nothing
+is added. Nothing here imports mlflow or airflow.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ __all__ = [
 AIRFLOW_URL_ENV = "RULERAG_AIRFLOW_URL"
 #: Airflow's own setting of its address (`[api] base_url`), used when ours is unset
 AIRFLOW_BASE_URL_ENV = "AIRFLOW__API__BASE_URL"
-#: what `make airflow` serves
-DEFAULT_AIRFLOW_URL = "http://localhost:8080"
+#: what `make airflow` serves by default (its AIRFLOW_HOST and AIRFLOW_PORT)
+DEFAULT_AIRFLOW_URL = "http://127.0.0.1:8080"
 TAG_AIRFLOW_DAG_RUN_URL = "rulerag.airflow.dag_run_url"
 #: every variable read here: the task's identity (Airflow's task runner sets them) and the URLs
 AIRFLOW_ENV = (

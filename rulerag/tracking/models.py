@@ -9,9 +9,10 @@ What `StageRun.log_model` records becomes, when the run is sent:
   weights) and its MLmodel naming the run and the model id (`run_id`, `model_id`), which a model
   saved before its run existed lacks;
 * its final metrics linked to it (the Models tab's metric columns);
-* a new **version** of the registered model, from the logged model (source
-  `models:/<model id>`, as `mlflow.register_model` makes it; the version's download URI is the
-  logged model's folder), tagged with the run's last metric values;
+* a new **version** of the registered model, made by `mlflow.register_model` from the logged
+  model (source `models:/<model id>`; the version's download URI is the logged model's
+  folder; the logged model tagged `mlflow.modelVersions`, so the UI shows it registered),
+  tagged with the run's last metric values;
 * the alias **`champion`** moved to the new version when the model names a `champion_metric`
   and the new version's value beats the current champion's (`moves_champion`); a version
   without the metric never takes the alias from one with it, and the first version takes it.
@@ -136,6 +137,7 @@ def log_logged_models(
     folder)` puts a folder's files at an artifact location, `last_points` are each metric's
     last logged point (key, value, timestamp, step). Registry failures are tagged on
     the run, not raised; a failure to log the model itself raises (the run is spooled)."""
+    import mlflow
     from mlflow.entities import LoggedModelOutput, LoggedModelStatus, Metric
     from mlflow.exceptions import MlflowException
 
@@ -185,13 +187,18 @@ def log_logged_models(
                 if "RESOURCE_ALREADY_EXISTS" not in str(err.error_code):
                     raise
             with _global_tracking_uri(tracking_uri):
-                version = client.create_model_version(
+                # mlflow.register_model, not client.create_model_version: it also tags the
+                # logged model with its versions (`mlflow.modelVersions`), which MLflow's UI
+                # reads to show a logged model as registered (without: "Not registered")
+                version = mlflow.register_model(
+                    f"models:/{logged.model_id}",
                     name,
-                    source=f"models:/{logged.model_id}",
-                    run_id=run_id,
+                    await_registration_for=0,
                     tags={**version_tags, TAG_STAGE_INSTANCE: tags.get(TAG_STAGE_INSTANCE, "")},
-                    description=model.get("description") or None,
-                    model_id=logged.model_id,
+                )
+            if model.get("description"):
+                version = client.update_model_version(
+                    name, version.version, description=model["description"]
                 )
             _move_champion(client, name, version, model)
         except MlflowException as err:

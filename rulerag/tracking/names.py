@@ -20,6 +20,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_PARAM_VALUE_LENGTH",
     "MAX_TAG_VALUE_LENGTH",
+    "PARAM_LIKE_METRICS",
     "METRICS_PER_BATCH",
     "PARAMS_TAGS_PER_BATCH",
     "TAG_DATASET",
@@ -40,6 +41,7 @@ __all__ = [
     "display_name",
     "experiment_name",
     "flatten_params",
+    "is_param_like",
     "fs_safe",
     "sanitize_name",
     "truncate",
@@ -77,6 +79,12 @@ MAX_KEY_LENGTH = 250
 PARAMS_TAGS_PER_BATCH = 100
 METRICS_PER_BATCH = 1000
 
+#: what stages report beside their scores that describes the run rather than measures it: the
+#: number of queries it evaluated, a seed. Logged as params, not metrics: MLflow's compare and
+#: chart views start on the alphabetically first metric, which was `queries` for every
+#: retrieval run, and a seed is no measurement
+PARAM_LIKE_METRICS = ("queries", "seed")
+
 _ILLEGAL_NAME_CHARS = re.compile(r"[^A-Za-z0-9_.\-/]")
 _ILLEGAL_PATH_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
 
@@ -91,15 +99,27 @@ def display_name(instance: str) -> str:
 
     `generate@icews14-rulerag_ft` -> `rulerag_ft (generate)`, `train_retriever@icews14-minilm-
     rgft` -> `minilm-rgft (train_retriever)`, `ingest@icews14` -> `ingest`: the table cuts
-    names to about 22 characters (nine `generate@icews14-ruler...` rows looked alike), and the
-    dataset is the experiment's (`rulerag/<dataset>`). The full instance stays in the tag
-    `rulerag.stage_instance`.
+    names to about 15 characters at its default width (nine `generate@icews14-ruler...` rows
+    looked alike), and the dataset is the experiment's (`rulerag/<dataset>`). The grid's
+    ablation rows shorten `retriever` and `generator` to `ret` and `gen`
+    (`ssft_ret_rgft_gen (generate)`): `ssft_retriever_s...` and `ssft_retriever_r...` could not
+    be told apart. The full instance stays in the tag `rulerag.stage_instance`.
     """
     stage, at, rest = instance.partition("@")
     if not at:
         return instance
     _dataset, dash, items = rest.partition("-")
-    return f"{items} ({stage})" if dash and items else stage
+    if not (dash and items):
+        return stage
+    short = re.sub(r"(?<![A-Za-z])(retriever|generator)(?![A-Za-z])",
+                   lambda m: m[1][:3], items)  # fmt: skip
+    return f"{short} ({stage})"
+
+
+def is_param_like(key: str) -> bool:
+    """Whether a reported number is one of `PARAM_LIKE_METRICS` (also under a prefix:
+    `rulerag_icl.queries`, `splits_queries`)."""
+    return any(key == name or key.endswith((f".{name}", f"_{name}")) for name in PARAM_LIKE_METRICS)
 
 
 def sanitize_name(name: str) -> str:

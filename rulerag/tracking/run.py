@@ -43,6 +43,7 @@ from rulerag.tracking.names import (
     display_name,
     experiment_name,
     flatten_params,
+    is_param_like,
     sanitize_name,
     truncate,
 )
@@ -106,7 +107,8 @@ class StageRun:
 
     def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Record metrics at `step` (0 when None); names are sanitised (`recall@10` ->
-        `recall_at_10`). A value that is not a number raises here, where the bug is."""
+        `recall_at_10`). A value that is not a number raises here, where the bug is. A count or
+        setting among them (`names.PARAM_LIKE_METRICS`: `queries`, `seed`) becomes a param."""
         self._check_open()
         timestamp = now_ms()
         for key, value in metrics.items():
@@ -114,6 +116,10 @@ class StageRun:
                 number = float(value)
             except (TypeError, ValueError) as err:
                 raise TypeError(f"metric {key!r} is not a number: {value!r}") from err
+            if is_param_like(key):
+                shown = int(number) if number.is_integer() else number
+                self._record.params[sanitize_name(key)] = str(shown)
+                continue
             self._record.metrics.append(
                 {
                     "key": sanitize_name(key),

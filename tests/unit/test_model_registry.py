@@ -83,6 +83,11 @@ def test_generator_adapter_is_registered_and_loads_as_pyfunc(adapter, tmp_path: 
     assert versions[1].tags["metric.dev_loss"] == "0.25"  # the last step's value
     assert versions[1].run_id == run.run_id
     assert client.get_registered_model(name).description == "RGFT generator"
+    assert versions[1].description == "RGFT generator"
+    # the logged model names its version, as mlflow.register_model tags it: MLflow's UI reads
+    # this tag to show a logged model's registrations (without it: "Not registered")
+    logged = client.get_logged_model(versions[1].source.removeprefix("models:/"))
+    assert json.loads(logged.tags["mlflow.modelVersions"]) == [{"name": name, "version": 2}]
 
     location = client.get_model_version_download_uri(name, versions[1].version)
     model = str(local_artifact_path(location, tmp_path))  # version 2's folder (its logged model)

@@ -423,6 +423,20 @@ def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) 
     assert not (tmp_path / ".mlflow-spool").exists() or spooled_folders(tmp_path) == []
 
 
+def test_counts_and_seeds_are_logged_as_params_not_metrics(tmp_path: Path, sqlite_uri: str) -> None:
+    """MLflow's compare and chart views start on the alphabetically first metric, `queries` on
+    every retrieval run (issue 43); a seed is no measurement either."""
+    from mlflow import MlflowClient
+
+    with stage_run("retrieve", "countds", project_dir=tmp_path, tracking_uri=sqlite_uri) as run:
+        run.log_metrics({"queries": 100.0, "recall@10": 0.5, "seed": 42, "rulerag_icl.queries": 7})
+    logged = MlflowClient(tracking_uri=sqlite_uri).get_run(run.run_id)
+    assert logged.data.metrics == {"recall_at_10": 0.5}
+    assert {k: logged.data.params[k] for k in ("queries", "seed", "rulerag_icl.queries")} == {
+        "queries": "100", "seed": "42", "rulerag_icl.queries": "7",
+    }  # fmt: skip
+
+
 def test_bad_metric_and_closed_run_raise_at_the_call(tmp_path: Path, dead_uri: str) -> None:
     with stage_run("ingest", "x", project_dir=tmp_path, tracking_uri=dead_uri) as run:
         with pytest.raises(TypeError, match="not a number"):

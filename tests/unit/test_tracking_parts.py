@@ -74,7 +74,13 @@ def test_server_command_serves_the_project_store_and_its_artifacts(tmp_path: Pat
     assert option("--artifacts-destination") == str(tmp_path.resolve() / "mlartifacts")
     assert "--serve-artifacts" in command
     assert (option("--host"), option("--port"), option("--workers")) == ("127.0.0.1", "5123", "1")
-    assert "--workers" not in config.server_command(tmp_path)  # MLflow's default
+    # `make mlflow-ui`: one worker (MLflow's default 4) and no job runners (8 Huey consumers of
+    # ~240 MiB each, for GenAI features): 2 processes and ~0.5 GiB instead of 15 and ~3 GiB
+    default = config.server_command(tmp_path)
+    assert default[default.index("--workers") + 1] == "1"
+    assert config.server_env({"PATH": "/bin"})["MLFLOW_SERVER_ENABLE_JOB_EXECUTION"] == "false"
+    mine = {"MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "true"}
+    assert config.server_env(mine) == mine  # a user who wants them keeps them
 
 
 def test_the_ui_server_is_the_project_app_where_installed(
@@ -175,7 +181,7 @@ def test_a_run_under_airflow_links_back_to_its_task_and_dag_run(
     monkeypatch.setenv("AIRFLOW__API__BASE_URL", "http://10.0.0.5:9090")  # Airflow's own
     assert links.airflow_task().task_url.startswith("http://10.0.0.5:9090/dags/rulerag/runs/")
     monkeypatch.delenv("AIRFLOW__API__BASE_URL")
-    assert links.airflow_task().base_url == "http://localhost:8080"  # `make airflow`
+    assert links.airflow_task().base_url == "http://127.0.0.1:8080"  # `make airflow`
     monkeypatch.setenv(links.AIRFLOW_URL_ENV, "localhost:8080")
     with pytest.raises(ValueError, match="RULERAG_AIRFLOW_URL='localhost:8080' is not an http"):
         links.airflow_task()
@@ -195,6 +201,21 @@ def test_a_run_under_airflow_links_back_to_its_task_and_dag_run(
 )
 def test_run_names_put_the_distinctive_part_first(instance: str, shown: str) -> None:
     assert display_name(instance) == shown
+
+
+def test_every_grid_row_is_told_apart_in_the_first_15_characters() -> None:
+    """MLflow's runs table shows about 15 characters of a name at its default width:
+    `ssft_retriever_s...` and `ssft_retriever_r...` looked alike (issue 43)."""
+    import yaml
+
+    params = yaml.safe_load((Path(__file__).resolve().parents[2] / "params.yaml").read_text())
+    rows = list(params["generation"]["grid"])
+    assert "ssft_retriever_rgft_generator" in rows
+    shown = [display_name(f"generate@icews14-{row}")[:15] for row in rows]
+    assert len(set(shown)) == len(rows), sorted(shown)
+    assert display_name("generate@icews14-ssft_retriever_rgft_generator") == (
+        "ssft_ret_rgft_gen (generate)"
+    )
 
 
 # -- record: the run's result -----------------------------------------------------------------
