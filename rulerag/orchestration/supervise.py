@@ -14,7 +14,13 @@ under this supervisor (`python -m rulerag.orchestration.supervise -- <command> .
   reaches those that started a session of their own) and the command's group get SIGTERM,
   then `grace` seconds, then SIGKILL; the exit status is 128 + the signal;
 - when the command exits by itself, whatever it left behind is stopped the same way and its
-  exit status is this process's.
+  exit status is this process's;
+- a watchdog, a small process in a session of its own, outlives this one: it is told every
+  process of the tree as it appears (pid and start time) and, when this process is gone however
+  it ended (a SIGKILL to `make airflow`'s whole group after an impatient SIGTERM, the OOM
+  killer), stops whatever of them still runs, and their children, the same way. Without it, an
+  API server busy with a 90 s request outlived such a stop, re-parented to init, and went on
+  growing to 17.5 GiB.
 """
 
 from __future__ import annotations
@@ -29,10 +35,13 @@ import time
 from contextlib import suppress
 from pathlib import Path
 from types import FrameType
+from typing import BinaryIO
+
+import psutil
 
 from rulerag.orchestration.processes import GRACE_S, proc_table, start_group
 
-__all__ = ["descendants", "main", "supervise"]
+__all__ = ["Watchdog", "descendants", "main", "supervise", "watchdog"]
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -79,27 +88,106 @@ def _signal_all(pids: set[int], pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def stop_tree(proc: subprocess.Popen, grace: float = GRACE_S) -> None:
-    """SIGTERM to every descendant and to `proc`'s group, up to `grace` s, then SIGKILL."""
+def stop_tree(proc: subprocess.Popen, grace: float = GRACE_S, spare: int | None = None) -> None:
+    """SIGTERM to every descendant and to `proc`'s group, up to `grace` s, then SIGKILL; the
+    process `spare` (the watchdog) is left alone."""
     me = os.getpid()
-    _signal_all(descendants(me), proc.pid, signal.SIGTERM)
+
+    def tree() -> set[int]:
+        return descendants(me) - {spare}
+
+    _signal_all(tree(), proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap()
-        if not descendants(me):
+        if not tree():
             return
         time.sleep(0.05)
-    _signal_all(descendants(me), proc.pid, signal.SIGKILL)
+    _signal_all(tree(), proc.pid, signal.SIGKILL)
     deadline = time.monotonic() + grace
-    while descendants(me) and time.monotonic() < deadline:
+    while tree() and time.monotonic() < deadline:
         _reap()
         time.sleep(0.05)
     _reap()
 
 
+def _identity(pid: int) -> str | None:
+    """`pid start-time` of a live process (the start time tells a reused pid apart)."""
+    try:
+        return f"{pid} {psutil.Process(pid).create_time():.6f}"
+    except psutil.Error:
+        return None
+
+
+class Watchdog:
+    """The watchdog process (the module's doc): started in a session of its own, so no
+    signal to this process's group reaches it; reads the tree's processes from a pipe whose
+    only writer is this process, and acts when the pipe ends."""
+
+    def __init__(self, grace: float) -> None:
+        command = [sys.executable, "-m", "rulerag.orchestration.supervise", "--watchdog",
+                   "--grace", str(grace)]  # fmt: skip
+        self.proc = subprocess.Popen(
+            command, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+        self.told: set[int] = set()
+
+    def tell(self, pids: set[int]) -> None:
+        """Name the processes the watchdog has not heard of yet."""
+        lines = [line for pid in sorted(pids - self.told) if (line := _identity(pid))]
+        self.told |= pids
+        if lines and self.proc.stdin is not None:
+            with suppress(OSError):
+                self.proc.stdin.write(("\n".join(lines) + "\n").encode())
+                self.proc.stdin.flush()
+
+    def close(self) -> None:
+        """End the pipe (the tree is stopped by now: the watchdog finds nothing to do)."""
+        if self.proc.stdin is not None:
+            with suppress(OSError):
+                self.proc.stdin.close()
+        with suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+
+
+def watchdog(grace: float = GRACE_S, stream: BinaryIO | None = None) -> int:
+    """Read `pid start-time` lines until the supervisor's pipe ends, then stop every named
+    process still running (the same start time: not a reused pid) and their descendants:
+    SIGTERM, `grace` seconds, SIGKILL. Returns the number of processes it had to stop."""
+    stream = sys.stdin.buffer if stream is None else stream
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the terminal is the tree's
+    known: dict[int, str] = {}
+    for line in stream:
+        parts = line.split()
+        if len(parts) == 2:
+            known[int(parts[0])] = parts[1].decode()
+    victims: dict[int, psutil.Process] = {}
+    for pid, created in known.items():
+        with suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            if f"{proc.create_time():.6f}" == created:
+                victims[pid] = proc
+                for child in proc.children(recursive=True):
+                    victims.setdefault(child.pid, child)
+    alive = [p for p in victims.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for proc in alive:
+        with suppress(psutil.Error):
+            proc.terminate()
+    _gone, left = psutil.wait_procs(alive, timeout=grace)
+    for proc in left:
+        with suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(left, timeout=grace)
+    if alive:
+        print(f"supervise: its supervisor gone, the watchdog stopped {len(alive)} processes",
+              file=sys.stderr)  # fmt: skip
+    return len(alive)
+
+
 def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
     """Run `cmd` until it exits or this process is told to stop; nothing it started outlives
-    this call. Returns the command's exit status, or 128 + the stopping signal."""
+    this call, nor this process (`Watchdog`). Returns the command's exit status, or 128 + the
+    stopping signal."""
     _become_subreaper()
     stopped: list[int] = []
 
@@ -107,9 +195,14 @@ def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
         stopped.append(signum)
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
+    guard = Watchdog(grace)
     try:
         proc = start_group(cmd, cwd=Path.cwd(), env=os.environ)
+        me, ticks = os.getpid(), 0
         while proc.poll() is None and not stopped:
+            if ticks % 10 == 0:  # every second: the processes that appeared meanwhile
+                guard.tell(({proc.pid} | descendants(me)) - {guard.proc.pid})
+            ticks += 1
             time.sleep(0.1)
         if stopped:
             print(
@@ -117,7 +210,7 @@ def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
                 "process it started",
                 file=sys.stderr,
             )
-        stop_tree(proc, grace)
+        stop_tree(proc, grace, spare=guard.proc.pid)
         with suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=grace)
         if stopped:
@@ -125,6 +218,7 @@ def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
         code = proc.returncode or 0
         return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
     finally:
+        guard.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
@@ -132,8 +226,12 @@ def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grace", type=float, default=GRACE_S, help="seconds before SIGKILL")
+    parser.add_argument("--watchdog", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
     args = parser.parse_args(argv)
+    if args.watchdog:
+        watchdog(args.grace)
+        return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command given (python -m rulerag.orchestration.supervise -- cmd ...)")

@@ -65,7 +65,11 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def _start(tmp_path: Path, *server_args: str) -> tuple[subprocess.Popen, list[int], list[int]]:
+def _start(
+    tmp_path: Path, *server_args: str, group: bool = False
+) -> tuple[subprocess.Popen, list[int], list[int]]:
+    """The supervisor on the stand-in server; `group`: in a process group of its own, as
+    `make airflow` is in make's."""
     script = tmp_path / "server.py"
     script.write_text(SERVER)
     marker = tmp_path / "started"
@@ -75,6 +79,7 @@ def _start(tmp_path: Path, *server_args: str) -> tuple[subprocess.Popen, list[in
             [sys.executable, "-m", "rulerag.orchestration.supervise", "--grace", "2", "--",
              sys.executable, str(script), str(marker), *server_args],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr,
+            start_new_session=group,
         )  # fmt: skip
     deadline = time.monotonic() + 120
     while not marker.exists():
@@ -116,6 +121,39 @@ def test_a_server_that_exits_leaves_nothing_behind_and_its_status_is_kept(
 
 
 def test_a_missing_command_is_named() -> None:
-    from rulerag.orchestration.supervise import main
+    # in a process of its own: the supervisor makes its process a subreaper, and pytest as one
+    # would adopt (and never reap) the orphans of the tests after this one
+    done = subprocess.run(
+        [sys.executable, "-m", "rulerag.orchestration.supervise", "--", "no-such-command-rulerag"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 127
+    assert "cannot start 'no-such-command-rulerag'" in done.stderr
 
-    assert main(["--", "no-such-command-rulerag"]) == 127
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+@pytest.mark.parametrize("how", ["sigkill", "group term then kill"])
+def test_nothing_outlives_a_supervisor_that_is_killed(tmp_path: Path, how: str) -> None:
+    """Issue 43, item 5: after heavy use, SIGTERM to `make airflow`'s group left the API server
+    alive with parent 1. A supervisor that cannot stop its tree itself (SIGKILLed alone, or
+    its whole group SIGKILLed a second after a SIGTERM, as an impatient user or a service
+    manager's timeout does) leaves the stop to its watchdog: every process it started ends,
+    those in a session of their own and the orphans too, and their ports close."""
+    sup, pids, ports = _start(tmp_path, group=True)
+    assert all(map(_port_open, ports))
+    time.sleep(1.5)  # the supervisor names the tree to its watchdog every second
+    if how == "sigkill":
+        sup.kill()
+    else:
+        os.killpg(sup.pid, signal.SIGTERM)
+        time.sleep(1)
+        os.killpg(sup.pid, signal.SIGKILL)
+    sup.wait(timeout=30)
+    deadline = time.monotonic() + 30  # the watchdog's grace (2 s) and start-up
+    while time.monotonic() < deadline and not all(map(_gone, pids)):
+        time.sleep(0.2)
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
