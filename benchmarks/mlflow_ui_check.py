@@ -87,8 +87,9 @@ def mlflow_server(project: Path, plugin: bool) -> Iterator[str]:
 
 
 def _view(url: str, text: str) -> str:
-    # the stage runs are nested under their pipeline run's parent row, named after it
-    if "make-20261127T070000-demo0001" in text or "rulerag_ft (generate)" in text:
+    # the stage runs are nested under their pipeline run's parent row, named after when and
+    # how it started (`11-27 07:00:00 make` for make-20261127T070000-...)
+    if "11-27 07:00:00 make" in text or "rulerag_ft (generate)" in text:
         return "runs table"
     if "workflowType=genai" in url or "/overview" in url:
         return "GenAI overview"
