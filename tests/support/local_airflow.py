@@ -59,18 +59,32 @@ def free_port() -> int:
 
 
 class RestApi:
-    """Airflow 3's REST API at `base` (the simple auth manager with every user an admin, so
-    no token is needed)."""
+    """Airflow 3's REST API at `base`: without `token` for the simple auth manager with every
+    user an admin, else with the token of a user (`login`)."""
 
-    def __init__(self, base: str) -> None:
+    def __init__(self, base: str, token: str | None = None) -> None:
         self.base = base.rstrip("/")
+        self.token = token
+
+    @classmethod
+    def login(cls, base: str, user: str, password: str) -> RestApi:
+        """The API as `user` of the simple auth manager (its generated password)."""
+        body = json.dumps({"username": user, "password": password}).encode()
+        request = urllib.request.Request(
+            f"{base.rstrip('/')}/auth/token", data=body, method="POST",
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return cls(base, json.loads(reply.read().decode())["access_token"])
 
     def call(self, method: str, path: str, body: Any = None) -> Any:
         data = None if body is None else json.dumps(body).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(
-            f"{self.base}/api/v2{path}", data=data, method=method,
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+            f"{self.base}/api/v2{path}", data=data, method=method, headers=headers
+        )
         with urllib.request.urlopen(request, timeout=30) as reply:
             return json.loads(reply.read().decode() or "null")
 
