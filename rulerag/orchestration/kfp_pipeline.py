@@ -45,6 +45,7 @@ from kfp.dsl import Artifact, Input, Output
 from kfp.dsl.python_component import PythonComponent
 
 from rulerag.orchestration.dag_settings import GPU_STAGES
+from rulerag.orchestration.kfp_local import docker_run_args
 from rulerag.orchestration.kfp_tasks import PROJECT_ENV
 from rulerag.settings import DATASET_NAME_RE
 
@@ -370,46 +371,7 @@ def compile_pipeline(
     return output
 
 
-#: what a task in a container needs from the host's environment (`docker_run_args`)
-DOCKER_TASK_ENV = (
-    PROJECT_ENV, "RULERAG_DATA_DIR", "RULERAG_WORKSPACE_ROOT", "RULERAG_DVC_REMOTE",
-    "RULERAG_GIT_SOURCE", "MLFLOW_TRACKING_URI", "DVC_NO_ANALYTICS",
-)  # fmt: skip
 RUNNERS = ("subprocess", "docker")
-
-
-def docker_run_args(
-    project: Path, extra_mounts: Sequence[Path] = (), env: Mapping[str, str] | None = None
-) -> dict[str, Any]:
-    """`kfp.local.DockerRunner`'s container options for a run against `project`: the project,
-    the KG mirror (read-only), the workspace root and `extra_mounts` (a local-path DVC remote)
-    bind-mounted at their own paths, so the tasks see the paths the host does; the variables of
-    `DOCKER_TASK_ENV` that are set; the host user (what the tasks write stays the user's); the
-    host's network (a tracking server on 127.0.0.1). The pipeline root KFP mounts itself."""
-    from docker.types import Mount
-
-    env = os.environ if env is None else env
-    mirror = env.get("RULERAG_DATA_DIR")
-    paths = [project, *extra_mounts]
-    paths += [Path(env[k]) for k in ("RULERAG_DATA_DIR", "RULERAG_WORKSPACE_ROOT") if env.get(k)]
-    mounts, seen = [], set()
-    for path in paths:
-        path = Path(path).resolve()
-        if str(path) in seen:
-            continue
-        if not path.exists():
-            raise ValueError(f"{path}: no such folder to mount into the tasks' containers")
-        seen.add(str(path))
-        read_only = mirror is not None and path == Path(mirror).resolve()
-        mounts.append(Mount(str(path), str(path), type="bind", read_only=read_only))
-    environment = {key: env[key] for key in DOCKER_TASK_ENV if env.get(key)}
-    environment[PROJECT_ENV] = str(project)
-    return {
-        "mounts": mounts,
-        "environment": environment,
-        "user": f"{os.getuid()}:{os.getgid()}",
-        "network_mode": "host",
-    }
 
 
 def run_local(
