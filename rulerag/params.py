@@ -47,7 +47,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rulerag.settings import SettingsError, check_dataset_name
+from rulerag.settings import (
+    SettingsError,
+    check_dataset_name,
+    read_settings_yaml,
+    repeated_name,
+    short_repr,
+)
 
 if TYPE_CHECKING:  # the section types, imported when a section is read (see the docstring)
     from rulerag.benchmark.settings import BuildBenchmarkSettings
@@ -234,13 +240,13 @@ class Params:
 
 
 def read_params_file(path: str | Path) -> dict[str, Any]:
-    """params.yaml as plain data, parsed as DVC parses it (ruamel, YAML 1.2, safe)."""
-    from ruamel.yaml import YAML
+    """params.yaml as plain data, parsed as DVC parses it (ruamel, YAML 1.2, safe), within the
+    bounds of `rulerag.settings.read_settings_yaml` (its size, its nesting, its aliases'
+    expansion: a 1.4 KB alias bomb is refused here, naming the file and line)."""
     from ruamel.yaml.error import YAMLError
 
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = YAML(typ="safe", pure=True).load(handle)
+        data = read_settings_yaml(path)
     except YAMLError as err:
         raise SettingsError(f"{path}: not valid YAML: {err}") from None
     if data is None:
@@ -265,8 +271,12 @@ def parse_params(
     datasets = values["datasets"]
     if not isinstance(datasets, list) or not datasets:
         raise SettingsError(f"{where}: datasets must be a non-empty list of names")
+    names = tuple(check_dataset_name(name) for name in datasets)
+    repeated = repeated_name(names)
+    if repeated:
+        raise SettingsError(f"{where}: datasets: {repeated}", ("datasets",))
     params = Params(
-        datasets=tuple(check_dataset_name(name) for name in datasets),
+        datasets=names,
         _values=copy.deepcopy(dict(values)),
         where=where,
     )
@@ -503,11 +513,11 @@ def _require_sections(values: Mapping[str, Any], where: str) -> None:
     if empty:
         raise SettingsError(
             f"{where}: section {', '.join(map(repr, empty))} must be a mapping of its keys "
-            f"(got {', '.join(repr(values[s]) for s in empty)})"
+            f"(got {', '.join(short_repr(values[s]) for s in empty)})"
         )
     unknown = sorted(str(k) for k in values if k not in SECTIONS and k not in OTHER_KEYS)
     if unknown:
         raise SettingsError(
-            f"{where}: unknown top-level key {', '.join(map(repr, unknown))} "
+            f"{where}: unknown top-level key {', '.join(map(short_repr, unknown))} "
             f"(known: {', '.join([*OTHER_KEYS, *SECTIONS])})"
         )

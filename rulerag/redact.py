@@ -19,8 +19,21 @@ __all__ = ["MASK", "base64_forms", "redact_secrets", "redact_url"]
 MASK = "***"
 #: `scheme://userinfo@` anywhere in a text: the userinfo (user, password or token) goes. It
 #: ends at the LAST `@` before the host, as URL parsers read it: a password holding an `@`
-#: (`user:hunter@TAIL@host`) is masked whole, not cut at its first `@`
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s?#]+)@")
+#: (`user:hunter@TAIL@host`) is masked whole, not cut at its first `@`.
+#: Every pattern here is linear in the text: one that may start anywhere inside a long run of
+#: the characters it repeats (`\b[A-Za-z][A-Za-z0-9+.-]*://` on `a.a.a.a...`) scans the rest
+#: of the run from each start, which made a 50 kB model answer take seconds and a 5 MB one
+#: never end (issue 45). So a run is matched once, from its first character (the look-behind),
+#: and where in it the scheme begins is decided afterwards (`_SCHEME_START`).
+_SCHEME_CHARS = "A-Za-z0-9+.-"
+_URL_USERINFO = re.compile(
+    rf"(?<![{_SCHEME_CHARS}])(?P<run>[{_SCHEME_CHARS}]+)://(?P<userinfo>[^/\s?#]+)@"
+)
+#: where a scheme may begin inside a run of scheme characters: a letter at a word boundary
+_SCHEME_START = re.compile(r"\b[A-Za-z]")
+#: the characters of a base64 token (both alphabets); a token holding a secret's base64 form is
+#: masked whole, with its padding
+_B64_CHARS = r"A-Za-z0-9+/_\-"
 #: a run of characters that may be a key or a piece of one (keys are base64/hex-like)
 _TOKEN = re.compile(r"[A-Za-z0-9_\-.*+/=~]{4,}")
 #: the shortest run shared with a secret that counts as a partial echo of it
@@ -29,7 +42,14 @@ ECHO_MIN = 4
 
 def redact_url(url: str) -> str:
     """`url` without the user and password it may carry (`scheme://***@host...`)."""
-    return _URL_USERINFO.sub(lambda m: f"{m['scheme']}{MASK}@", url)
+
+    def mask(match: re.Match[str]) -> str:
+        # a run with no letter at a word boundary holds no scheme (`1x://u:p@h`, `_x://...`)
+        if _SCHEME_START.search(match.string, match.start(), match.end("run")) is None:
+            return match.group(0)
+        return f"{match['run']}://{MASK}@"
+
+    return _URL_USERINFO.sub(mask, url)
 
 
 def base64_forms(secret: str) -> set[str]:
@@ -61,7 +81,10 @@ def redact_secrets(
     for key in keys:
         out = out.replace(key, MASK)
         for form in base64_forms(key):
-            out = re.sub(rf"[A-Za-z0-9+/_\-]*{re.escape(form)}[A-Za-z0-9+/_\-]*=*", MASK, out)
+            # the whole token around the form, from its first character only (linear: see
+            # _URL_USERINFO), and its padding
+            token = rf"(?<![{_B64_CHARS}])[{_B64_CHARS}]*{re.escape(form)}[{_B64_CHARS}]*=*"
+            out = re.sub(token, MASK, out)
     grams = {key[i : i + min_run] for key in keys for i in range(len(key) - min_run + 1)}
 
     def mask(match: re.Match[str]) -> str:

@@ -18,6 +18,13 @@ classes (`rulerag.params_schema`). A test checks that every numeric knob has a r
 
 A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
 whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.
+
+Sizes are bounded before anything is built from a value (issue 45: a 1.4 KB alias bomb took
+minutes and gigabytes, a 20 MB model name 93 s): a settings file is read within
+`MAX_YAML_CHARS` characters and `MAX_YAML_NODES` values with its aliases expanded
+(`read_settings_yaml`), every string of a section within `MAX_SETTINGS_STRING` characters, a
+list of names that becomes DVC stage instances holds each name once (`UniqueNames`), and an
+error message shows a value through `short_repr`, never the whole of it.
 """
 
 from __future__ import annotations
@@ -25,9 +32,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+import reprlib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 from annotated_types import Ge, Gt, Le
@@ -38,6 +47,10 @@ from rulerag.redact import redact_url
 
 __all__ = [
     "DATASET_NAME_RE",
+    "MAX_SETTINGS_STRING",
+    "MAX_YAML_CHARS",
+    "MAX_YAML_DEPTH",
+    "MAX_YAML_NODES",
     "Count",
     "DatasetName",
     "NAME_RE",
@@ -55,13 +68,33 @@ __all__ = [
     "deep_merge",
     "load_settings",
     "param_key",
+    "read_settings_yaml",
     "settings_fields",
+    "short_repr",
+    "UniqueDatasetNames",
+    "UniqueNames",
+    "repeated_name",
 ]
 
 T = TypeVar("T")
 
 #: the largest integer any knob takes (a count, a size, a step): what is bigger is a mistake
 MAX_INT = 2**31 - 1
+#: the longest string any settings value (or key) may be: a name, a path, a model id, a URL,
+#: a prompt style. params.yaml's longest is 66 characters; a 20 MB model name passed every
+#: check after 93 s and reached each stage (issue 45)
+MAX_SETTINGS_STRING = 4096
+#: the most characters a settings YAML file (params.yaml, dvc.yaml, a vars file) may hold:
+#: the project's are about 45 KB, and ruamel's pure-Python reader takes seconds a megabyte
+MAX_YAML_CHARS = 1 << 20
+#: the most values (scalars, lists, mappings; a key counts too) such a file may hold once its
+#: aliases are expanded: params.yaml holds about 1,000, dvc.yaml 1,700; 1.4 KB of nested
+#: aliases (`&b [*a, *a, ...]`) hold billions, and every reader after the YAML loader
+#: (pydantic, repr, the deepcopy of a merged profile) walks them all
+MAX_YAML_NODES = 100_000
+#: the deepest nesting such a file may have (params.yaml's and dvc.yaml's is 8): deeper,
+#: ruamel's composer recurses into a Python RecursionError instead of a YAML error
+MAX_YAML_DEPTH = 50
 
 
 def _no_bool(value: Any) -> Any:
@@ -110,8 +143,9 @@ DATASET_NAME_RE = NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
 def check_name(name: object, what: str = "name") -> str:
     """`name` if it follows the name rule, else SettingsError saying the rule."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
+        shown = repr(name[:80]) if isinstance(name, str) else short_repr(name)
         raise SettingsError(
-            f"invalid {what} {str(name)[:80]!r}: a {what} is a letter followed by letters, "
+            f"invalid {what} {shown}: a {what} is a letter followed by letters, "
             "digits or '_' (at most 64), since it becomes part of a stage's name, a folder "
             "(data/<name>/) and an argument of DVC's commands"
         )
@@ -137,6 +171,39 @@ def _validator(what: str) -> AfterValidator:
 DatasetName = Annotated[str, _validator("dataset name")]
 #: any other name that reaches a stage's name: an index, an encoder, a grid row, a variant
 Name = Annotated[str, _validator("name")]
+
+
+def repeated_name(names: Iterable[Any]) -> str | None:
+    """What is wrong with a list of names that holds one twice (None: each is there once):
+    DVC makes one stage instance of each name of such a list (`datasets`,
+    `generation.configs`, `retrieve.indexes`: a foreach / matrix item) and drops a repeat
+    without a word, so the run would do less than params.yaml says."""
+    seen: set[Any] = set()
+    for name in names:
+        try:
+            if name in seen:
+                return (
+                    f"{short_repr(name)} is listed twice: DVC runs one stage instance per name "
+                    "and would drop the repeat without a word; list each name once"
+                )
+            seen.add(name)
+        except TypeError:  # an unhashable entry: the entry's own check says what is wrong
+            continue
+    return None
+
+
+def _no_repeats(names: tuple[Any, ...]) -> tuple[Any, ...]:
+    problem = repeated_name(names)
+    if problem:  # pydantic reports a ValueError as this field's error, naming its key
+        raise ValueError(problem)
+    return names
+
+
+#: a list of names each of which becomes a DVC stage instance (a foreach / matrix item): each
+#: name at most once (`repeated_name`)
+UniqueNames = Annotated[tuple[Name, ...], AfterValidator(_no_repeats)]
+#: the same for dataset names
+UniqueDatasetNames = Annotated[tuple[DatasetName, ...], AfterValidator(_no_repeats)]
 
 
 def deep_merge(base: Mapping[str, Any], override: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -170,7 +237,8 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
     """`values` (a params.yaml section, None = all defaults) as an instance of `cls`."""
     values = {} if values is None else values
     if not isinstance(values, Mapping):
-        raise SettingsError(f"params.yaml: {section} must be a mapping, not {values!r}")
+        raise SettingsError(f"params.yaml: {section} must be a mapping, not {short_repr(values)}")
+    _check_strings(values, section)
     _check_keys(cls, values, section)
     import pydantic
 
@@ -178,16 +246,70 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
         return _adapter(cls).validate_python(dict(values))
     except pydantic.ValidationError as err:
         errors = [(_where(section, e["loc"]), e) for e in err.errors()]
+        # the keys above another error's: a union's branch that failed at the whole value, the
+        # deeper error says it (a set, not a scan of every other error for each: a list of
+        # 100,000 wrong entries made that 10**10 comparisons)
+        parents = {
+            ".".join(parts[:i])
+            for parts in (where.split(".") for where, _ in errors)
+            for i in range(1, len(parts))
+        }
         problems = []
         for where, error in errors:
-            if any(other.startswith(f"{where}.") for other, _ in errors):
-                continue  # a union's branch that failed at the whole value: the deeper one says it
+            if where in parents:
+                continue
             # a URL's credentials never reach a message (rulerag.redact)
             msg = redact_url(_shorten(error["msg"], 300))
-            got = redact_url(_shorten(repr(error.get("input"))))
+            got = redact_url(short_repr(error.get("input")))
             problems.append(f"{where}: {msg} (got {got})")
         keys = tuple(dict.fromkeys(where for where, _error in errors))
-        raise SettingsError("params.yaml: " + "; ".join(dict.fromkeys(problems)), keys) from None
+        message = "params.yaml: " + _joined(list(dict.fromkeys(problems)))
+        raise SettingsError(message, keys) from None
+
+
+#: the most problems one message lists (the keys of all of them stay in `SettingsError.keys`)
+MAX_LISTED_PROBLEMS = 20
+
+
+def _joined(problems: list[str]) -> str:
+    """Problems as one message, at most `MAX_LISTED_PROBLEMS` of them: a list of a thousand
+    wrong entries is one mistake, not a thousand-line message."""
+    shown = "; ".join(problems[:MAX_LISTED_PROBLEMS])
+    more = len(problems) - MAX_LISTED_PROBLEMS
+    return f"{shown}; and {more:,} more like them" if more > 0 else shown
+
+
+def _check_strings(values: Mapping[str, Any], section: str) -> None:
+    """Every string of a section (a value, an entry, a key, at any depth) within
+    `MAX_SETTINGS_STRING` characters; SettingsError naming the first longer one's key and
+    length. Checked on the raw values, before pydantic and the settings classes see them, so
+    that every field is bounded, `Any`-typed ones (`profiles`) too."""
+    stack: list[tuple[str, Any]] = [(section, values)]
+    seen: set[int] = set()  # a value shared by YAML aliases is checked once
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if len(value) > MAX_SETTINGS_STRING:
+                raise SettingsError(
+                    f"params.yaml: {where}: too long ({len(value):,} characters); at most "
+                    f"{MAX_SETTINGS_STRING:,} (a name, a path, a model id, a URL)",
+                    (where,),
+                )
+            continue
+        if not isinstance(value, Mapping | list | tuple) or id(value) in seen:
+            continue
+        seen.add(id(value))
+        if isinstance(value, Mapping):
+            for key, item in value.items():
+                if isinstance(key, str) and len(key) > MAX_SETTINGS_STRING:
+                    raise SettingsError(
+                        f"params.yaml: {where} has a key of {len(key):,} characters "
+                        f"({short_repr(key, 40)}); at most {MAX_SETTINGS_STRING:,}",
+                        (where,),
+                    )
+                stack.append((f"{where}.{key}", item))
+        else:
+            stack.extend((f"{where}.{i}", item) for i, item in enumerate(value))
 
 
 #: what pydantic puts into an error's location for a union's branch (not a params key)
@@ -215,6 +337,115 @@ def _where(section: str, loc: tuple[Any, ...]) -> str:
 def _shorten(text: str, limit: int = 80) -> str:
     """A value as an error message shows it: a 1 MB string must not become a 1 MB message."""
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
+
+
+class _ShortRepr(reprlib.Repr):
+    """reprlib's bounded repr, with small limits, for any value an error message shows."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel = 3
+        self.maxtuple = self.maxlist = self.maxarray = self.maxdeque = 6
+        self.maxdict = self.maxset = self.maxfrozenset = 6
+        self.maxstring = self.maxother = 80
+        self.maxlong = 40
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 512:  # repr of a 10**5000 raises (the digit limit), or is slow
+            return f"<an integer of {x.bit_length():,} bits>"
+        return super().repr_int(x, level)
+
+
+_SHORT_REPR = _ShortRepr()
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """`repr(value)` within about `limit` characters, without building the whole of it first:
+    `_shorten(repr(value))` turned the expansion of a YAML alias bomb (billions of entries)
+    into one string before cutting it (issue 45). A long string shows its start and length,
+    a container its first entries (reprlib)."""
+    if isinstance(value, str) and len(value) > limit:
+        return f"{value[:limit]!r}... ({len(value):,} characters)"
+    return _shorten(_SHORT_REPR.repr(value), limit)
+
+
+def read_settings_yaml(path: str | Path) -> Any:
+    """A YAML file of settings (params.yaml, dvc.yaml, a vars file) as plain data, parsed as
+    DVC parses it (ruamel's safe loader, YAML 1.2: `on` / `yes` stay strings), within bounds
+    that YAML loaders do not set themselves: at most `MAX_YAML_CHARS` characters, nesting
+    `MAX_YAML_DEPTH` deep and `MAX_YAML_NODES` values with its aliases and merge keys expanded
+    (`_bounded_composer`). SettingsError, naming the file, for a file beyond them or a value
+    Python refuses (an integer of 5,000 digits); ruamel's YAMLError for a file that is not
+    YAML, as before."""
+    from ruamel.yaml import YAML
+
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read(MAX_YAML_CHARS + 1)
+    if len(text) > MAX_YAML_CHARS:
+        raise SettingsError(
+            f"{path}: more than {MAX_YAML_CHARS:,} characters; a settings file is a few "
+            "dozen kilobytes (params.yaml about 45 KB): is this the right file?"
+        )
+    yaml = YAML(typ="safe", pure=True)
+    yaml.Composer = _bounded_composer()
+    yaml.max_depth = MAX_YAML_DEPTH
+    try:
+        return yaml.load(text)
+    except _AliasBomb as err:
+        raise SettingsError(f"{path}: {err}") from None
+    except ValueError as err:  # a constructor's int() or float() on what Python refuses
+        raise SettingsError(f"{path}: not valid YAML: {_shorten(str(err), 300)}") from None
+
+
+class _AliasBomb(Exception):
+    """A YAML document larger than `MAX_YAML_NODES` values once expanded, or an alias inside
+    the collection it names."""
+
+
+@functools.cache
+def _bounded_composer() -> type:
+    """ruamel's Composer, counting the values of each node with its aliases expanded (a class
+    made when first needed: ruamel is imported only by what reads YAML)."""
+    from ruamel.yaml.composer import Composer
+    from ruamel.yaml.events import AliasEvent
+    from ruamel.yaml.nodes import MappingNode, SequenceNode
+
+    class BoundedComposer(Composer):  # type: ignore[misc]
+        """Sizes are counted while composing, once per node: an alias adds the size of the
+        node it names without copying it, so the count costs what the file's text does even
+        when its expansion is astronomic, and the document is refused at the first node
+        whose expansion passes `MAX_YAML_NODES`, before anything is constructed."""
+
+        def __init__(self, loader: Any = None) -> None:
+            super().__init__(loader)
+            self.sizes: dict[int, int] = {}  # id(node) -> values in it, aliases expanded
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            alias = self.parser.check_event(AliasEvent)
+            node = super().compose_node(parent, index)
+            if alias:
+                if id(node) not in self.sizes:  # named inside itself: still being composed
+                    raise _AliasBomb(
+                        f"line {node.start_mark.line + 1}: alias *{node.anchor} inside the "
+                        "collection it names makes a structure without end; write it out"
+                    )
+                return node
+            size = 1
+            if isinstance(node, SequenceNode):
+                size += sum(self.sizes[id(child)] for child in node.value)
+            elif isinstance(node, MappingNode):
+                size += sum(self.sizes[id(k)] + self.sizes[id(v)] for k, v in node.value)
+            if size > MAX_YAML_NODES:
+                raise _AliasBomb(
+                    f"line {node.start_mark.line + 1}: this value holds more than "
+                    f"{MAX_YAML_NODES:,} values once its aliases (*name) and merge keys (<<) "
+                    "are expanded, where a whole settings file holds a few thousand: write "
+                    "the values out, or alias only scalars and small collections"
+                )
+            self.sizes[id(node)] = size
+            return node
+
+    return BoundedComposer
 
 
 def settings_fields(cls: type) -> dict[str, Any]:
@@ -265,7 +496,7 @@ def _check_keys(cls: type, values: Mapping[str, Any], section: str) -> None:
     unknown = sorted(str(k) for k in values if k not in fields)
     if unknown:
         raise SettingsError(
-            f"params.yaml: {section}: unknown key {', '.join(repr(k) for k in unknown)} "
+            f"params.yaml: {section}: unknown key {', '.join(short_repr(k) for k in unknown)} "
             f"(known: {', '.join(sorted(fields))})",
             tuple(f"{section}.{k}" for k in unknown),
         )

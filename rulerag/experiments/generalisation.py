@@ -21,14 +21,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rulerag.settings import Count, Positive, Seed, load_settings
+from rulerag.settings import Count, Positive, Seed, UniqueDatasetNames, load_settings
 
 
 @dataclass(frozen=True)
 class GeneralisationSettings:
     """params.yaml `generalisation` (stage `generalisation`, `make exp-generalisation`)."""
 
-    datasets: tuple[str, ...] = ()  # the RuleQA sets to run it on; () = off
+    datasets: UniqueDatasetNames = ()  # the RuleQA sets to run it on; () = off
     banks: Positive = 4  # disjoint rule banks (the paper: 4)
     seed: Seed = 12
     retriever_steps: Positive = 40  # RGFT steps per bank (train_retriever's other knobs)

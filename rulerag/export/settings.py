@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from rulerag.retrieval.configs import SPARSE_INDEXES, TRAINED_MODES
-from rulerag.settings import Count, DatasetName, Name, Positive, load_settings
+from rulerag.settings import Count, Name, Positive, UniqueDatasetNames, load_settings
 
 __all__ = ["EXPORT_FORMATS", "ExportSettings", "export_settings"]
 
@@ -29,7 +29,7 @@ class ExportSettings:
 
     #: the datasets exported (each one of `datasets`); [] = the stage is off (`make export`
     #: switches it on: an export costs minutes of encoding a `make run` need not pay)
-    datasets: tuple[DatasetName, ...] = ()
+    datasets: UniqueDatasetNames = ()
     #: the Hugging Face folder's data files: parquet (typed, small) or jsonl (JSON Lines)
     format: ExportFormat = "parquet"
     #: a dense encoder of retrieve.finetune: its index and untuned query encoder give DPR's

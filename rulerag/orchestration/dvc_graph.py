@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ruamel.yaml import YAML
-
-from rulerag.settings import SettingsError, check_dataset_name
+from rulerag.settings import SettingsError, check_dataset_name, read_settings_yaml
 
 __all__ = [
     "CycleError",
@@ -87,9 +85,11 @@ class StageInstance:
 
 
 def load_yaml(path: str | Path) -> Any:
-    """Load YAML the way DVC does (ruamel, YAML 1.2: ``on``/``yes`` stay strings)."""
-    with open(path, encoding="utf-8") as fh:
-        return YAML(typ="safe", pure=True).load(fh)
+    """Load YAML the way DVC does (ruamel, YAML 1.2: ``on``/``yes`` stay strings), within the
+    bounds of `rulerag.settings.read_settings_yaml`: the scheduler parses the DAG file, which
+    reads dvc.yaml, params.yaml and dvc.yaml's vars files, again and again, so an alias bomb in
+    one of them must fail at once (SettingsError naming the file), not hold it for minutes."""
+    return read_settings_yaml(path)
 
 
 # ---------------------------------------------------------------------------------------------

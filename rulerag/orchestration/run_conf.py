@@ -36,7 +36,7 @@ from ruamel.yaml.error import CommentMark
 from ruamel.yaml.tokens import CommentToken
 
 from rulerag.params import read_params_file
-from rulerag.settings import SettingsError, check_dataset_name
+from rulerag.settings import SettingsError, check_dataset_name, repeated_name, short_repr
 
 __all__ = [
     "PARAM_KEY_RE",
@@ -62,6 +62,12 @@ PROTECTED_PARAM_KEYS = (
 )
 #: the longest string a conf value may hold (a path, a model id, a prompt style...)
 MAX_CONF_STRING = 4096
+#: the most entries a list or mapping of the conf may hold: a value (`generation.configs`),
+#: the `params` overrides, `datasets`, `stages`, `force`. params.yaml's longest list or
+#: mapping holds 26 entries, and it has about 550 keys to override; a conf of a million
+#: `generation.configs` entries was accepted, and every later step (the schema check, DVC's
+#: foreach) walked them all
+MAX_CONF_ENTRIES = 1000
 _SCALARS = (str, bool, int, float, type(None))
 
 
@@ -96,6 +102,11 @@ def _check_value(key: str, value: Any) -> None:
     string longer than `MAX_CONF_STRING` (types and ranges are the schema's, see
     `validate_run_conf`)."""
     what = f"conf params['{key}']"
+    if isinstance(value, list | tuple | Mapping) and len(value) > MAX_CONF_ENTRIES:
+        raise ValueError(
+            f"{what}: {len(value):,} entries; at most {MAX_CONF_ENTRIES:,} (a list of names, "
+            "rows or sizes holds a few dozen)"
+        )
     for text in _strings(value):
         if len(text) > MAX_CONF_STRING:
             raise ValueError(
@@ -114,7 +125,7 @@ def _check_value(key: str, value: Any) -> None:
     if isinstance(value, Mapping):
         for k, v in value.items():
             if not isinstance(k, str) or not PARAM_KEY_RE.match(k) or "." in k:
-                raise ValueError(f"{what}: invalid mapping key {k!r}")
+                raise ValueError(f"{what}: invalid mapping key {short_repr(k)}")
             if not _is_scalar(v):
                 raise ValueError(
                     f"{what}[{k!r}]: mapping values must be YAML scalars (string, number,"
@@ -128,15 +139,19 @@ def _check_value(key: str, value: Any) -> None:
 
 
 def _strings(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for k, v in value.items():
-            yield str(k)
-            yield from _strings(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _strings(v)
+    """The strings of a value and of the lists and mappings in it, keys too (a walk with a
+    stack of its own: a deeply nested conf value must fail as too deep, not as a
+    RecursionError of this walk)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, Mapping):
+            for k, v in reversed(list(item.items())):
+                stack += [v, str(k)]
+        elif isinstance(item, list | tuple):
+            stack.extend(reversed(item))
 
 
 def _lookup(params: Mapping[str, Any], key: str) -> Any:
@@ -225,7 +240,7 @@ def _override_problem(
     `accepted` before it."""
     if not isinstance(key, str) or not PARAM_KEY_RE.match(key):
         return (
-            f"run conf params: invalid key {key!r} (dotted identifiers only, e.g."
+            f"run conf params: invalid key {short_repr(key)} (dotted identifiers only, e.g."
             " 'ingest.duplicates')"
         )
     if key == "datasets" or key.startswith("datasets."):
@@ -233,14 +248,14 @@ def _override_problem(
     protected = [p for p in PROTECTED_PARAM_KEYS if _touches(key, p)]
     if protected:
         return (
-            f"run conf params: {key!r} decides where the API key comes from or goes "
+            f"run conf params: {short_repr(key)} decides where the API key comes from or goes "
             f"({', '.join(protected)}); only params.yaml may set it"
         )
     try:
         current = _lookup(params, key)
     except KeyError:
         return (
-            f"run conf params: unknown key {key!r}{_key_suggestion(key, params)}"
+            f"run conf params: unknown key {short_repr(key)}{_key_suggestion(key, params)}"
             " (only keys already in params.yaml can be overridden)"
         )
     try:
@@ -288,10 +303,17 @@ def _stage_list(
     if not isinstance(raw, list | tuple) or not raw or not all(isinstance(x, str) for x in raw):
         problems.append(f'run conf "{key}" must be a non-empty list of stage names')
         return None
+    if len(raw) > MAX_CONF_ENTRIES:
+        problems.append(
+            f'run conf "{key}": {len(raw):,} stage names; at most {MAX_CONF_ENTRIES:,} '
+            "(dvc.yaml has a few dozen stages)"
+        )
+        return None
     unknown = [] if stage_names is None else sorted(set(raw) - set(stage_names))
     for name in unknown:
         problems.append(
-            f"run conf {key}: unknown stage {name!r}{did_you_mean(name, stage_names or ())}"
+            f"run conf {key}: unknown stage {short_repr(name)}"
+            f"{did_you_mean(name, stage_names or ())}"
             f" (dvc.yaml has {', '.join(stage_names or ())})"
         )
     return tuple(dict.fromkeys(raw))
@@ -319,10 +341,15 @@ def validate_run_conf(
         return RunConf()
     if not isinstance(conf, Mapping):
         raise ValueError(f"run conf must be a JSON object, got {type(conf).__name__}")
+    if len(conf) > MAX_CONF_ENTRIES:
+        raise ValueError(
+            f"run conf: {len(conf):,} keys; it has at most {len(_CONF_KEYS)} "
+            f"({', '.join(_CONF_KEYS)})"
+        )
     problems: list[str] = []  # every problem of the conf, reported at once
     for name in sorted(str(k) for k in conf if k not in _CONF_KEYS):
         problems.append(
-            f"run conf: unknown key {name!r}{did_you_mean(name, _CONF_KEYS)}"
+            f"run conf: unknown key {short_repr(name)}{did_you_mean(name, _CONF_KEYS)}"
             f" (allowed: {', '.join(_CONF_KEYS)})"
         )
 
@@ -334,6 +361,15 @@ def validate_run_conf(
                 'run conf "datasets" must be a non-empty list of names, e.g. ["icews14"]'
             )
             raw = []
+        elif len(raw) > MAX_CONF_ENTRIES:
+            problems.append(
+                f'run conf "datasets": {len(raw):,} names; at most {MAX_CONF_ENTRIES:,}'
+            )
+            raw = []
+        else:  # DVC runs each dataset's stages once: a repeat would be dropped unsaid
+            repeated = repeated_name(raw)
+            if repeated:
+                problems.append(f"run conf datasets: {repeated}")
         names: list[str] = []
         for name in raw:
             try:  # the one dataset-name rule (rulerag.settings), as params.yaml's own names
@@ -357,6 +393,12 @@ def validate_run_conf(
         problems.append(
             'run conf "params" must be an object of dotted keys, e.g.'
             ' {"ingest.duplicates": "error"}'
+        )
+        raw_params = None
+    elif raw_params is not None and len(raw_params) > MAX_CONF_ENTRIES:
+        problems.append(
+            f'run conf "params": {len(raw_params):,} keys; at most {MAX_CONF_ENTRIES:,} '
+            "(params.yaml has about 550 keys to override)"
         )
         raw_params = None
     for key, value in (raw_params or {}).items():
@@ -517,13 +559,15 @@ def apply_run_conf(params_path: str | Path, conf: RunConf) -> bool:
     path = Path(params_path)
     if conf.is_empty:
         return False
-    text = path.read_text(encoding="utf-8")
-    yaml = _yaml_rt()
-    doc = yaml.load(text)
+    # the bounded read first (`read_params_file`: size, nesting, aliases' expansion), before
+    # the round-trip loader, which sets no bound, reads the same file
     before = read_params_file(path)
     expected = set_params(before, conf)
     if expected == before:
         return False
+    text = path.read_text(encoding="utf-8")
+    yaml = _yaml_rt()
+    doc = yaml.load(text)
 
     if conf.datasets is not None:
         _replace_value(doc, "datasets", list(conf.datasets))

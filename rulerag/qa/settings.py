@@ -6,13 +6,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rulerag.settings import DatasetName, Name, SettingsError, load_settings
+from rulerag.settings import DatasetName, Name, SettingsError, UniqueDatasetNames, load_settings
 
 
 @dataclass(frozen=True)
 class QASettings:
     #: QA set names; each is a folder <dir>/<name>/ (questions.jsonl [+ corpus.jsonl])
-    datasets: tuple[DatasetName, ...] = ()
+    datasets: UniqueDatasetNames = ()
     #: where the QA sets are; None = <RULERAG_DATA_DIR>/qa (the local mirror)
     dir: str | None = None
     #: the RuleQA dataset whose bank (data/<name>/rules/bank.parquet, from mine_rules) gives the

@@ -19,7 +19,7 @@ from typing import Any, Literal, get_args
 from rulerag.errors import InputError
 from rulerag.retrieval.metrics import DEFAULT_KS
 from rulerag.retrieval.rule_guided import RuleQueryForm
-from rulerag.settings import Name, Positive, Seed, load_settings
+from rulerag.settings import Positive, Seed, UniqueNames, load_settings
 
 MODES = ("standard", "rg", "ssft", "rgft")
 #: Dense encoders known without any params (params.yaml `index.dense` adds or overrides them);
@@ -63,8 +63,8 @@ class RetrieveSettings:
     """params.yaml `retrieve` (the `retrieve`, `retrieve_finetuned` and `retrieval_report`
     stages; dvc.yaml expands `indexes` and `finetune` into stage instances)."""
 
-    indexes: tuple[Name, ...] = ("bm25", "minilm")  # each searched standard and rule-guided
-    finetune: tuple[Name, ...] = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
+    indexes: UniqueNames = ("bm25", "minilm")  # each searched standard and rule-guided
+    finetune: UniqueNames = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
     top_k: Positive = 50  # per (query, rule) search
     ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
     splits: tuple[RetrieveSplit, ...] = ("test", "f_g")

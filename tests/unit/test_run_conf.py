@@ -79,11 +79,12 @@ def test_empty_conf_is_a_no_op(params_file: Path) -> None:
 def test_valid_conf() -> None:
     run_conf = validate(
         {
-            "datasets": ["nell995", "icews14", "nell995"],
+            "datasets": ["nell995", "icews14"],
             "params": {"ingest.duplicates": "error", "ingest.source": {"icews14": "xerte"}},
         }
     )
-    assert run_conf.datasets == ("nell995", "icews14")  # order kept, duplicates dropped
+    # order kept (a repeated name is refused: test_hostile_round3_inputs)
+    assert run_conf.datasets == ("nell995", "icews14")
     assert run_conf.params == {"ingest.duplicates": "error", "ingest.source": {"icews14": "xerte"}}
     assert not run_conf.is_empty
 

@@ -29,6 +29,7 @@ from rulerag.settings import (
     Positive,
     PositiveReal,
     Seed,
+    UniqueNames,
     apply_profile,
     load_settings,
 )
@@ -97,7 +98,7 @@ class R2AGSettings:
     """params.yaml's `r2ag` section, with its chosen profile applied."""
 
     profile: str = "cpu"
-    rows: tuple[Name, ...] = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
+    rows: UniqueNames = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
     variants: dict[Name, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
     features: tuple[Feature, ...] = FEATURES
