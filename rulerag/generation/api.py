@@ -10,9 +10,21 @@ server), with the paper's 3-shot prompt in place of fine-tuning.
   in the request header: it is never logged, never put in an exception message (nor the parts
   of it a server echoes back), and `repr` masks it; URLs are shown without their credentials
   (`rulerag.redact`). params.yaml and MLflow hold the variable's name, never its value.
-* Retries: 429, 5xx and connection errors are retried with exponential backoff (base * 2^n,
-  capped, plus jitter), honouring `Retry-After`; other 4xx fail at once (a bad key or model
-  name does not become right by waiting).
+* Retries: 429, 5xx, connection errors, a request past its deadline and a 200 whose body is
+  not JSON (a proxy's error page) are retried with exponential backoff (base * 2^n, capped,
+  plus jitter), honouring `Retry-After`; other 4xx fail at once (a bad key or model name does
+  not become right by waiting), and so does a 200 without an answer's text (`content: null`:
+  a refusal or a tool call, which an empty answer scored as wrong would hide).
+* Deadline: `timeout` bounds each request as a whole, from its first byte sent to its last
+  byte received. requests' own timeout bounds each socket read only, so a server trickling a
+  byte a second held a request (and the stage) indefinitely; here a timer shuts the request's
+  socket at the deadline (`_Flight`), whatever phase it is in (headers or body), and the
+  request fails as a timeout naming the endpoint and the deadline.
+* Stopping: `generate` with `concurrency` > 1 runs the requests in worker threads. When the
+  calling thread is interrupted (SIGTERM raised as `StageTerminated` by `rulerag.tracking`,
+  Ctrl-C, or an `ApiError` from one request), the pending requests are cancelled, the ones
+  in flight are cut off (their sockets shut, their backoff sleep woken) and the pool is left
+  without waiting for them, so the stage ends at once instead of after its slowest request.
 * Prompt: the closed models in the paper get three fixed F_G examples as demonstrations
   instead of fine-tuning. In the `paper` prompt style they are the paper's Table 10 prompt, one
   user message ("Answer the Final Query by referring to the three cases below." / `Case 1:` ...
@@ -22,15 +34,20 @@ server), with the paper's 3-shot prompt in place of fine-tuning.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import hashlib
+import http.client
 import json
 import logging
 import os
 import random
+import socket
+import threading
 import time
-from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit
 
@@ -57,6 +74,10 @@ ApiKeyVariable = Literal["RULERAG_API_KEY", "OPENAI_API_KEY"]
 ALLOWED_KEY_ENV: tuple[str, ...] = get_args(ApiKeyVariable)
 DEFAULT_KEY_ENV: tuple[str, ...] = ALLOWED_KEY_ENV
 _RETRY_STATUS = {408, 409, 425, 429, 500, 502, 503, 504}
+#: the most bytes one read of a response body asks for (it returns what has arrived)
+_READ_SIZE = 65536
+#: how much of a body that is not JSON an error message shows
+_EXCERPT_CHARS = 120
 
 
 class ApiError(InputError, RuntimeError):
@@ -64,6 +85,186 @@ class ApiError(InputError, RuntimeError):
 
     An `InputError`: a server that is down, a wrong URL, key or model name are the user's to
     fix, so a stage prints the one line and exits 2 (`run_stage`), with no traceback."""
+
+
+class _Retryable(Exception):  # noqa: N818 - a control-flow signal inside `_complete`
+    """A failure of one attempt that another attempt may not meet (a dropped connection, the
+    deadline, a proxy's page instead of JSON); its text is what the final `ApiError` says."""
+
+
+class _Abandoned(Exception):  # noqa: N818 - a control-flow signal inside `_complete`
+    """The `generate` call this request belongs to was given up (`_Stop`): no answer is
+    wanted any more, so the worker ends instead of retrying."""
+
+
+class _Flight:
+    """One request on the wire and the connection carrying it, so that another thread (its
+    deadline's timer, or `_Stop.set`) can cut it off by shutting that connection's socket:
+    that wakes a read blocked in any phase of the request (a connect is bounded by the socket
+    timeout only)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._conn: Any = None
+        self._done = False
+        #: why the request was cut off: "deadline" or "stopped" (None: it was not)
+        self.reason: str | None = None
+
+    def attach(self, conn: Any) -> None:
+        """`conn` now carries this request (called from the connection, in the request's
+        thread); cut it off at once if that was asked for before it was known."""
+        with self._lock:
+            self._conn = conn
+            conn._rulerag_flight = self
+            if self.reason is not None:
+                _shutdown(conn)
+
+    def expire(self, reason: str) -> None:
+        """Cut the request off (from any thread), unless it has finished: its connection may
+        be back in the pool, carrying another thread's request by now."""
+        with self._lock:
+            if self._done or self.reason is not None:
+                return
+            self.reason = reason
+            conn = self._conn
+            if conn is not None and getattr(conn, "_rulerag_flight", None) is self:
+                _shutdown(conn)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+            if self._conn is not None and getattr(self._conn, "_rulerag_flight", None) is self:
+                self._conn._rulerag_flight = None
+
+
+def _shutdown(conn: Any) -> None:
+    """Shut a connection's socket for both directions: a thread blocked reading it wakes at
+    once (closing the socket would not wake it). The plain socket's own method, also for a TLS
+    socket, whose `shutdown` would drop its TLS state under the reading thread's feet."""
+    sock = getattr(conn, "sock", None)
+    while sock is not None and not isinstance(sock, socket.socket):
+        sock = getattr(sock, "socket", None)  # urllib3's SSLTransport (TLS through a proxy)
+    if sock is not None:
+        with contextlib.suppress(OSError):  # already closed, or never connected
+            socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+#: the request each thread has on the wire (`_Flight`), for the connection that carries it
+_ACTIVE = threading.local()
+
+
+def _attach_active(conn: Any) -> None:
+    flight = getattr(_ACTIVE, "flight", None)
+    if flight is not None:
+        flight.attach(conn)
+
+
+class _Stop:
+    """What one `generate` call's requests share: an event set when the call is given up,
+    and the requests on the wire, cut off when it is set."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self._lock = threading.Lock()
+        self._flights: set[_Flight] = set()
+
+    def add(self, flight: _Flight) -> None:
+        with self._lock:
+            if self.event.is_set():
+                raise _Abandoned
+            self._flights.add(flight)
+
+    def discard(self, flight: _Flight) -> None:
+        with self._lock:
+            self._flights.discard(flight)
+
+    def set(self) -> None:
+        with self._lock:
+            self.event.set()
+            flights = list(self._flights)
+        for flight in flights:
+            flight.expire("stopped")
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """A response read whole within the deadline."""
+
+    status: int
+    headers: Mapping[str, str]
+    content: bytes
+
+
+def _tracked_session() -> Any:
+    """A requests session whose connections tell the request on the wire in their thread
+    (`_ACTIVE`) that they carry it, so that its deadline can cut it off (`_Flight`)."""
+    import requests
+
+    session = requests.Session()
+    adapter = _tracked_adapter()
+    session.mount("https://", adapter())
+    session.mount("http://", adapter())
+    return session
+
+
+@functools.cache
+def _tracked_adapter() -> type:
+    """requests' HTTP adapter, whose urllib3 pools make connections that attach themselves
+    to the thread's request (`_attach_active`) when they connect and when they send a request
+    (a kept-alive connection carries many). Pools of other kinds (a SOCKS proxy's) are left
+    as they are: their requests still end at the deadline, after the socket read under way
+    (each bounded by `timeout`). Built on first use: requests is imported only then."""
+    from requests.adapters import HTTPAdapter
+    from urllib3.connection import HTTPConnection, HTTPSConnection
+    from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+    class TrackedHTTPConnection(HTTPConnection):
+        def connect(self) -> None:
+            _attach_active(self)
+            super().connect()
+            _attach_active(self)  # cut off while connecting: now there is a socket to shut
+
+        def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+            _attach_active(self)
+            super().request(*args, **kwargs)
+
+    class TrackedHTTPSConnection(HTTPSConnection):
+        def connect(self) -> None:
+            _attach_active(self)
+            super().connect()
+            _attach_active(self)  # cut off while connecting: now there is a socket to shut
+
+        def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+            _attach_active(self)
+            super().request(*args, **kwargs)
+
+    class TrackedHTTPPool(HTTPConnectionPool):
+        ConnectionCls = TrackedHTTPConnection
+
+    class TrackedHTTPSPool(HTTPSConnectionPool):
+        ConnectionCls = TrackedHTTPSConnection
+
+    stock: dict[type, type] = {
+        HTTPConnectionPool: TrackedHTTPPool,
+        HTTPSConnectionPool: TrackedHTTPSPool,
+    }
+
+    def track(manager: Any) -> Any:
+        # a new dict: urllib3 shares its module-level one between all pool managers
+        manager.pool_classes_by_scheme = {
+            scheme: stock.get(cls, cls) for scheme, cls in manager.pool_classes_by_scheme.items()
+        }
+        return manager
+
+    class TrackedAdapter(HTTPAdapter):
+        def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+            super().init_poolmanager(*args, **kwargs)
+            track(self.poolmanager)
+
+        def proxy_manager_for(self, proxy: str, **kwargs: Any) -> Any:
+            return track(super().proxy_manager_for(proxy, **kwargs))
+
+    return TrackedAdapter
 
 
 def _airflow_connection(conn_id: str) -> Any:
@@ -137,17 +338,27 @@ class ApiGenerator:
         backoff: float = 1.0,
         max_backoff: float = 30.0,
         concurrency: int = 1,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         session: Any = None,
     ) -> None:
         check_key_env(key_env)
         key, conn_url = (api_key, None) if api_key else resolve_api_key(key_env, airflow_conn_id)
         base_url = base_url or conn_url
+        # InputErrors (ValueErrors): the user's to fix, so a stage says it in one line
         if not base_url:
-            raise ValueError("the API generator needs a base_url (or an Airflow connection host)")
+            raise InputError(
+                "the API generator needs a base_url: set generation.api.base_url (or "
+                "generation.api.airflow_conn_id, a connection whose host is the URL)"
+            )
         if not key:
-            raise ValueError(
-                f"no API key: set one of {list(key_env)} or name an Airflow connection"
+            todo = (
+                f"set {' or '.join(key_env)} (generation.api.key_env)"
+                if key_env
+                else f"name {' or '.join(ALLOWED_KEY_ENV)} in generation.api.key_env and set it"
+            )
+            raise InputError(
+                f"no API key for {redact_url(base_url)}: {todo}, or name an Airflow connection "
+                "that holds it (generation.api.airflow_conn_id)"
             )
         self._key = key
         self.base_url = base_url.rstrip("/")
@@ -167,12 +378,9 @@ class ApiGenerator:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.concurrency = max(1, int(concurrency))
+        #: the backoff's sleep (None: a wait that ends early when the call is given up)
         self._sleep = sleep
-        if session is None:
-            import requests
-
-            session = requests.Session()
-        self._session = session
+        self._session = _tracked_session() if session is None else session
         self.name = f"api:{model}"
         self.requests_sent = 0
         self.retries = 0
@@ -201,16 +409,37 @@ class ApiGenerator:
         return self.prompt_format.few_shot_messages(self.examples, prompt, system=self.system)
 
     def generate(self, prompts: Sequence[str]) -> list[str]:
-        """One completion per prompt, in order (`concurrency` requests in flight)."""
+        """One completion per prompt, in order (`concurrency` requests in flight).
+
+        Whatever interrupts the calling thread (SIGTERM as `StageTerminated`, Ctrl-C, or a
+        request's `ApiError`, raised as soon as it happens) gives the whole call up at once:
+        pending requests are cancelled, those in flight cut off, and the worker threads are
+        not waited for (they end within moments, so the process can exit); a `with
+        ThreadPoolExecutor()` would wait for every request in flight, however slowly its
+        server trickles."""
+        stop = _Stop()
         if self.concurrency == 1:
-            return [self.complete(prompt) for prompt in prompts]
-        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
-            return list(pool.map(self.complete, prompts))
+            return [self._complete(prompt, stop) for prompt in prompts]
+        pool = ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="rulerag-api")
+        try:
+            futures = [pool.submit(self._complete, prompt, stop) for prompt in prompts]
+            # the first failure as soon as it happens, not after the requests before it in order
+            done, pending = wait(futures, return_when=FIRST_EXCEPTION)
+            if pending:
+                next(f for f in futures if f in done and f.exception() is not None).result()
+            return [future.result() for future in futures]
+        except BaseException:
+            stop.set()
+            raise
+        finally:
+            pool.shutdown(wait=not stop.event.is_set(), cancel_futures=True)
 
     def complete(self, prompt: str) -> str:
         """One chat completion's text, retrying transient failures."""
-        import requests
+        return self._complete(prompt, _Stop())
 
+    def _complete(self, prompt: str, stop: _Stop) -> str:
+        """`complete`, given up (`_Abandoned`) once `stop` is set."""
         url = f"{self.base_url}/chat/completions"
         shown = f"{self.shown_url}/chat/completions"
         body = {
@@ -223,23 +452,24 @@ class ApiGenerator:
         headers = {"Authorization": f"Bearer {self._key}", "Content-Type": "application/json"}
         last = "no attempt made"
         for attempt in range(self.max_retries + 1):
+            if stop.event.is_set():
+                raise _Abandoned
             if attempt:
                 self.retries += 1
             self.requests_sent += 1
+            retry_after = None
             try:
-                response = self._session.post(url, json=body, headers=headers, timeout=self.timeout)
-            except requests.RequestException as exc:
-                # The exception text names the URL, never the headers.
-                last = f"{type(exc).__name__}"
-                retry_after = None
+                reply = self._post(url, body, headers, stop)
+                if reply.status == 200:
+                    return self._text(reply, shown)
+            except _Retryable as exc:
+                last = str(exc)
             else:
-                if response.status_code == 200:
-                    return self._text(response)
-                last = f"HTTP {response.status_code}"
-                if response.status_code not in _RETRY_STATUS:
-                    detail = self._redact(self._error_text(response))
+                last = f"HTTP {reply.status}"
+                if reply.status not in _RETRY_STATUS:
+                    detail = self._redact(self._error_text(reply))
                     raise ApiError(f"{shown}: {last}: {detail}")
-                retry_after = self._retry_after(response)
+                retry_after = self._retry_after(reply)
             if attempt == self.max_retries:
                 break
             delay = self._delay(attempt, retry_after)
@@ -251,8 +481,67 @@ class ApiGenerator:
                 self.max_retries,
                 delay,
             )
-            self._sleep(delay)
+            if self._sleep is not None:
+                self._sleep(delay)
+            elif stop.event.wait(delay):
+                raise _Abandoned
         raise ApiError(f"{shown}: {last} after {self.max_retries + 1} attempts")
+
+    def _post(self, url: str, body: dict[str, Any], headers: dict[str, str], stop: _Stop) -> _Reply:
+        """One POST, its response read whole before the deadline (`timeout` from now), else
+        `_Retryable`: a timer cuts the request off at the deadline (`_Flight`), and the body
+        is read as it arrives, the deadline checked after each piece. `_Abandoned` when `stop`
+        is set meanwhile. No exception's text is passed on (one may hold what was sent)."""
+        import requests
+        import urllib3
+
+        flight = _Flight()
+        stop.add(flight)
+        deadline = time.monotonic() + self.timeout
+        timer = threading.Timer(self.timeout, flight.expire, args=("deadline",))
+        timer.daemon = True
+        timer.start()
+        _ACTIVE.flight = flight
+        response = None
+        try:
+            response = self._session.post(
+                url, json=body, headers=headers, timeout=self.timeout, stream=True
+            )
+            raw = response.raw
+            read = getattr(raw, "read1", None)  # what has arrived, not a full buffer's worth
+            chunks = []
+            while True:
+                if flight.reason is None and time.monotonic() >= deadline:
+                    flight.expire("deadline")
+                if flight.reason is not None:
+                    raise ConnectionAbortedError(flight.reason)
+                chunk = read(_READ_SIZE, decode_content=True) if read else raw.read(_READ_SIZE)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            return _Reply(response.status_code, response.headers, b"".join(chunks))
+        except (
+            requests.RequestException,
+            urllib3.exceptions.HTTPError,
+            http.client.HTTPException,
+            OSError,
+        ) as exc:
+            if flight.reason == "stopped" or stop.event.is_set():
+                raise _Abandoned from None
+            timeouts = (requests.Timeout, urllib3.exceptions.TimeoutError, TimeoutError)
+            if flight.reason == "deadline" or isinstance(exc, timeouts):
+                raise _Retryable(
+                    f"timed out: no complete answer within the {self.timeout:g} s deadline "
+                    "(generation.api.timeout)"
+                ) from None
+            raise _Retryable(type(exc).__name__) from None
+        finally:
+            _ACTIVE.flight = None
+            timer.cancel()
+            flight.finish()
+            stop.discard(flight)
+            if response is not None:
+                response.close()  # a body read whole has given its connection back already
 
     def _delay(self, attempt: int, retry_after: float | None) -> float:
         delay = min(self.max_backoff, self.backoff * (2**attempt))
@@ -262,7 +551,7 @@ class ApiGenerator:
         return delay
 
     @staticmethod
-    def _retry_after(response: Any) -> float | None:
+    def _retry_after(response: _Reply) -> float | None:
         value = response.headers.get("Retry-After")
         try:
             return float(value) if value is not None else None
@@ -275,21 +564,71 @@ class ApiGenerator:
         return redact_secrets(text, self._secrets)
 
     @staticmethod
-    def _error_text(response: Any) -> str:
+    def _error_text(response: _Reply) -> str:
         try:
-            error = response.json().get("error")
+            error = _json(response).get("error")
             message = error.get("message") if isinstance(error, dict) else error
             return str(message)[:300]
         except Exception:
-            return response.text[:300]
+            return response.content[:300].decode("utf-8", errors="replace")
 
-    def _text(self, response: Any) -> str:
-        data = response.json()
+    def _text(self, response: _Reply, shown: str) -> str:
+        """The answer's text. A body that is not JSON (a proxy's HTML page, a body cut or
+        mangled on the way) is `_Retryable`, shown by its content type and first characters;
+        JSON of another shape, or an answer without text, is an `ApiError`."""
         try:
-            content = data["choices"][0]["message"]["content"]
+            data = _json(response)
+        except (ValueError, LookupError):  # JSON or its text encoding (or charset) is wrong
+            kind = response.headers.get("Content-Type") or "no Content-Type"
+            raise _Retryable(
+                f"HTTP {response.status} with a body that is not JSON ({kind}, "
+                f"{len(response.content)} bytes): {self._excerpt(response.content)}"
+            ) from None
+        try:
+            choice = data["choices"][0]
+            content = choice["message"]["content"]
         except (KeyError, IndexError, TypeError) as err:
-            raise ApiError(f"unexpected response shape: {self._redact(str(data)[:300])}") from err
+            raise ApiError(
+                f"{shown}: unexpected response shape: {self._redact(str(data)[:300])}"
+            ) from err
+        if content is None:
+            message = choice["message"]
+            refusal = message.get("refusal") if isinstance(message, dict) else None
+            said = f"; refusal: {self._excerpt(str(refusal).encode())}" if refusal else ""
+            raise ApiError(
+                f"{shown}: the answer has no text (message.content is null, finish_reason "
+                f"{choice.get('finish_reason')!r}{said}): the model refused, was filtered or "
+                "called a tool; scoring it as an empty answer would hide that, so check the "
+                "model and its settings (generation.api.model) or leave this row out"
+            )
+        if not isinstance(content, str):
+            raise ApiError(
+                f"{shown}: message.content is {type(content).__name__}, not text: "
+                f"{self._redact(str(content)[:300])}"
+            )
         # a server that echoes the key in its answer must not get it into predictions and
         # MLflow: the key, its base64 forms and runs of 8+ of its characters are masked (not 4,
         # as in errors: an answer may share four letters with the key by chance)
-        return redact_secrets(content or "", self._secrets, min_run=OUTPUT_ECHO_MIN)
+        return redact_secrets(content, self._secrets, min_run=OUTPUT_ECHO_MIN)
+
+    def _excerpt(self, content: bytes) -> str:
+        """The start of a body, quoted, for a one-line message: whitespace runs as one space,
+        bytes that are not UTF-8 and other unprintable characters escaped (`\\xff`), the key
+        and URL credentials masked."""
+        if not content:
+            return "an empty body"
+        text = " ".join(content[: 4 * _EXCERPT_CHARS].decode("utf-8", "backslashreplace").split())
+        text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+        cut = text[:_EXCERPT_CHARS] + ("..." if len(text) > _EXCERPT_CHARS else "")
+        return f"'{self._redact(cut)}'"
+
+
+def _json(response: _Reply) -> Any:
+    """A body as JSON: decoded by the charset its Content-Type names, else as JSON's own
+    UTF-8 (or UTF-16/32, which `json.loads` recognises), as `requests`' `.json()` reads it."""
+    charset = None
+    for param in (response.headers.get("Content-Type") or "").split(";")[1:]:
+        name, _, value = param.strip().partition("=")
+        if name.lower() == "charset" and value:
+            charset = value.strip("\"' ")
+    return json.loads(response.content.decode(charset) if charset else response.content)

@@ -33,6 +33,7 @@ from rulerag.settings import (
     Positive,
     PositiveReal,
     SettingsError,
+    UniqueNames,
     deep_merge,
     load_settings,
 )
@@ -187,10 +188,10 @@ class GenerationSettings(ModelSettings):
     train: TrainSection = field(default_factory=TrainSection)
     api: ApiSettings = field(default_factory=ApiSettings)
     chains: ChainSettings = field(default_factory=ChainSettings)
-    configs: tuple[Name, ...] = ()
+    configs: UniqueNames = ()
     grid: dict[Name, GridConfig] = field(default_factory=dict)
     #: grid rows also answered on the robustness queries (stage `robustness`)
-    robustness_rows: tuple[Name, ...] = ()
+    robustness_rows: UniqueNames = ()
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -223,6 +224,34 @@ class GenerationSettings(ModelSettings):
                     f"robustness_rows: {name!r} reads apply_rules' answers to the test queries "
                     "(symbolic, evidence or rank rows); take a row that generates"
                 )
+        self._check_api_rows()
+
+    def api_rows(self) -> list[str]:
+        """The rows of `configs` and `robustness_rows` that send their prompts to the API."""
+        names = dict.fromkeys((*self.configs, *self.robustness_rows))
+        return [name for name in names if name in self.grid and self.grid[name].generator == "api"]
+
+    def _check_api_rows(self) -> None:
+        """A selected `api` row needs an endpoint and somewhere to read a key from: said here,
+        before any stage runs (params_check, the Airflow run-conf validator), not by the
+        generator once the stages before it have run. An Airflow connection may give both
+        (its host, its password); whether it does can only be seen where it is resolved."""
+        rows = self.api_rows()
+        if not rows or self.api.airflow_conn_id:
+            return
+        if self.api.base_url is None:
+            raise ValueError(
+                f"api.base_url is null, but rows {rows} (generator: api) send their prompts to "
+                "it: set generation.api.base_url (e.g. https://api.openai.com/v1, or "
+                "http://127.0.0.1:8000/v1 for `make serve-llm`), or generation.api."
+                "airflow_conn_id (an Airflow connection whose host is the URL)"
+            )
+        if not self.api.key_env:
+            raise ValueError(
+                f"api.key_env is empty, but rows {rows} (generator: api) need an API key: "
+                f"name {' or '.join(DEFAULT_KEY_ENV)} in generation.api.key_env, or set "
+                "generation.api.airflow_conn_id"
+            )
 
     def trainer_settings(self) -> TrainSettings:
         """What `train_lora` needs: the `train` knobs plus the model-level ones."""

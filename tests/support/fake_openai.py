@@ -4,32 +4,64 @@ gives to rule retrieval's two prompts.
 Shared by the API generator's unit tests, the rule-retrieval tests and the stage tests that
 run `generate`, `robustness` or the rule stages against an API model: none of them may reach
 a real endpoint, and each needs to see what was sent (the request log) and to script what
-comes back (statuses to retry on, fixed bodies, or a reply computed from the prompt)."""
+comes back (statuses to retry on, fixed bodies, or a reply computed from the prompt), down to
+a hostile server's (`RawReply`: any bytes, any content type, trickled a byte at a time)."""
 
 from __future__ import annotations
 
 import json
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from rulerag.rule_retrieval.prompts import R3_TEMPLATE_HEAD
 
 
+@dataclass(frozen=True)
+class RawReply:
+    """A script step sent as it is: `body` bytes (not JSON, not UTF-8, an HTML page...) with
+    `content_type`; with `trickle` > 0, one byte every `trickle` seconds (the status line and
+    headers too when `trickle_headers`), as a slow or hostile server sends, until the body ends
+    or the server is closed."""
+
+    body: bytes
+    status: int = 200
+    content_type: str = "application/json"
+    trickle: float = 0.0
+    trickle_headers: bool = False
+
+
 class FakeOpenAI:
-    """A chat-completions endpoint answering from a script of (status, body) steps; once the
-    script is used up every request succeeds with `reply(last user message)` (default: the
-    message echoed after "A:")."""
+    """A chat-completions endpoint answering from a script of (status, body) steps or
+    `RawReply`s; once the script is used up every request succeeds with `reply(last user
+    message)` (default: the message echoed after "A:"), or, when `default` is given, with
+    that step. `keep_alive`: HTTP/1.1 connections that stay open for the next request
+    (`connections` counts those accepted), as real servers keep them."""
 
     def __init__(
-        self, script: list[tuple[int, dict | None]], reply: Callable[[str], str] | None = None
+        self,
+        script: list[tuple[int, dict | None] | RawReply],
+        reply: Callable[[str], str] | None = None,
+        default: RawReply | None = None,
+        keep_alive: bool = False,
     ) -> None:
         self.script = list(script)
         self.reply = reply or (lambda last: f"A:{last}")
+        self.default = default
         self.requests: list[dict] = []
+        #: set when the server closes: a trickling reply stops there
+        self.closing = threading.Event()
+        self.connections = 0
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if keep_alive else "HTTP/1.0"
+
+            def setup(self):
+                outer.connections += 1
+                super().setup()
+
             def log_message(self, *args):  # keep test output quiet
                 pass
 
@@ -39,7 +71,11 @@ class FakeOpenAI:
                 outer.requests.append(
                     {"path": self.path, "auth": self.headers.get("Authorization"), "body": body}
                 )
-                status, payload = outer.script.pop(0) if outer.script else (200, None)
+                step = outer.script.pop(0) if outer.script else (outer.default or (200, None))
+                if isinstance(step, RawReply):
+                    self.send_raw(step)
+                    return
+                status, payload = step
                 if status == 200 and payload is None:
                     last = body["messages"][-1]["content"]
                     payload = {
@@ -56,6 +92,31 @@ class FakeOpenAI:
                 self.end_headers()
                 self.wfile.write(data)
 
+            def send_raw(self, step: RawReply) -> None:
+                head = (
+                    f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
+                    f"Content-Length: {len(step.body)}\r\n\r\n"
+                ).encode()
+                try:
+                    if step.trickle_headers:
+                        self.trickle(head, step.trickle)
+                    else:
+                        self.wfile.write(head)
+                    self.trickle(step.body, step.trickle)
+                except OSError:  # the client hung up (a deadline, a stop): as a server sees it
+                    self.close_connection = True
+
+            def trickle(self, data: bytes, pause: float) -> None:
+                if not pause:
+                    self.wfile.write(data)
+                    return
+                for i in range(len(data)):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    if outer.closing.wait(pause):
+                        self.close_connection = True
+                        return
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -68,6 +129,7 @@ class FakeOpenAI:
         return self
 
     def __exit__(self, *exc) -> None:
+        self.closing.set()
         self.server.shutdown()
         self.server.server_close()
 
