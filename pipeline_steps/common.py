@@ -76,9 +76,13 @@ class Stage:
     ) -> Iterator[StageRun]:
         """The stage's MLflow run (`rulerag.tracking.stage_run`), tagged with its instance
         (`<stage>@<dataset>[-<item>]`, the name Airflow's task shows) and `tags`, carrying
-        params.yaml whole for its pipeline run's parent run."""
+        params.yaml whole for its pipeline run's parent run. An input that another stage
+        writes and that is missing fails it as one line naming both (`_missing_inputs`)."""
         stage = stage or self.name
-        with stage_run(stage, self.dataset, project_dir=PROJECT_DIR, params=params) as run:
+        with (
+            stage_run(stage, self.dataset, project_dir=PROJECT_DIR, params=params) as run,
+            _missing_inputs(self.name, self.dataset),  # so the run records the one line
+        ):
             # all of params.yaml, for the pipeline run's parent run (rulerag.tracking.parent)
             run.log_pipeline_params(read_params_file(self.args.params))
             if instance is not None or tags:
@@ -176,7 +180,9 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
     reads anything (`_process_run`), so it is recorded FAILED with the message wherever it was
     raised. SIGTERM stops the stage as an exception (`StageTerminated`): its run is recorded
     KILLED, nothing half-written is published, and the exit status is 128 + the signal's
-    number, as a shell reports it. Any other exception is a bug and keeps its traceback.
+    number, as a shell reports it. An input file that another stage writes and that is not
+    there is an `InputError` too (`_missing_inputs`). Any other exception is a bug and keeps
+    its traceback.
     Under DVC the stage also stops when its dvc dies (`_exits_with_dvc`), so a `kill -9` of
     dvc alone cannot leave it to publish outputs that dvc.lock does not describe.
     """
@@ -185,11 +191,13 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
         spec = getattr(sys.modules["__main__"], "__spec__", None)
         module = spec.name if spec is not None else module
     stage = module.rpartition(".")[2]
+    arguments = sys.argv[1:] if argv is None else argv
     try:
         with (
             stop_on_sigterm(),
-            _process_run(stage, sys.argv[1:] if argv is None else argv),
+            _process_run(stage, arguments),
             _exits_with_dvc(),
+            _missing_inputs(stage, _running_dataset(arguments)),
         ):
             return main(argv)
     except InputError as err:
@@ -198,6 +206,37 @@ def run_stage(main: Callable[[list[str] | None], int], argv: list[str] | None = 
     except StageTerminated as stop:
         print(f"{stage} {stop}: what it had staged was discarded", file=sys.stderr)
         return 128 + stop.signum
+
+
+@contextmanager
+def _missing_inputs(stage: str, dataset: str | None) -> Iterator[None]:
+    """A stage input under data/ that is not there, as one line naming the file and the
+    stage to rerun (`DataLayout.missing_input`), for every stage (`stage`, running for
+    `dataset`) and whichever reader opened it (`io.read_parquet`, `iter_jsonl`, `open`): a
+    deleted rules/bank.parquet ended build_benchmark in a `FileNotFoundError` traceback. A
+    missing file that no other stage writes (outside data/, a cache, the stage's own output)
+    is a bug and stays one. `run_stage` applies it to the whole stage, `Stage.track` inside
+    the stage's MLflow run, which then records that line rather than the `OSError`."""
+    try:
+        yield
+    except FileNotFoundError as err:
+        if err.filename is None:
+            raise
+        path = Path(os.path.abspath(os.fsdecode(err.filename)))
+        data = Path(os.path.abspath(DATA_DIR))
+        if not path.is_relative_to(data) or len(path.relative_to(data).parts) < 2:
+            raise
+        layout = DataLayout.of(DATA_DIR, path.relative_to(data).parts[0])
+        missing = layout.missing_input(path, stage, dataset)
+        if missing is None:
+            raise
+        raise missing from err
+
+
+def _running_dataset(argv: Sequence[str]) -> str | None:
+    """The dataset the stage runs for: `--dataset`, else the DVC stage instance's first item."""
+    key = (os.environ.get(DVC_STAGE_ENV) or "").rpartition(":")[2].partition("@")[2]
+    return _dataset_argument(argv) or key.split("-")[0] or None
 
 
 # --------------------------------------------------------------------------------------------

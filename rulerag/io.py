@@ -236,7 +236,7 @@ def read_parquet(path: Path, columns: Sequence[str] | None = None) -> pd.DataFra
     fewer rows than its writer recorded, or one from another run in a folder whose publishing
     was killed, is an `OutputIntegrityError`, not a smaller table read silently; a file that
     is no Parquet (cut short without a manifest) is an `InputError` naming it. A missing file
-    stays a `FileNotFoundError` (callers say which stage to run).
+    stays a `FileNotFoundError` naming it (a stage says which stage writes it).
     """
     path = Path(path)
     verify_output(path)
@@ -257,10 +257,16 @@ def read_provenance(path: Path) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def _parquet_errors(path: Path) -> Iterator[None]:
-    """Arrow's errors for a file that is no (longer a) Parquet file, as one line naming it."""
+    """Arrow's errors for a file that is no (longer a) Parquet file, as one line naming it;
+    a missing file stays a `FileNotFoundError`, with its `filename` set (pandas and Arrow
+    leave it None), so the stage wrapper can say which stage writes it."""
     with _readable(path):
         try:
             yield
+        except FileNotFoundError as err:
+            if err.filename is not None:
+                raise
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(path)) from err
         except pa.ArrowInvalid as err:
             raise InputError(
                 f"{path}: cannot be read as Parquet ({str(err).splitlines()[0]}): the file is "

@@ -25,16 +25,36 @@ real outputs).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["ROBUST", "RUN_FG_FILENAME", "RUN_FILENAME", "DataLayout"]
+from rulerag.errors import InputError
+
+__all__ = ["ROBUST", "RUN_FG_FILENAME", "RUN_FILENAME", "DataLayout", "MissingInputError"]
 
 #: The retrieval stage's run files, read by the generator stages.
 RUN_FILENAME = "run.parquet"  # test queries
 RUN_FG_FILENAME = "run_fg.parquet"  # F_G queries (the generator's training data)
 #: the query set of the robustness rows (benchmark/robust.jsonl, generation/robust/<row>/)
 ROBUST = "robust"
+
+#: stages that dvc.yaml runs once per dataset (`foreach`), so `<stage>@<dataset>` names the
+#: instance that writes a file; the others run per dataset and item (`matrix`)
+_PER_DATASET = frozenset(
+    {"ingest", "mine_rules", "build_benchmark", "apply_rules", "retrieval_report", "report",
+     "rule_retrieval_eval", "qa_rag", "generalisation", "export"}
+)  # fmt: skip
+
+
+#: the stage that writes a QA dataset's benchmark/, rules/bank.parquet, retrieval/ and
+#: generation/ itself (dvc.yaml's qa_rag), where a KG's are written by the stages above
+_QA_STAGE = "qa_rag"
+
+
+class MissingInputError(InputError):
+    """A stage input that is not there: the stage that writes it has not run for the dataset,
+    or its output was deleted since (`DataLayout.missing_input`)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +71,75 @@ class DataLayout:
     @property
     def dataset(self) -> str:
         return self.root.name
+
+    # -- who writes what (the table above) --------------------------------------------------
+    def writer(self, path: Path) -> str | None:
+        """The stage that writes `path` (a file or folder of this dataset's), by its script's
+        name (`retrieve` also runs as retrieve_finetuned, `generate` as generate_r2ag); None
+        for a path no stage writes (a cache, or one outside `root`). The deepest folder of
+        `_writers` that holds `path` decides."""
+        path = Path(os.path.abspath(path))
+        if path.parent == Path(os.path.abspath(self.generation)):  # a training run's figures
+            for kind in ("train_r2ag", "train"):  # train_r2ag_<variant>.json, ..._loss.csv
+                if path.name.startswith(f"{kind}_"):
+                    return "train_generator" if kind == "train" else kind
+        found: tuple[int, str | None] = (0, None)
+        for folder, stage in self._writers():
+            folder = Path(os.path.abspath(folder))
+            if path.is_relative_to(folder) and len(folder.parts) > found[0]:
+                found = (len(folder.parts), stage)
+        return found[1]
+
+    def _writers(self) -> list[tuple[Path, str | None]]:
+        """Each stage's folders (None: a cache no stage declares), named by the paths below."""
+        some = "*"  # any name: its parent is the folder of every name
+        return [
+            (self.kg, "ingest"),
+            (self.download, "ingest"),
+            (self.rules_dir, "mine_rules"),
+            (self.benchmark, "build_benchmark"),
+            (self.rule_application, "apply_rules"),
+            (self.retrieval, "retrieve"),  # retrieval/<config>/
+            (self.indexes, "index"),
+            (self.index_stats(some).parent, "index"),
+            (self.cache(some).parent, None),
+            (self.model(some).parent, "train_retriever"),
+            (self.training(some).parent, "train_retriever"),
+            (self.checkpoints(some).parent, "train_retriever"),
+            (self.retrieval_report, "retrieval_report"),
+            (self.generation, "generate"),  # generation/<row>/
+            (self.row(some, ROBUST).parent, "robustness"),
+            (self.adapter(some).parent, "train_generator"),
+            (self.r2ag_model(some).parent, "train_r2ag"),
+            (self.report, "report"),
+            (self.rule_retrieval, "rule_retrieval_eval"),
+            (self.qa, "qa_rag"),
+            (self.generalisation, "generalisation"),
+            (self.export, "export"),
+            (self.rule_llm_cache.parent, None),
+        ]
+
+    def missing_input(
+        self, path: Path, reader: str, reader_dataset: str | None = None
+    ) -> MissingInputError | None:
+        """The error for a stage (`reader`, running for `reader_dataset`) that found its input
+        `path` missing: one line naming the file and the stage instance to rerun. None where
+        no other stage writes `path`: a stage's own file missing is a bug, which keeps its
+        traceback, and so is every file of a QA dataset to qa_rag, which writes them all."""
+        writer = self.writer(path)
+        if writer is None or writer == reader:
+            return None
+        if reader == _QA_STAGE and reader_dataset == self.dataset:
+            return None
+        dataset = self.dataset
+        if writer in _PER_DATASET:
+            rerun = f"rerun {writer}@{dataset} (dvc repro {writer}@{dataset})"
+        else:
+            rerun = f"rerun {writer} for {dataset} (dvc repro {writer}@{dataset}-<item>)"
+        return MissingInputError(
+            f"{path}: no such file; it is an output of {writer}, which has not run for "
+            f"{dataset} or whose output was deleted since: {rerun}, then {reader}"
+        )
 
     # -- kg/ (ingest) ---------------------------------------------------------------------
     @property

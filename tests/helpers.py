@@ -191,13 +191,17 @@ def refuse_writes_under(folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def ingest_chain_kg(root: Path, project: StageProject, links: int = 30) -> dict[str, Any]:
-    """A custom KG `mykg` (a chain of `links` links e0 -r-> e1 -r-> ...) written under `root`
-    and ingested into `project`; returns the params overrides that name it."""
+    """A custom KG `mykg` (a chain of `links` links e0 -r-> e1 -r-> ..., each mirrored by a
+    link e1 -s-> e0) written under `root` and ingested into `project`; returns the params
+    overrides that name it and let mine_rules mine its rule s(X, Y) <= r(Y, X) from so few
+    facts (a bare chain has no rule, and mine_rules stops on an empty bank)."""
     from rulerag.kg.registry import get_spec, ingest_settings
 
     source = root / "src"
     source.mkdir()
-    (source / "train.tsv").write_text("".join(f"e{i}\tr\te{i + 1}\n" for i in range(links)))
+    (source / "train.tsv").write_text(
+        "".join(f"e{i}\tr\te{i + 1}\ne{i + 1}\ts\te{i}\n" for i in range(links))
+    )
     custom = {"mykg": {"path": str(source)}}
     ingest_into(
         get_spec("mykg", ingest_settings({"custom": custom})),
@@ -205,7 +209,7 @@ def ingest_chain_kg(root: Path, project: StageProject, links: int = 30) -> dict[
         data_dir=None,
         download_dir=root / "dl",
     )
-    return {"ingest.custom": custom}
+    return {"ingest.custom": custom, "mine_rules.static.min_initial_support": 0}
 
 
 def process_running(pid: int) -> bool:

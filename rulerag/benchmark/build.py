@@ -35,6 +35,7 @@ from rulerag.benchmark.settings import (
     StrataSettings,
     by_dataset,
 )
+from rulerag.errors import InputError
 from rulerag.kg.schema import KnowledgeGraph, format_time
 from rulerag.kg.text import document_text, query_text
 from rulerag.rules.selection import Encoder, select_by_head, select_by_similarity
@@ -128,6 +129,29 @@ def table1(stats: Mapping[str, Any], paper: Mapping[str, int] | None = None) -> 
     for key, label in TABLE1_KEYS:
         lines.append(f"{label:14}{stats[key]:>10,}{paper.get(key, float('nan')):>10,}")
     return "\n".join(lines)
+
+
+#: the bank columns the benchmark reads (`rules.bank.rules_frame` writes them)
+BANK_COLUMNS = ("rule_id", "head_relation", "length", "body", "body_relations", "score", "text")
+
+
+def check_bank(bank: pd.DataFrame, source: str, fix: str) -> None:
+    """Refuse a bank the benchmark cannot be built from, naming `source` (the file or the
+    dataset) and `fix` (what to rerun).
+
+    An empty bank, or a table without a bank's columns, used to fail deep in a pandas merge
+    (`You are trying to merge on float64 and object columns for key 'rule_id'`); mine_rules
+    stops on an empty bank itself, so this is a bank from elsewhere, or an old one.
+    """
+    missing = [column for column in BANK_COLUMNS if column not in bank.columns]
+    if missing:
+        raise InputError(
+            f"{source}: not a rule bank: no column {missing} (it has {list(bank.columns)}); {fix}"
+        )
+    if bank.empty:
+        raise InputError(
+            f"{source}: no rule in it, so there is nothing to build a benchmark from; {fix}"
+        )
 
 
 @dataclass
@@ -346,9 +370,17 @@ def build_benchmark(
     config: BenchmarkConfig,
     encoder: Encoder | None = None,
     selector: RuleSelector | None = None,
+    *,
+    name: str = "build_benchmark",
 ) -> Benchmark:
     """Build corpus, Q, F_R and F_G deterministically from `config.seed`; `encoder` serves the
-    `similarity` selection, `selector` the rule-retrieval ones (vanilla, SIAR, with R³ or not)."""
+    `similarity` selection, `selector` the rule-retrieval ones (vanilla, SIAR, with R³ or not).
+
+    A benchmark without test queries or without F_R items is an `InputError` saying why
+    (`name`, e.g. `build_benchmark@icews14`, starts the message): written, it would only fail
+    later stages, or train a retriever on nothing.
+    """
+    check_bank(bank, f"{name}: the rule bank", "select it from mined rules (mine_rules)")
     facts = kg.facts.reset_index(drop=True).assign(fact_row=lambda f: np.arange(len(f)))
     names = _Namer(kg)
     temporal = kg.temporal
@@ -388,6 +420,7 @@ def build_benchmark(
     candidates = describe(_query_keys(facts, "test", ruled))
     test_keys = _query_keys(facts, "test", set(facts["relation"]))
     valid = _query_keys(facts, "valid", ruled)
+    ruled_valid = len(valid)
     valid = valid.merge(test_keys, on=KEY, how="left", indicator=True)
     valid = valid[valid["_merge"] == "left_only"].drop(columns="_merge")
     moved = pd.DataFrame(columns=KEY)
@@ -404,10 +437,15 @@ def build_benchmark(
 
     # Q balanced over popularity strata; F_R / F_G the two seeded halves of the valid queries.
     test = stratified_sample(candidates, config.test_size, config.strata_weights, rng_test)
+    if test.empty:  # before any rule is selected: a retrieval selection asks an LLM
+        raise InputError(f"{name}: {_why_no_test_query(facts, bank, names)}")
     shuffled = valid.iloc[rng_split.permutation(len(valid))]
     half = (len(shuffled) + 1) // 2
     test = finalise(test, "test")
     f_r_q, f_g_q = finalise(shuffled.iloc[:half], "fr"), finalise(shuffled.iloc[half:], "fg")
+    if f_r_q.empty:
+        reason = _why_no_f_r_item(facts, config, f_r_q, 0, facts.iloc[:0], ruled_valid, moved)
+        raise InputError(f"{name}: {reason}")
     rng_shots = np.random.default_rng([config.seed, 3])
     _select_rules((test, f_r_q, f_g_q), config, bank, encoder, selector, rng_shots)
 
@@ -452,6 +490,9 @@ def build_benchmark(
     oracle = _oracles(items, atoms, corpus, temporal, config.max_oracle_docs)
     items["oracle_doc_ids"] = items["item"].map(oracle)
     dropped = int(items["oracle_doc_ids"].isna().sum())
+    if dropped == len(items):
+        reason = _why_no_f_r_item(facts, config, f_r_q, len(items), corpus, ruled_valid, moved)
+        raise InputError(f"{name}: {reason}")
     items = items.dropna(subset=["oracle_doc_ids"])
 
     rule_text = bank.set_index("rule_id")["text"]
@@ -496,6 +537,84 @@ def build_benchmark(
     stats["finetune_queries_from_train"] = int(len(moved))
     out_corpus = corpus[["id", "contents", "head", "relation", "tail", "time", "split"]]
     return Benchmark(out_corpus, test_records, f_r_records, f_g_records, stats)
+
+
+def _why_no_test_query(facts: pd.DataFrame, bank: pd.DataFrame, names: _Namer) -> str:
+    """Why the benchmark has no test query: no test split, or none of its relations has a
+    bank rule (a query is asked only where a rule can explain its answer)."""
+    test = facts[facts["split"] == "test"]
+    if test.empty:
+        return (
+            "the benchmark has no test query: the KG has no test facts (splits: "
+            f"{sorted(set(facts['split']))}); ingest a KG with a test split"
+        )
+    heads = sorted(set(bank["head_relation"]))
+    asked = test["relation"].value_counts()
+    return (
+        f"the benchmark has no test query: none of the KG's {len(test):,} test facts has a "
+        f"relation with a bank rule, so no rule explains one (the bank's {len(bank)} rules "
+        f"conclude {_names(heads, names.relation)}; the test facts are of "
+        f"{_names(list(asked.index), names.relation)}); mine rules for the test relations "
+        "(lower mine_rules' thresholds) or widen mine_rules.bank"
+    )
+
+
+def _why_no_f_r_item(
+    facts: pd.DataFrame,
+    config: BenchmarkConfig,
+    f_r_q: pd.DataFrame,
+    items: int,
+    corpus: pd.DataFrame,
+    ruled_valid: int,
+    moved: pd.DataFrame,
+) -> str:
+    """Why F_R (the retriever's fine-tuning set: a query, one of its rules and the documents
+    that rule points to) has no item: no fine-tuning query, no rule selected for one, or no
+    oracle document for any (query, rule) pair."""
+    empty = "F_R, the retriever's fine-tuning set, is empty"
+    if f_r_q.empty:
+        valid = int((facts["split"] == "valid").sum())
+        from_train = f", and {len(moved)} moved from train" if config.finetune_from_train else ""
+        return (
+            f"{empty}: there is no fine-tuning query (the KG's {valid:,} valid facts give "
+            f"{ruled_valid} queries of a relation with a bank rule, none that the test split "
+            f"does not ask too{from_train}); give the KG valid facts of the bank's relations, "
+            "or set build_benchmark.finetune_from_train to move train queries into the pool"
+        )
+    if not items:
+        return (
+            f"{empty}: the rule selection '{config.selection}' chose no rule for any of its "
+            f"{len(f_r_q)} queries (build_benchmark.rule_selection: top_n {config.top_n}, "
+            f"threshold {config.threshold})"
+        )
+    mentioned = set(corpus["head"]) | set(corpus["tail"])
+    seen = int(f_r_q["head"].isin(mentioned).sum())
+    if len(facts) and bool((facts["head"] == facts["tail"]).all()):
+        why = (
+            "every fact of the KG is a self-loop (head = tail): its rules (r(X, Y) <= "
+            "r(Y, X) and the like) explain no query by another fact"
+        )
+    elif not seen:
+        why = (
+            "no query's subject appears in the corpus at all (entities the corpus splits "
+            "never name)"
+        )
+    else:
+        why = f"{seen} of the queries' subjects appear in the corpus, through other relations"
+    return (
+        f"{empty}: no query is explained by a rule in the corpus: none of the "
+        f"{items} (query, rule) pairs of its {len(f_r_q)} queries has an oracle document, a "
+        f"corpus document (splits {list(config.corpus_splits)}, filter "
+        f"'{config.corpus_filter}') linking the query's subject through the rule's first "
+        f"body atom; {why}"
+    )
+
+
+def _names(ids: Sequence[int], relation: pd.Series, shown: int = 5) -> str:
+    """Relation names for a message: the first `shown`, then how many more."""
+    listed = [str(relation.get(int(i), i)) for i in ids[:shown]]
+    more = f" and {len(ids) - shown} more" if len(ids) > shown else ""
+    return ", ".join(repr(n) for n in listed) + more
 
 
 def _stats(

@@ -24,6 +24,7 @@ from rulerag.benchmark.build import (
     RuleSelector,
     benchmark_config,
     build_benchmark,
+    check_bank,
     table1,
 )
 from rulerag.benchmark.robustness import degenerate_queries
@@ -86,9 +87,10 @@ def read_benchmark_files(
     selectors: SelectorSource | None = None,
 ) -> BenchmarkFiles:
     """The `build_benchmark` stage: the dataset's KG and rule bank (`layout`) read, then
-    `benchmark_files`."""
+    `benchmark_files`; a bank file that holds no rule (or is no bank) is refused naming it."""
     kg = read_kg(layout.kg)
     bank = read_parquet(layout.rule_bank)
+    check_bank(bank, str(layout.rule_bank), f"rerun mine_rules@{layout.dataset}")
     return benchmark_files(kg, bank, settings, layout.dataset, selectors=selectors)
 
 
@@ -103,6 +105,8 @@ def benchmark_files(
     """The benchmark of `dataset` (its sizes beside the paper's Table 1 row when the registry
     has one), its robustness queries and stats.json's figures; `selectors` makes the rule
     retriever of a retrieval selection (required for one)."""
+    name = f"build_benchmark@{dataset}"
+    check_bank(bank, f"{name}: the rule bank", f"rerun mine_rules@{dataset}")  # before selectors
     paper = DATASETS[dataset].paper if dataset in DATASETS else {}
     config = benchmark_config(settings, dataset, paper)
     encoder = selector = None
@@ -114,7 +118,7 @@ def benchmark_files(
         if selectors is None:
             raise ValueError(f"rule selection {config.selection!r} needs a rule selector source")
         selector = selectors(settings.rule_selection, bank, kg.relations)
-    bench = build_benchmark(kg, bank, config, encoder, selector)
+    bench = build_benchmark(kg, bank, config, encoder, selector, name=name)
     robust, robust_counts = degenerate_queries(
         bench.test,
         bank,

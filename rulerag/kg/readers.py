@@ -15,6 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from rulerag.io import sha256_file
@@ -131,9 +132,37 @@ def _lookup(mapping: dict[str, int], key: str, path: Path, line: int, what: str,
         raise KGFormatError(path, f"{what} {key!r} is not in {src}", line) from None
 
 
-def _int_field(value: str, path: Path, line: int, what: str) -> int:
-    if not value.lstrip("-").isdigit():
-        raise KGFormatError(path, f"{what} {value!r} is not an integer", line)
+#: an integer as a KG file may write it: ASCII digits with one optional leading minus. Not
+#: `str.isdigit`, which takes superscripts (`²`, that `int` then refuses) and other scripts'
+#: digits (`٢٠٠٠`, that `int` reads as 2000): a file that says something else is refused.
+_INTEGER = re.compile(r"-?[0-9]+")
+_Dtype = np.dtype | pd.api.extensions.ExtensionDtype
+#: the dtypes the canonical KG stores ids and times in (`schema.make_vocab`, `make_facts`):
+#: a value beyond them would end in an `OverflowError` when the columns are built
+_ID_DTYPE = make_vocab([], [], []).dtypes["id"]
+_TIME_DTYPE = make_facts([], [], [], [], []).dtypes["time"]
+
+
+def _int_field(value: str, path: Path, line: int, what: str, dtype: _Dtype = _ID_DTYPE) -> int:
+    """`value` as an integer that fits `dtype` (the column it is stored in: an id's by
+    default); anything else is a `KGFormatError` naming the file, line and value."""
+    if not _INTEGER.fullmatch(value):
+        raise KGFormatError(
+            path,
+            f"{what} {value!r} is not an integer (ASCII digits 0-9, with one optional leading '-')",
+            line,
+        )
+    bounds = np.iinfo(getattr(dtype, "numpy_dtype", dtype))
+    # more digits than any int64 has never fits (and `int` refuses over 4,300 digits)
+    fits = len(value.lstrip("-").lstrip("0")) <= len(str(bounds.max))
+    if not fits or not bounds.min <= int(value) <= bounds.max:
+        shown = repr(value) if len(value) <= 40 else f"{value[:20]!r}... ({len(value)} chars)"
+        raise KGFormatError(
+            path,
+            f"{what} {shown} is outside the range the KG stores it in ({bounds.dtype}: "
+            f"{bounds.min} to {bounds.max})",
+            line,
+        )
     return int(value)
 
 
@@ -275,7 +304,7 @@ def read_xerte(
     for split, path, rows in per_split:
         for line, fields in rows:
             s, r, o = _id_triple(fields, known, path, line)
-            hours = _int_field(fields[3], path, line, "time")
+            hours = _int_field(fields[3], path, line, "time", _TIME_DTYPE)
             if hours % 24:
                 raise KGFormatError(path, f"time {hours} h is not a whole day", line)
             builder.add(split, s, r, o, start + hours // 24, line)
@@ -315,7 +344,7 @@ def read_renet(
     for split, path, rows in per_split:
         for line, fields in rows:
             s, r, o = _id_triple(fields, known, path, line)
-            step = _int_field(fields[3], path, line, "time step")
+            step = _int_field(fields[3], path, line, "time step", _TIME_DTYPE)
             builder.add(split, s, r, o, _yearly(step, year_origin), line)
     unit, granularity = (
         _yearly_unit(year_origin) if granularity == "year" else ("index", granularity)
@@ -382,7 +411,7 @@ def read_tkgf(
     for split, path, rows in per_split:
         for line, fields in rows:
             s, r, o = _id_triple(fields, known, path, line)
-            step = _int_field(fields[3], path, line, "time step")
+            step = _int_field(fields[3], path, line, "time step", _TIME_DTYPE)
             builder.add(split, s, r, o, _yearly(step, year_origin), line)
     shared = sum(1 for n in counts.values() if n > 1)
     if shared:
@@ -532,6 +561,6 @@ def read_generic(
             if parse_date is not None:
                 time = parse_date(fields[3], path, line)
             elif unit is not None:
-                time = _int_field(fields[3], path, line, "time")
+                time = _int_field(fields[3], path, line, "time", _TIME_DTYPE)
             builder.add(split, ents[fields[0]], rels[fields[1]], ents[fields[2]], time, line)
     return builder.finish(entities, relations, unit, granularity, notes)

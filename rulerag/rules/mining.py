@@ -160,8 +160,70 @@ def mine_rule_bank(
     frame = rules_frame(rules, relation_names, entity_names)
     bank = select_bank(frame, settings.bank_for(dataset))
     miner = "import" if imported else ("temporal" if kg.temporal else "static")
+    if bank.empty:
+        raise _empty_bank(dataset, kg, facts, splits, miner, frame, settings)
     stats = describe_rules(dataset, miner, frame, bank, facts, paper_bank_size)
     return MinedRules(dataset, frame, bank, stats, confidence_histogram(frame, bank), seconds)
+
+
+def _empty_bank(
+    dataset: str,
+    kg: KnowledgeGraph,
+    facts: pd.DataFrame,
+    splits: list[str],
+    miner: str,
+    frame: pd.DataFrame,
+    settings: MineRulesSettings,
+) -> InputError:
+    """Why the bank came out empty, and which params.yaml keys to lower.
+
+    An empty bank used to be published as "0 rules": build_benchmark then failed in a pandas
+    merge, far from the cause. With no rule mined, the miner's thresholds are named (a random
+    graph, a single-relation chain or a KG whose entities never recur gives no rule at any
+    threshold, so the KG is named too); with rules mined but none kept, the bank's are.
+    """
+    per_relation = facts["relation"].value_counts()
+    where = (
+        f"mine_rules@{dataset}: the rule bank is empty, so there is nothing to build a "
+        f"benchmark from (KG {dataset}, splits {splits}: {len(facts):,} facts, "
+        f"{len(per_relation)} of its {len(kg.relations)} relations with facts"
+    )
+    if frame.empty and miner == "static":
+        static = settings.static
+        largest = int(per_relation.max()) if len(per_relation) else 0
+        return InputError(
+            f"{where}; the static miner found no rule): its thresholds may be too strict for "
+            f"this KG: lower mine_rules.static.min_initial_support ({static.min_initial_support}"
+            f"; head relations with fewer facts are skipped, and the largest has {largest:,}), "
+            f"min_head_coverage ({static.min_head_coverage}), min_pca_confidence "
+            f"({static.min_pca_confidence}) or min_support ({static.min_support}); a KG "
+            "without repeated patterns (a random graph, a single-relation chain, entities "
+            "that never recur) gives no rule at any threshold"
+        )
+    if frame.empty:  # the temporal miner (an import without rules fails in import_rules)
+        temporal = settings.temporal
+        return InputError(
+            f"{where}; the temporal miner found no rule): its thresholds may be too strict for "
+            f"this KG: lower mine_rules.temporal.min_rule_support ({temporal.min_rule_support}"
+            f"), min_body_support ({temporal.min_body_support}) or min_confidence "
+            f"({temporal.min_confidence}), or raise walks_per_relation "
+            f"({temporal.walks_per_relation}) or lengths ({list(temporal.lengths)}); a KG "
+            "without repeated patterns (a random graph, a single-relation chain, entities "
+            "that never recur) gives no rule at any threshold"
+        )
+    bank = settings.bank_for(dataset)
+    keys = "mine_rules.bank" + (
+        f" with mine_rules.bank_by_dataset.{dataset}" if dataset in settings.bank_by_dataset else ""
+    )
+    lengths = {int(k): int(v) for k, v in frame["length"].value_counts().sort_index().items()}
+    constants = int((frame["constants"] != "[]").sum()) if "constants" in frame.columns else 0
+    return InputError(
+        f"{where}; {len(frame):,} rules were {'imported' if miner == 'import' else 'mined'}, "
+        f"by body length {lengths}, {constants:,} of them with constants, which never enter "
+        f"the bank): none passes {keys}: lengths {list(bank.lengths)}, min_confidence "
+        f"{bank.min_confidence}, min_support {bank.min_support}; add the mined lengths or "
+        "lower the thresholds"
+    )
 
 
 def mine(

@@ -261,3 +261,54 @@ def test_a_custom_path_that_is_a_file_says_so(tmp_path: Path) -> None:
         locate(_custom(path), None, tmp_path / "dl")
     with pytest.raises(InputError, match="does not exist"):
         locate(_custom(tmp_path / "gone"), None, tmp_path / "dl")
+
+
+# -- issue 45, part 3: times and ids that are no ASCII integer, or that no column can hold -------
+
+
+@pytest.mark.parametrize(
+    ("time", "match"),
+    [
+        ("--5", "time '--5' is not an integer"),  # `lstrip("-")` took any number of minus signs
+        ("²", "time '²' is not an integer"),  # `isdigit` took it, `int` raised ValueError
+        ("٢٠٠٠", "time '٢٠٠٠' is not an integer"),  # Arabic-Indic digits, read as 2000 silently
+        ("+5", "time '\\+5' is not an integer"),
+        ("5.0", "time '5.0' is not an integer"),
+        (
+            "99999999999999999999999",
+            "time '99999999999999999999999' is outside the range the KG stores it in \\(int64: ",
+        ),  # fmt: skip  # an OverflowError traceback
+        ("9" * 5000, "\\(5000 chars\\) is outside the range"),  # int() refuses 4,300+ digits
+    ],
+)
+@pytest.mark.parametrize("time_format", ["int", "year"])
+def test_a_custom_kg_time_that_is_no_ascii_integer_in_range_names_the_line(
+    tmp_path: Path, time: str, match: str, time_format: str
+) -> None:
+    (tmp_path / "train.tsv").write_text(f"a\tr\tb\t2000\na\tr\tc\t{time}\n", encoding="utf-8")
+    expect_error(
+        lambda: readers.read_generic(tmp_path, time_format=time_format), match, "train.tsv", 2
+    )
+
+
+def test_custom_kg_times_in_ascii_digits_still_read(tmp_path: Path) -> None:
+    """A minus sign, leading zeros and both ends of int64 are valid times."""
+    times = ["-5", "0007", "-9223372036854775808", "9223372036854775807"]
+    (tmp_path / "train.tsv").write_text("".join(f"a\tr\tb\t{t}\n" for t in times))
+    kg = readers.read_generic(tmp_path, time_format="int")
+    assert kg.facts["time"].tolist() == [-5, 7, -(2**63), 2**63 - 1]
+
+
+def test_an_id_beyond_the_int32_id_column_names_the_line(tmp_path: Path) -> None:
+    """A TKGF label id that int32 cannot hold ended in an `OverflowError` traceback."""
+    folder = tmp_path / "TKGF_WIKI"
+    folder.mkdir()
+    (folder / "entity2id.txt").write_text("Aachen\t0\nBonn\t2147483648\n")
+    (folder / "relation2id.txt").write_text("capital of\t0\n")
+    (folder / "test.txt").write_text("0\t0\t0\t1\n")
+    expect_error(
+        lambda: readers.read_tkgf(tmp_path, qid_subdir=None),
+        "id '2147483648' is outside the range the KG stores it in \\(int32: ",
+        "entity2id.txt",
+        2,
+    )
