@@ -4,7 +4,8 @@ Everything is buffered in memory (artifacts as hard-link snapshots) and sent in 
 the stage's `with` block exits, so logging never slows or breaks the stage; if the store fails,
 the run goes to the spool instead (`rulerag.tracking.spool`).
 
-Every stage that starts leaves one run, FAILED or KILLED when it did not finish:
+Every stage that starts leaves one run, FAILED or KILLED when it did not finish (a process
+killed outright, SIGKILL, by the next stage that starts: `rulerag.tracking.open_runs`):
 
 * `stage_process_run` opens the run of a stage process from its first line, before params and
   inputs are read, so an error there is recorded too; the stage's own `stage_run` adopts it
@@ -13,7 +14,12 @@ Every stage that starts leaves one run, FAILED or KILLED when it did not finish:
 * SIGTERM (a scheduler, a CI timeout, dvc's death via PR_SET_PDEATHSIG) becomes
   `StageTerminated`, a KeyboardInterrupt, in the stage's main thread while a run is open: the
   `with` blocks unwind (staged outputs are discarded, `rulerag.io.staged_outputs`) and the
-  run is recorded KILLED. A SIGTERM while the run is being sent waits until it is sent.
+  run is recorded KILLED.
+
+Sending a run has one wall-clock deadline for all its calls to the store
+(RULERAG_TRACKING_TIMEOUT, 300 s): MLflow's own timeout bounds each read, and a store that
+trickles held a finished stage, deaf to SIGTERM, for minutes. Past the deadline, or at a
+SIGTERM while it is being sent, the run goes to the spool whole and the stage ends.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from rulerag.deadline import DeadlineExceeded, deadline_seconds, within
 from rulerag.redact import redact_secrets, redact_url
 from rulerag.tracking.config import resolve_tracking_uri, spool_dir, tracking_project
 from rulerag.tracking.identity import run_tags
@@ -47,13 +54,25 @@ from rulerag.tracking.names import (
     sanitize_name,
     truncate,
 )
+from rulerag.tracking.open_runs import close_marker, open_marker, sweep_killed
 from rulerag.tracking.record import RunRecord, now_ms
 from rulerag.tracking.spool import count_spooled, new_staging_dir, spool_run
 from rulerag.tracking.store import MODELS_DIRNAME, SUMMARY_DIRNAME, discard_partial, send_run
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["StageRun", "StageTerminated", "stage_process_run", "stage_run", "stop_on_sigterm"]
+__all__ = [
+    "SEND_DEADLINE_ENV",
+    "StageRun",
+    "StageTerminated",
+    "stage_process_run",
+    "stage_run",
+    "stop_on_sigterm",
+]
+
+#: the wall-clock bound on sending one run, every call to the store together (seconds)
+SEND_DEADLINE_ENV = "RULERAG_TRACKING_TIMEOUT"
+SEND_DEADLINE_S = 300.0
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
@@ -95,8 +114,10 @@ class StageRun:
         self._spooled = False
         self._spool_path: Path | None = None
         self._run_id: str | None = None
-        #: taken over by the stage's own `stage_run` (a `stage_process_run`'s run)
+        #: taken over by the stage's own `stage_process_run`'s run
         self._adopted = False
+        #: the open-run marker (`open_runs`): a SIGKILL leaves it for the next stage to find
+        self._marker: Path | None = None
 
     # -- what stages call ---------------------------------------------------------------------
 
@@ -236,6 +257,8 @@ class StageRun:
             self._record.tags[sanitize_name(key)] = truncate(value, MAX_TAG_VALUE_LENGTH)
             if key == TAG_STAGE_INSTANCE:  # `rulerag_ft (generate)`, not nine alike
                 self._record.run_name = truncate(display_name(value), MAX_TAG_VALUE_LENGTH)
+        if TAG_STAGE_INSTANCE in tags and self._marker is not None:
+            self._mark()
 
     @property
     def spooled(self) -> bool:
@@ -276,9 +299,16 @@ class StageRun:
         record.run_name = truncate(display_name(instance), MAX_TAG_VALUE_LENGTH)
         record.tags[TAG_STAGE] = truncate(stage, MAX_TAG_VALUE_LENGTH)
         record.tags[TAG_STAGE_INSTANCE] = truncate(instance, MAX_TAG_VALUE_LENGTH)
+        self._mark()
+
+    def _mark(self) -> None:
+        """Leave (or bring up to date) the run's open-run marker (`open_runs`)."""
+        close_marker(self._marker)
+        self._marker = open_marker(self._project_dir, self._record)
 
     def _discard(self) -> None:
         """Close without sending: the process logged nothing of its own."""
+        close_marker(self._marker)
         self._closed = True
         if self._staging is not None:
             shutil.rmtree(self._staging, ignore_errors=True)
@@ -314,6 +344,7 @@ class StageRun:
         self._closed = True
         try:
             self._send_or_spool(status, error)
+            close_marker(self._marker)
         except Exception as exc:  # a bug here must not turn a finished stage into a failed one
             # no traceback: its messages may hold the store's URL with credentials
             logger.error(
@@ -331,12 +362,24 @@ class StageRun:
                 redact_secrets(f"{type(error).__name__}: {error}"), MAX_TAG_VALUE_LENGTH
             )
         created: list[str] = []
+        store = redact_url(self._tracking_uri)
         try:
-            self._run_id = send_run(
-                record, self._staging, self._tracking_uri, self._project_dir, created
+            self._run_id = within(
+                deadline_seconds(SEND_DEADLINE_ENV, SEND_DEADLINE_S),
+                lambda: send_run(
+                    record, self._staging, self._tracking_uri, self._project_dir, created
+                ),
+                f"sending run {record.run_name} to the MLflow store {store}",
+                stop=_SIGTERM.asked,
             )
         except Exception as exc:
-            partial = discard_partial(created, self._tracking_uri)
+            # a slow store is not asked again to delete what it half-logged (the replay
+            # deletes it, `store.discard_partial_copies`); a store that failed fast is
+            partial = (
+                list(created)
+                if isinstance(exc, DeadlineExceeded)
+                else discard_partial(created, self._tracking_uri)
+            )
             target = spool_run(
                 record, self._staging, self._project_dir, self._tracking_uri, exc, partial
             )
@@ -392,6 +435,11 @@ class _Sigterm:
         self.deferring = 0
         self.pending: int | None = None
         self.stopping = False
+
+    def asked(self) -> bool:
+        """Whether a SIGTERM is being held (`deferred`): a run being sent stops waiting on the
+        store (`deadline.within`) and goes to the spool."""
+        return self.pending is not None
 
     def handle(self, signum: int, frame: FrameType | None) -> None:
         if self.stopping:  # already unwinding: a second SIGTERM (dvc's group, then dvc's
@@ -483,8 +531,10 @@ def stage_process_run(
         project_dir=project_dir,
         tracking_uri=resolve_tracking_uri(project_dir, tracking_uri),
     )
+    sweep_killed(run._project_dir, run.tracking_uri)
     if instance:
         run.set_tags({TAG_STAGE_INSTANCE: instance})
+    run._mark()
     token = _PROCESS_RUN.set(run)
     with _SIGTERM.raising():
         try:
@@ -540,6 +590,8 @@ def stage_run(
         run._adopt(stage)
     else:
         run = StageRun(stage, dataset, project_dir=project_dir, tracking_uri=uri)
+        sweep_killed(run._project_dir, uri)
+        run._mark()
     if params:
         run.log_params(params)
     with _SIGTERM.raising():

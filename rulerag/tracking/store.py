@@ -34,6 +34,7 @@ from rulerag.tracking.names import (
     TAG_EXPERIMENT_KIND,
     TAG_PARENT_RUN,
     TAG_PIPELINE_RUN,
+    TAG_STAGE_INSTANCE,
     truncate,
 )
 from rulerag.tracking.parent import ensure_parent, settle_parent
@@ -310,3 +311,32 @@ def discard_partial_copies(run_ids: Sequence[str], record: RunRecord, tracking_u
                     client.delete_run(run_id)
         except Exception as err:  # not in this store, or the store is down: nothing to do
             logger.debug("partial run %s not discarded: %s", run_id, first_line(err))
+    _discard_ghosts(record, tracking_uri)
+
+
+def _discard_ghosts(record: RunRecord, tracking_uri: str) -> None:
+    """Delete the copies of `record` still RUNNING in this store that no spooled id names: a
+    send abandoned at its deadline (`rulerag.deadline`) may have created the run after the
+    spool was written. Found by what only that run has: its stage instance, name and start
+    time (milliseconds); best effort, like the rest."""
+    instance = record.tags.get(TAG_STAGE_INSTANCE)
+    if not instance or "'" in instance:
+        return
+    try:
+        with fail_fast_http():
+            from mlflow import MlflowClient
+
+            client = MlflowClient(tracking_uri=tracking_uri)
+            experiment = client.get_experiment_by_name(record.experiment)
+            if experiment is None:
+                return
+            ghosts = client.search_runs(
+                [experiment.experiment_id],
+                f"attributes.start_time = {int(record.start_time)} and "
+                f"attributes.status = 'RUNNING' and tags.`{TAG_STAGE_INSTANCE}` = '{instance}'",
+            )
+            for run in ghosts:
+                if run.info.run_name == record.run_name:
+                    client.delete_run(run.info.run_id)
+    except Exception as err:
+        logger.debug("no ghost of %s discarded: %s", record.run_name, first_line(err))

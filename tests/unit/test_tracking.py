@@ -390,7 +390,9 @@ def test_a_replay_deletes_no_other_run_of_its_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A spooled `partial_run_ids` naming a run that is not a copy of the spooled one (another
-    name or start time, edited by hand or from another store) deletes nothing."""
+    name or start time, edited by hand or from another store) deletes nothing; the half-logged
+    copy itself goes all the same, found by its stage instance, name and start time (as a copy
+    created after an abandoned send spooled the run is, `rulerag.deadline`)."""
     from mlflow import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -403,7 +405,9 @@ def test_a_replay_deletes_no_other_run_of_its_store(
 
     assert replay_spool(tmp_path, tracking_uri=uri) == 1
     runs = client.search_runs([experiment_id])
-    assert sorted(r.info.run_name for r in runs) == ["ingest"] * 2 + ["someone_else"]
+    assert sorted(r.info.run_name for r in runs) == ["ingest", "someone_else"]
+    (replayed,) = [r for r in runs if r.info.run_name == "ingest"]
+    assert replayed.info.status == "FINISHED"
 
 
 def test_exception_in_block_records_failed_run(tmp_path: Path, sqlite_uri: str) -> None:
@@ -555,3 +559,151 @@ def test_a_workspace_tracks_into_the_main_project(
     assert tracking.tracking_project(workspace) == main
     monkeypatch.delenv(tracking.TRACKING_PROJECT_ENV)
     assert tracking.tracking_project(workspace) == workspace
+
+
+# -- a store that trickles: one wall-clock deadline for sending a run (issue 45, case 1) -------
+
+TRICKLE_STAGE = """
+import sys
+from pathlib import Path
+from rulerag.tracking import stage_run
+with stage_run("ingest", "slowds", project_dir=Path(sys.argv[1]), tracking_uri=sys.argv[2]) as run:
+    run.log_metrics({"facts": 1})
+    print("SENDING", flush=True)
+print("DONE", flush=True)
+"""
+
+
+@pytest.fixture
+def trickling_uri() -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 that answers every request one byte a second, forever:
+    each read of MLflow's client gets data in time, the request never ends."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n":
+                if stop.wait(1.0):
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.close()
+
+
+def _stage_against(uri: str, project: Path, **env: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-c", TRICKLE_STAGE, str(project), uri],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2]), **env},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+
+
+@pytest.mark.slow
+def test_a_trickling_store_costs_the_deadline_and_the_run_is_spooled(
+    tmp_path: Path, trickling_uri: str
+) -> None:
+    """Before: the stage hung for good after its outputs were published (13.5 min, SIGTERM
+    ignored twice), leaving `.staging-*` and no run anywhere."""
+    proc = _stage_against(trickling_uri, tmp_path, RULERAG_TRACKING_TIMEOUT="5")
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 0 and "DONE" in out, out[-2000:]
+    assert "no answer within 5 s" in out
+    (folder,) = spooled_folders(tmp_path)
+    data = json.loads((folder / "run.json").read_text())
+    assert data["status"] == "FINISHED" and data["metrics"][0]["key"] == "facts"
+    assert not [p for p in (tmp_path / ".mlflow-spool").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.slow
+def test_a_sigterm_while_a_run_is_sent_ends_the_stage_and_spools_the_run(
+    tmp_path: Path, trickling_uri: str
+) -> None:
+    import signal
+
+    proc = _stage_against(trickling_uri, tmp_path, RULERAG_TRACKING_TIMEOUT="600")
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "SENDING"
+    time.sleep(3)  # into the send
+    proc.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    out, _ = proc.communicate(timeout=60)
+    assert time.monotonic() - started < 30, out[-2000:]
+    assert proc.returncode != 0 and "DONE" not in out  # the stop request wins
+    assert "a stop was asked" in out
+    (folder,) = spooled_folders(tmp_path)
+    assert json.loads((folder / "run.json").read_text())["status"] == "FINISHED"
+
+
+# -- a SIGKILLed stage's run appears KILLED when the next stage starts (issue 45, case 16) ------
+
+OPEN_STAGE = """
+import sys, time
+from pathlib import Path
+from rulerag.tracking import stage_run
+with stage_run("index", "killds", project_dir=Path(sys.argv[1]), tracking_uri=sys.argv[2]) as run:
+    run.set_tags({"rulerag.stage_instance": "index@killds-bm25"})
+    print("OPEN", flush=True)
+    time.sleep(600)
+"""
+
+
+def _open_stage(project: Path, uri: str) -> subprocess.Popen[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", OPEN_STAGE, str(project), uri],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "OPEN"
+    return proc
+
+
+def test_a_sigkilled_stage_is_recorded_killed_by_the_next_stage(tmp_path: Path) -> None:
+    """Before: a stage killed with SIGKILL left no run at all (the run is buffered and sent at
+    the end). Its open-run marker is found by the next stage of the project on this host; a
+    marker of a process still running is left alone."""
+    from mlflow import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    killed = _open_stage(tmp_path, uri)
+    alive = _open_stage(tmp_path, uri)
+    try:
+        killed.kill()
+        killed.wait(timeout=30)
+        with stage_run("ingest", "killds", project_dir=tmp_path, tracking_uri=uri):
+            pass
+        client = MlflowClient(tracking_uri=uri)
+        experiment = client.get_experiment_by_name("rulerag/killds")
+        runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+        assert set(runs) == {"ingest", "bm25 (index)"}
+        found = runs["bm25 (index)"]
+        assert found.info.status == "KILLED"
+        assert found.data.tags["rulerag.stage_instance"] == "index@killds-bm25"
+        assert "ended without recording its run" in found.data.tags["rulerag.error"]
+        markers = list((tmp_path / ".mlflow-spool").glob(".open-*"))
+        assert len(markers) == 1  # the live process's own
+        assert str(alive.pid) in markers[0].name
+    finally:
+        alive.kill()
+        alive.wait(timeout=30)
