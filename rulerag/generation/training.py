@@ -25,23 +25,26 @@ What the paper does and how it maps here:
   training is not measured (DeepSpeed evaluates only inside its engine, built by `train()`).
 * A dev slice is evaluated every `eval_steps`; checkpoints are saved at the same steps and the
   best by dev loss is loaded at the end (`load_best_model_at_end`), then only the adapter is
-  saved (a few MB), atomically.
+  saved (a few MB), atomically. A run killed midway resumes from its last checkpoint when run
+  again with the same inputs and settings (`_work_dir`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import math
 import os
 import re
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
+
+import psutil
 
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
 from rulerag.settings import Count, Fraction, NonNegative, Positive, PositiveReal, Seed
@@ -385,14 +388,17 @@ def train_lora(
     """Fine-tune `model` with LoRA on (prompt, answer) pairs; save the best adapter.
 
     `model` is the base causal LM as loaded (`models.load_causal_lm`, 4-bit or not); it is
-    wrapped with peft here. Checkpoints go to a temporary folder beside `output_dir` and are
-    removed at the end; `output_dir` receives the adapter (the best by dev loss when `dev` is
-    given, else the last) and train_stats.json, replacing any previous one atomically.
+    wrapped with peft here. Checkpoints go to a folder beside `output_dir` named after the
+    training (`_work_dir`): a run killed midway leaves them, and the rerun resumes from the
+    last one; they are removed at the end. `output_dir` receives the adapter (the best by dev
+    loss when `dev` is given, else the last) and train_stats.json, replacing any previous one
+    atomically.
     `metadata` (e.g. the prompt style) is stored in train_stats.json, so inference can check
     that it prompts the adapter the way it was trained.
     """
     import torch
     from transformers import Trainer, TrainingArguments, set_seed
+    from transformers.trainer_utils import get_last_checkpoint
 
     if not train:
         raise ValueError("no training samples")
@@ -434,7 +440,8 @@ def train_lora(
     )
     total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
     eval_steps = max(1, min(settings.eval_steps, total_steps))
-    work = _work_dir(output_dir)
+    key = _training_key(base_model, train, dev, settings, metadata)
+    work = _work_dir(output_dir, key)
     main = True
     try:
         args = TrainingArguments(
@@ -455,8 +462,9 @@ def train_lora(
             save_strategy="steps" if dev_set else "no",
             save_steps=eval_steps,
             save_total_limit=settings.save_total_limit,
-            # DeepSpeed restores the best checkpoint from its own engine state
-            save_only_model=deepspeed is None,
+            # whole checkpoints (the optimizer, scheduler and random states too, a few MB for
+            # LoRA): a run killed midway resumes from its last one (`_work_dir`)
+            save_only_model=False,
             load_best_model_at_end=bool(dev_set),
             metric_for_best_model="eval_loss",
             greater_is_better=False,
@@ -485,7 +493,14 @@ def train_lora(
         # ZeRO-2 builds its engine in train(): evaluating before it is refused (stage 3 only)
         dev_before = trainer.evaluate()["eval_loss"] if dev_set and deepspeed is None else None
         started = time.perf_counter()
-        output = trainer.train()
+        last = (
+            get_last_checkpoint(str(work / "checkpoints"))
+            if (work / "checkpoints").is_dir()
+            else None
+        )
+        if last is not None:
+            logger.info("resuming the training of %s from %s", output_dir.name, Path(last).name)
+        output = trainer.train(resume_from_checkpoint=last)
         seconds = time.perf_counter() - started
         trainer.accelerator.wait_for_everyone()  # every process has loaded the best checkpoint
         main = trainer.is_world_process_zero()
@@ -532,16 +547,63 @@ def train_lora(
     return TrainResult(adapter_dir=output_dir, stats=stats, model=trainer.model)
 
 
-def _work_dir(output_dir: Path) -> Path:
-    """Checkpoints' folder beside `output_dir`: a fresh temporary one, or under a launcher
-    (torchrun's run id) the one every process of the launch shares, since rank 0 writes the
-    checkpoints that all of them load the best of."""
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID")
-    if run_id and int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        work = output_dir.parent / f".{output_dir.name}.train-{run_id}"
-        work.mkdir(exist_ok=True)
-        return work
-    return Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.train-", dir=output_dir.parent))
+def _training_key(
+    base_model: str,
+    train: Sequence[tuple[str, str]],
+    dev: Sequence[tuple[str, str]],
+    settings: TrainSettings,
+    metadata: Mapping[str, Any] | None,
+) -> str:
+    """A digest of what decides a training (the base, the samples, every setting): the name of
+    its checkpoints' folder, so that a rerun of the same training finds what a killed one left
+    and one with anything changed starts afresh."""
+    digest = hashlib.sha256()
+    for part in (base_model, json.dumps(asdict(settings), sort_keys=True, default=str),
+                 json.dumps(dict(metadata or {}), sort_keys=True, default=str)):  # fmt: skip
+        digest.update(part.encode() + b"\0")
+    for name, pairs in (("train", train), ("dev", dev)):
+        digest.update(name.encode())
+        for prompt, answer in pairs:
+            digest.update(prompt.encode() + b"\1" + answer.encode() + b"\2")
+    return digest.hexdigest()[:16]
+
+
+#: who works in a checkpoints' folder: a rerun leaves a live training's folder alone
+_OWNER = "owner.json"
+
+
+def _alive(owner: Path) -> bool:
+    """Whether the process named in a work folder's owner.json still runs (same start time:
+    not a reused pid); a folder without one (being made, or from an older version) counts as
+    alive only for a minute."""
+    try:
+        data = json.loads(owner.read_text(encoding="utf-8"))
+        pid, started = int(data["pid"]), data["started"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return owner.parent.exists() and time.time() - owner.parent.stat().st_mtime < 60
+    try:
+        return psutil.Process(pid).create_time() == started
+    except psutil.Error:
+        return False
+
+
+def _work_dir(output_dir: Path, key: str) -> Path:
+    """The checkpoints' folder of training `key` beside `output_dir`, `.<name>.train-<key>`:
+    the one a killed run of the same training left (its checkpoints resume it, `train_lora`),
+    else a new one. Every process of a multi-GPU launch computes the same key, so they share
+    it (rank 0 writes the checkpoints all of them load the best of). Folders of other
+    trainings beside it whose process is gone are removed: a killed run's used to stay for
+    good."""
+    work = output_dir.parent / f".{output_dir.name}.train-{key}"
+    for other in output_dir.parent.glob(f".{output_dir.name}.train-*"):
+        if other != work and not _alive(other / _OWNER):
+            shutil.rmtree(other, ignore_errors=True)
+    work.mkdir(exist_ok=True)
+    if int(os.environ.get("RANK", "0")) == 0:
+        pid = os.getpid()
+        owner = {"pid": pid, "started": psutil.Process(pid).create_time()}
+        (work / _OWNER).write_text(json.dumps(owner), encoding="utf-8")
+    return work
 
 
 def load_adapter_model(base: Any, adapter_dir: Path, merge: bool = False) -> Any:

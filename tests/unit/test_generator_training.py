@@ -426,3 +426,68 @@ def test_two_processes_train_data_parallel_and_rank0_saves(tiny, tmp_path: Path)
     # 16 samples, batch 4 per process, 2 processes: 2 steps an epoch
     assert stats["steps"] == 4 and stats["train_samples"] == 16
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ddp-adapter.train-")]
+
+
+KILLED_AFTER_FIRST_CHECKPOINT = """
+import os, signal, sys, pickle
+import transformers
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from rulerag.generation.training import train_lora
+
+base_dir, out, settings_file = sys.argv[1:4]
+train, dev, settings = pickle.load(open(settings_file, "rb"))
+save = transformers.Trainer._save_checkpoint
+
+def save_then_die(self, *args, **kwargs):  # the machine is gone right after a checkpoint
+    save(self, *args, **kwargs)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+transformers.Trainer._save_checkpoint = save_then_die
+model = AutoModelForCausalLM.from_pretrained(base_dir)
+train_lora(model, AutoTokenizer.from_pretrained(base_dir), train, dev, settings, out,
+           base_model=base_dir)
+"""
+
+
+def test_a_killed_training_resumes_from_its_last_checkpoint(tiny, tmp_path: Path):
+    """Issue 45, case 15: after SIGKILL the rerun trained from step 0 in a new work folder and
+    the killed run's `.<adapter>.train-*` stayed for good. Now the rerun of the same training
+    finds the killed one's checkpoints and resumes; a stale folder of another training whose
+    process is gone is removed; nothing is left at the end."""
+    import pickle
+    import subprocess
+    import sys
+
+    from transformers import AutoModelForCausalLM
+
+    base_dir, tokenizer, train, dev = tiny
+    settings = TrainSettings(
+        lora=LoraSettings(r=4, alpha=8, dropout=0.0, target_modules=["q_proj", "v_proj"]),
+        epochs=2, learning_rate=1e-2, batch_size=8, warmup=0, eval_steps=4,
+        logging_steps=1, chat_template=False, seed=3,
+    )  # fmt: skip
+    out = tmp_path / "adapter"
+    stale = tmp_path / ".adapter.train-0123456789abcdef"  # another training, its process gone
+    stale.mkdir()
+    (stale / "owner.json").write_text('{"pid": 999999999, "started": 0}')
+    inputs = tmp_path / "inputs.pickle"
+    inputs.write_bytes(pickle.dumps((train, dev, settings)))
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_AFTER_FIRST_CHECKPOINT, str(base_dir), str(out),
+         str(inputs)],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    (work,) = [p for p in tmp_path.glob(".adapter.train-*") if p != stale]
+    assert sorted(p.name for p in (work / "checkpoints").iterdir()) == ["checkpoint-4"]
+
+    result = train_lora(
+        AutoModelForCausalLM.from_pretrained(base_dir), tokenizer, train, dev, settings, out,
+        base_model=str(base_dir),
+    )  # fmt: skip
+    stats = result.stats
+    assert stats["steps"] == 12  # 48 samples / 8, two epochs
+    assert stats["loss_curve"][0]["step"] == 5  # resumed after checkpoint-4, not from step 1
+    assert (out / "adapter_model.safetensors").is_file()
+    assert not list(tmp_path.glob(".adapter.train-*"))  # the killed run's and the stale one
