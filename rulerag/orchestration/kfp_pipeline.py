@@ -45,7 +45,12 @@ from kfp.dsl import Artifact, Input, Output
 from kfp.dsl.python_component import PythonComponent
 
 from rulerag.orchestration.dag_settings import GPU_STAGES
-from rulerag.orchestration.kfp_local import docker_run_args
+from rulerag.orchestration.kfp_local import (
+    check_task_env,
+    describe_local_run,
+    docker_run_args,
+    local_run_arguments,
+)
 from rulerag.orchestration.kfp_tasks import PROJECT_ENV
 from rulerag.settings import DATASET_NAME_RE
 
@@ -93,9 +98,10 @@ class KfpOptions:
 
     image / gpu_image: the component images (GPU_STAGES take gpu_image); accelerator: what a
     GPU stage's task asks one of; env: environment variables of every task (the DVC remote's
-    name, RULERAG_GIT_SOURCE, MLFLOW_TRACKING_URI, ...; never credentials); secret: a Kubernetes
-    secret whose `secret_keys` become environment variables of every task; retries: of each
-    stage task, `retry_backoff` apart.
+    name, RULERAG_GIT_SOURCE, MLFLOW_TRACKING_URI, ...; never credentials: KFP writes them into
+    every task of the YAML, so a variable that names a secret or a URL with user:password@ is
+    refused, `kfp_local.check_task_env`); secret: a Kubernetes secret whose `secret_keys` become
+    environment variables of every task; retries: of each stage task, `retry_backoff` apart.
     """
 
     image: str = DEFAULT_IMAGE
@@ -116,6 +122,7 @@ class KfpOptions:
         for key in (*self.env, *self.secret_keys):
             if not _ENV_KEY_RE.match(key):
                 raise ValueError(f"KFP environment variable name {key!r} is not an identifier")
+        check_task_env(self.env)  # every path to a compiled YAML builds its options here
         if self.secret is not None and not _K8S_NAME_RE.match(self.secret):
             raise ValueError(f"KFP secret {self.secret!r} is not a Kubernetes object name")
         if self.retries < 0:
@@ -388,7 +395,9 @@ def run_local(
     task in a container of the component's image (`rulerag-cpu:latest` unless compiled with
     another) with the host paths it needs mounted (`docker_run_args`; `mounts`: more of them,
     e.g. a local-path DVC remote). A pipeline compiled with `--env` hands its tasks that
-    environment instead of the host's (KFP's Docker runner replaces it)."""
+    environment instead of the host's (KFP's Docker runner replaces it). The run collects into
+    the project unless it overrides `params` (`local_run_arguments`): then its dvc.lock stays
+    in `collect`'s artifact, whose path the summary names (`describe_local_run`)."""
     from kfp import components, local
 
     if runner not in RUNNERS:
@@ -402,7 +411,7 @@ def run_local(
     )
     local.init(runner=chosen, pipeline_root=str(Path(pipeline_root).resolve()))
     loaded = components.load_component_from_file(str(pipeline))
-    run = loaded(**{"collect_into_project": True, **dict(arguments or {})})
+    run = loaded(**local_run_arguments(arguments))
     return str(run.output)
 
 
@@ -484,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             runner=args.runner, mounts=args.mount)  # fmt: skip
         seconds = time.monotonic() - start
         print(f"KFP local run: {summary} ({seconds:.1f} s)")
+        print(describe_local_run(json.loads(summary)))
         if args.timings:
             args.timings.write_text(json.dumps({"seconds": seconds, **json.loads(summary)}))
         return 0

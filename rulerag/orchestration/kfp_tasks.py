@@ -20,7 +20,10 @@ checked against params.yaml's registry, which needs the whole library.
 - `collect` (last, in links of a few stage tasks each, see below): the run's dvc.lock (the
   state's with every entry of the run put in), as an artifact; on request, also written into
   the project with its outputs pulled there (`workspaces.collect`), so a local run ends as a
-  serial `dvc repro` leaves the project.
+  serial `dvc repro` leaves the project. Only when the entries' params are the project's
+  params.yaml's: a run with `params` overrides would leave a dvc.lock that disagrees with
+  params.yaml (`dvc status`: params modified), so its lock stays in the artifact, whose path
+  the summary names (`lock`, beside the run's params.yaml, `params`).
 
 dvc.lock entries travel between tasks as KFP string parameters: one token per entry, zlib-
 compressed JSON in URL-safe base64 (`pack_entries`). KFP substitutes an upstream task's output
@@ -69,6 +72,7 @@ __all__ = [
     "collect",
     "graph",
     "main",
+    "params_disagreeing",
     "pack_entries",
     "prepare",
     "project_dir",
@@ -342,6 +346,46 @@ def run_stage(
     return {"entry": pack_entries({instance: entry}), "pull": pack_entries({instance: pull})}
 
 
+_MISSING = object()
+
+
+def _param_value(data: Mapping[str, Any], key: str) -> Any:
+    """A params file's value of `key` as dvc.lock records it: a top-level key, or a dotted
+    path (`ingest.duplicates`, `grid.0.k`)."""
+    if key in data:
+        return data[key]
+    node: Any = data
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def params_disagreeing(project: Path, entries: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The instances of `entries` (dvc.lock entries) whose recorded params differ from the
+    project's params files now, each with the keys that differ: what `dvc status` would call
+    "params modified" once those entries were in the project's dvc.lock."""
+    files: dict[str, dict[str, Any] | None] = {}
+    differ: dict[str, list[str]] = {}
+    for name, entry in entries.items():
+        for file, values in ((entry or {}).get("params") or {}).items():
+            if file not in files:
+                path = project / file
+                try:
+                    files[file] = read_params_file(path) if path.is_file() else None
+                except SettingsError:
+                    files[file] = None
+            current = files[file]
+            for key, value in (values or {}).items():
+                if current is None or _param_value(current, key) != value:
+                    differ.setdefault(name, []).append(key)
+    return differ
+
+
 def collect(
     *,
     tokens: str,
@@ -358,7 +402,10 @@ def collect(
     state's, the project's dvc.lock) with the entries of `tokens` put in, into `lock_dir`
     (`dvc.lock`, and `ran.json`: the instances this run finished so far). The last link, with
     `into_project`, also brings every instance the run finished into the project (its
-    dvc.lock entries, its outputs pulled). Returns a summary."""
+    dvc.lock entries, its outputs pulled), unless their params are not the project's
+    params.yaml's (a run with `params` overrides): the project's dvc.lock would then disagree
+    with its params.yaml, so nothing is brought in and `kept_out` says why. Returns a summary
+    with the paths of the run's dvc.lock (`lock`) and params.yaml (`params`)."""
     run, _, _ = _read_state(state_dir)
     previous = Path(previous_dir)
     base = previous / _STATE_LOCK
@@ -372,22 +419,35 @@ def collect(
     (out / _STATE_LOCK).write_text(text, encoding="utf-8")
     (out / _LINK_RAN).write_text(json.dumps(ran), encoding="utf-8")
     brought: list[str] = []
+    kept_out: str | None = None
     if into_project:
         project = project_dir(env) if project is None else project
         finished = read_lock_entries(out / _STATE_LOCK, ran)
-        brought = collect_into_project(
-            project,
-            finished,
-            DagSettings.from_env(env) if settings is None else settings,
-            _stage_env(run["run_id"], env),
-            echo=echo,
-        )
+        differ = params_disagreeing(project, finished)
+        if differ:
+            kept_out = (
+                f"not collected into {project}: the run's params are not its params.yaml's ("
+                + "; ".join(f"{name}: {', '.join(keys)}" for name, keys in sorted(differ.items()))
+                + "), so its dvc.lock would disagree with params.yaml"
+            )
+            echo(kept_out)
+        else:
+            brought = collect_into_project(
+                project,
+                finished,
+                DagSettings.from_env(env) if settings is None else settings,
+                _stage_env(run["run_id"], env),
+                echo=echo,
+            )
     echo(f"KFP run {run['run_id']}: {len(ran)} stage instances finished so far")
     return {
         "run": RUN_TAG_PREFIX + run["run_id"],
         "commit": run["commit"],
         "ran": ran,
         "collected": brought,
+        "lock": str((out / _STATE_LOCK).resolve()),
+        "params": str((Path(state_dir) / _STATE_PARAMS).resolve()),
+        "kept_out": kept_out,
     }
 
 

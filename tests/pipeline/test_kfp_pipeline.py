@@ -144,6 +144,32 @@ def test_make_kfp_compiles_the_stage_graph_of_the_chosen_datasets(tmp_path: Path
     assert "AWS_SECRET_ACCESS_KEY=" not in out.read_text()
 
 
+def test_compile_refuses_credentials_in_the_tasks_environment(tmp_path: Path) -> None:
+    """`compile --env MLFLOW_TRACKING_URI=http://admin:<secret>@mlflow:5000
+    AWS_SECRET_ACCESS_KEY=<secret>` wrote the secret into every task of the YAML in plain
+    text (117 times for the whole graph). It is refused before anything is compiled: no YAML,
+    a message that names both keys and `--secret`, and the secret in no output."""
+    assert KFP_PYTHON.is_file(), f"no KFP SDK venv at {KFP_PYTHON}: run `make setup-kfp`"
+    secret = "hunter2-s3cr3t"
+    out = tmp_path / "kfp" / "pipeline.yaml"
+    done = subprocess.run(
+        [str(KFP_PYTHON), "-m", "rulerag.orchestration.kfp_pipeline", "--project-dir",
+         str(PROJECT), "compile", "--output", str(out), "--env", "RULERAG_DVC_REMOTE=minio",
+         f"MLFLOW_TRACKING_URI=http://admin:{secret}@mlflow:5000",
+         f"AWS_SECRET_ACCESS_KEY={secret}"],
+        cwd=tmp_path, env={**kfp_env(), "PYTHONPATH": str(PROJECT)}, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    said = done.stdout + done.stderr
+    assert done.returncode == 2, said[-4000:]
+    assert "kfp: KFP --env carries credentials" in done.stderr, said[-4000:]
+    assert "AWS_SECRET_ACCESS_KEY: names a secret" in done.stderr
+    assert "MLFLOW_TRACKING_URI: its value holds URL credentials" in done.stderr
+    assert "--secret NAME" in done.stderr
+    assert secret not in said
+    assert not out.exists() and not out.parent.exists()
+
+
 def outputs(project: Path) -> dict[str, str]:
     return {
         str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -227,3 +253,22 @@ def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Pa
     assert parent.data.tags["rulerag.pipeline_run"] == summary["run"]
     assert sorted(r.data.tags["rulerag.stage"] for r in runs) == sorted(stages)
     assert {r.data.tags["rulerag.pipeline_run"] for r in runs} == {summary["run"]}
+
+    # a run with params overrides keeps its results out of the project (it used to collect
+    # them: `dvc status` then said ingest@nell995's params were modified, without a word);
+    # the project's dvc.lock stays the one its params.yaml matches, and the run says where
+    # its own dvc.lock is
+    lock_before = (project / "dvc.lock").read_bytes()
+    said = kfp(["run-local", "--pipeline", str(pipeline), "--pipeline-root",
+                str(tmp_path / "kfp"), "--stages", "ingest", "--param",
+                "ingest.duplicates=keep"], project, run_env, timeout=900)  # fmt: skip
+    assert (project / "dvc.lock").read_bytes() == lock_before
+    status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=project, env=env,
+                            capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(status.stdout) == {}, status.stdout
+    assert "not collected into the project" in said, said[-4000:]
+    found = re.search(r"the run's dvc\.lock: (\S+)", said)
+    assert found, said[-4000:]
+    run_lock = yaml.safe_load(Path(found[1]).read_text(encoding="utf-8"))["stages"]
+    assert run_lock[names[0]]["params"]["params.yaml"]["ingest"]["duplicates"] == "keep"
+    assert f"dvc pull {names[0]}" in said
