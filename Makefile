@@ -290,22 +290,39 @@ lock: setup  ## refresh constraints.txt from .venv
 	  | sort -f; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
-# Local Airflow (SQLite, LocalExecutor) on http://$(AIRFLOW_HOST):$(AIRFLOW_PORT), DAG folder =
-# dags/. The DAG runs one task at a time (DVC's repository lock): LocalExecutor workers beyond
-# that only hold memory (the default 32 took 6 GiB RSS). One address for everything: Airflow's
-# own links and the MLflow runs' links back to their tasks (AIRFLOW__API__BASE_URL, which
-# rulerag/tracking/links.py reads) name the host it serves, so the browser that logged in
-# there keeps its session (a link to localhost from a login on 127.0.0.1 asks to log in again).
+# Local Airflow (SQLite, LocalExecutor) on http://$(AIRFLOW_HOST):$(AIRFLOW_PORT), home in
+# $(AIRFLOW_STATE), DAG folder = dags/. The DAG runs one task at a time (DVC's repository lock):
+# LocalExecutor workers beyond that only hold memory (the default 32 took 6 GiB RSS). One
+# address for everything: Airflow's own links and the MLflow runs' links back to their tasks
+# (AIRFLOW__API__BASE_URL, which rulerag/tracking/links.py reads) name the host it serves, so
+# the browser that logged in there keeps its session (a link to localhost from a login on
+# 127.0.0.1 asks to log in again).
+# The login: rulerag.orchestration.airflow_home makes AIRFLOW_HOME 0700 and writes the simple
+# auth manager's passwords file (0600, a random password per user) before Airflow starts, so
+# Airflow generates and prints none; it names the file, never the password.
+# Then (--serve) it runs `airflow db migrate`, then what `airflow standalone` ran, all under one
+# rulerag.orchestration.supervise (Ctrl-C or SIGTERM to make's group stops every one of them):
+# api-server on AIRFLOW_HOST:AIRFLOW_PORT (1 worker), scheduler, dag-processor, triggerer. The
+# scheduler and the triggerer run with --skip-serve-logs: their log servers (ports 8793/8794)
+# bind every interface, Airflow has no setting for their host, and on one machine the API
+# server reads the task logs from $(AIRFLOW_STATE)/logs itself. So every port this opens is on
+# AIRFLOW_HOST (the scheduler's health check server too, if [scheduler] enable_health_check).
 AIRFLOW_PARALLELISM ?= 1
 AIRFLOW_HOST ?= 127.0.0.1
 AIRFLOW_PORT ?= 8080
+AIRFLOW_STATE ?= .airflow
 airflow: setup  ## Airflow on http://AIRFLOW_HOST:AIRFLOW_PORT (127.0.0.1:8080), DAG folder dags/
-	PATH=$(abspath $(BIN)):$$PATH AIRFLOW_HOME=$(abspath .airflow) \
+	PATH=$(abspath $(BIN)):$$PATH AIRFLOW_HOME=$(abspath $(AIRFLOW_STATE)) \
+	AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=$(abspath $(AIRFLOW_STATE))/simple_auth_manager_passwords.json.generated \
+	AIRFLOW__CORE__AUTH_MANAGER=airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager \
+	AIRFLOW__CORE__EXECUTOR=LocalExecutor \
 	AIRFLOW__CORE__DAGS_FOLDER=$(abspath dags) AIRFLOW__CORE__LOAD_EXAMPLES=False \
 	AIRFLOW__CORE__PARALLELISM=$(AIRFLOW_PARALLELISM) \
 	AIRFLOW__API__HOST=$(AIRFLOW_HOST) AIRFLOW__API__PORT=$(AIRFLOW_PORT) \
 	AIRFLOW__API__BASE_URL=http://$(AIRFLOW_HOST):$(AIRFLOW_PORT) \
-	$(BIN)/python -m rulerag.orchestration.supervise -- airflow standalone
+	AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=$(AIRFLOW_HOST) \
+	$(BIN)/python -m rulerag.orchestration.airflow_home --serve \
+	  --host $(AIRFLOW_HOST) --port $(AIRFLOW_PORT)
 
 # docker/compose.yaml's CeleryExecutor cluster on this machine, without Docker: Postgres, Redis,
 # API server, scheduler, DAG processor, CLUSTER_WORKERS Celery workers (and CLUSTER_GPU_WORKERS on
@@ -391,8 +408,12 @@ test-docker: images $(COMPOSE) $(KFP_STAMP)  ## the images, the compose stack an
 
 # The project's MLflow store on 127.0.0.1:5000; its artifacts are served from mlartifacts/
 # wherever the project is now (proxied locations, rulerag/tracking/config.py).
-mlflow-ui: setup  ## the MLflow UI on the project's store, http://127.0.0.1:5000
-	$(BIN)/python -m rulerag.tracking ui --project-dir $(CURDIR)
+# Under the supervisor (as `make airflow`): a SIGKILL to make's group left the server's
+# worker on the port (and its job runners) with parent 1; its watchdog stops them.
+MLFLOW_PORT ?= 5000
+mlflow-ui: setup  ## the MLflow UI on the project's store, http://127.0.0.1:5000 (MLFLOW_PORT)
+	$(BIN)/python -m rulerag.orchestration.supervise -- \
+	  $(BIN)/python -m rulerag.tracking ui --project-dir $(CURDIR) --port $(MLFLOW_PORT)
 
 clean-venv:  ## remove .venv
 	rm -rf $(VENV)

@@ -10,11 +10,16 @@ Everything the cluster keeps lives in one state folder (default `.cluster/`, git
     postgres/data, postgres/run   Postgres' data folder and socket folder (owned by the user
                                   `postgres` when this runs as root: initdb refuses root)
     redis/                        redis.conf (password, no persistence)
-    airflow/                      AIRFLOW_HOME: task logs, the API server's generated passwords
+    airflow/                      AIRFLOW_HOME: task logs, the login's passwords file (written
+                                  here before the API server starts: Airflow prints none)
     dvc-remote/                   the DVC remote `cluster` (`dvc remote add --local`)
     workspaces/                   RULERAG_WORKSPACE_ROOT
     logs/, pids/                  one log and one pid file per process
     cluster.json                  ports of the running cluster; secrets.json: passwords, JWT key
+
+Whatever holds a secret is its owner's only: secrets.json, redis.conf, the passwords file and
+the processes' logs 0600 (tightened if they exist), the state folder and the folders of
+secrets 0700 (the state folder 0711 as root, for the user postgres to pass through).
 
 Every process is started as the leader of a process group of its own, and `down` stops each
 group (SIGTERM, a grace period, SIGKILL) and Postgres (`pg_ctl stop`), so nothing is left
@@ -48,7 +53,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rulerag.orchestration.airflow_home import (
+    PASSWORDS_FILE_ENV,
+    PASSWORDS_FILE_NAME,
+    ensure_passwords,
+    simple_auth_users,
+)
 from rulerag.orchestration.processes import group_alive
+from rulerag.orchestration.secret_files import (
+    open_private_log,
+    private_dir,
+    tighten,
+    write_private,
+)
 
 __all__ = ["Cluster", "ClusterError", "main"]
 
@@ -225,21 +242,35 @@ class Cluster:
         except json.JSONDecodeError as exc:
             raise ClusterError(f"{path}: not JSON ({exc}); remove it and run up again") from exc
 
+    @property
+    def passwords_file(self) -> Path:
+        """The API server's login: user -> password, written before it starts (it would
+        otherwise generate the passwords and print them into logs/api-server.log)."""
+        return self.airflow_home / PASSWORDS_FILE_NAME
+
     def _write_private(self, path: Path, text: str) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        """Write a file only its owner reads (0600 whether or not it existed), in a state
+        folder only its owner lists."""
+        self._private_state_dir()
+        write_private(path, text)
+
+    def _private_state_dir(self) -> None:
+        """The state folder, 0700 (as root 0711: the user postgres passes through it to
+        postgres/, which it owns)."""
+        private_dir(self.state_dir, 0o711 if os.geteuid() == 0 else 0o700)
 
     def secrets(self) -> dict[str, str]:
         """Passwords and the JWT key, generated at the first `up` and kept (Postgres' is set
-        by initdb); never in git, never on a command line."""
+        by initdb); never in git, never on a command line, and secrets.json is 0600 (also
+        one an older version left 0644)."""
+        path = self.state_dir / "secrets.json"
         saved = self._json("secrets.json")
         wanted = ("postgres_password", "redis_password", "jwt_secret", "api_secret_key")
         if all(saved.get(k) for k in wanted):
+            tighten(path)
             return saved
         made = {k: saved.get(k) or secrets.token_hex(24) for k in wanted}
-        self._write_private(self.state_dir / "secrets.json", json.dumps(made, indent=2))
+        self._write_private(path, json.dumps(made, indent=2))
         return made
 
     def ports(self) -> dict[str, int]:
@@ -262,6 +293,7 @@ class Cluster:
         env.update(
             PATH=os.pathsep.join([bin_dir, env.get("PATH", "")]),
             AIRFLOW_HOME=str(self.airflow_home),
+            **{PASSWORDS_FILE_ENV: str(self.passwords_file)},
             AIRFLOW__DATABASE__SQL_ALCHEMY_CONN=f"postgresql+psycopg2://{db}",
             AIRFLOW__CORE__EXECUTOR="CeleryExecutor",
             AIRFLOW__CELERY__BROKER_URL=(
@@ -276,6 +308,8 @@ class Cluster:
             AIRFLOW__CORE__EXECUTION_API_SERVER_URL=f"http://127.0.0.1:{ports['api']}/execution/",
             AIRFLOW__API__HOST="127.0.0.1",
             AIRFLOW__API__PORT=str(ports["api"]),
+            # the address links and redirects name: the one the server listens on
+            AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{ports['api']}",
             AIRFLOW__API__SECRET_KEY=keys["api_secret_key"],
             AIRFLOW__API_AUTH__JWT_SECRET=keys["jwt_secret"],
             RULERAG_PROJECT_DIR=str(self.project_dir),
@@ -314,7 +348,7 @@ class Cluster:
         self, cmd: list[str], log: Path, what: str, timeout: float = 300,
         env: Mapping[str, str] | None = None,
     ) -> None:  # fmt: skip
-        with log.open("a", encoding="utf-8") as out:
+        with open_private_log(log) as out:
             out.write(f"$ {shlex.join(cmd)}\n")
             out.flush()
             try:
@@ -449,7 +483,7 @@ class Cluster:
         if self.pid(name) is not None:
             raise ClusterError(f"{name} already runs (pid {self.pid(name)}); run down first")
         log = self.logs / f"{name}.log"
-        with log.open("a", encoding="utf-8") as out:
+        with open_private_log(log) as out:  # a server may print a secret
             out.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} $ {shlex.join(cmd)}\n")
             out.flush()
             proc = subprocess.Popen(cmd, cwd=self.project_dir, env=dict(env), stdout=out,
@@ -522,11 +556,11 @@ class Cluster:
             raise
 
     def _start(self, redis_server: str, airflow: str, dvc: str, timeout: float, echo: Echo) -> None:
-        for sub in (self.logs, self.pids, self.airflow_home, self.remote_dir,
-                    self.state_dir / "workspaces", self.state_dir / "redis"):  # fmt: skip
+        self._private_state_dir()
+        for sub in (self.logs, self.pids, self.airflow_home, self.state_dir / "redis"):
+            private_dir(sub)  # logs, passwords, redis.conf: the owner's only
+        for sub in (self.remote_dir, self.state_dir / "workspaces"):
             sub.mkdir(parents=True, exist_ok=True)
-        if os.geteuid() == 0:
-            self.state_dir.chmod(0o711)  # the postgres user passes through to postgres/
         keys = self.secrets()
         ports = {"postgres": _free_port(), "redis": _free_port(), "api": _free_port()}
         saved = {"ports": ports, "workers": self.workers, "gpu_workers": self.gpu_workers}
@@ -547,6 +581,8 @@ class Cluster:
         self._wait(lambda: _port_open(ports["redis"]), "redis", 30)
 
         env = self.airflow_env()
+        # the login, before any Airflow process: none has a password to generate and print
+        ensure_passwords(self.passwords_file, simple_auth_users(self.airflow_home, env))
         echo("airflow db migrate")
         self._checked([airflow, "db", "migrate"], self.logs / "migrate.log", "airflow db migrate",
                       timeout=timeout, env=env)  # fmt: skip
@@ -620,7 +656,7 @@ class Cluster:
         ports = self.ports()
         return (
             f"API http://127.0.0.1:{ports.get('api')} (users and passwords: "
-            f"{self.airflow_home / 'simple_auth_manager_passwords.json.generated'}); "
+            f"{self.passwords_file}); "
             f"{self.workers} Celery workers, {self.gpu_workers} on the queue gpu; "
             f"logs in {self.logs}"
         )

@@ -1,20 +1,23 @@
-"""Run a server command so that one Ctrl-C or SIGTERM stops it and everything it started.
+"""Run server commands so that one Ctrl-C or SIGTERM stops them and everything they started.
 
-`airflow standalone` starts the API server, scheduler, DAG processor and triggerer as
-children, and some of those start their own (uvicorn's workers, the executor's task
-processes). A SIGTERM to `standalone` left its children running with their ports open; a
-Ctrl-C left it waiting on children that had become zombies. `make airflow` therefore runs it
-under this supervisor (`python -m rulerag.orchestration.supervise -- <command> ...`):
+`make airflow` runs Airflow's API server, scheduler, DAG processor and triggerer, and some of
+those start their own processes (uvicorn's workers, the executor's task processes). A SIGTERM
+to `airflow standalone`, which it used to run, left those children running with their ports
+open; a Ctrl-C left it waiting on children that had become zombies. So `make airflow` runs its
+commands under this supervisor (`python -m rulerag.orchestration.supervise -- <command> ...
+[--and <command> ...]`; there through `rulerag.orchestration.airflow_home`, which first makes
+AIRFLOW_HOME private and migrates the database):
 
-- the command starts as the leader of a process group of its own (`processes.start_group`);
+- each command starts as the leader of a process group of its own (`processes.start_group`);
 - this process is a child subreaper (Linux `PR_SET_CHILD_SUBREAPER`): a descendant whose
   parent exits is re-parented here rather than to init, so it stays findable and is reaped
   here, never left a zombie;
 - on SIGTERM, SIGINT or SIGHUP, every descendant (the process tree under this process, which
-  reaches those that started a session of their own) and the command's group get SIGTERM,
+  reaches those that started a session of their own) and every command's group get SIGTERM,
   then `grace` seconds, then SIGKILL; the exit status is 128 + the signal;
-- when the command exits by itself, whatever it left behind is stopped the same way and its
-  exit status is this process's;
+- when a command exits by itself, the other commands and whatever any of them left behind are
+  stopped the same way (a scheduler that died beside a live UI would only mislead), and the
+  exit status of the one that exited is this process's;
 - a watchdog, a small process in a session of its own, outlives this one: it is told every
   process of the tree as it appears (pid and start time) and, when this process is gone however
   it ended (a SIGKILL to `make airflow`'s whole group after an impatient SIGTERM, the OOM
@@ -32,6 +35,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from contextlib import suppress
 from pathlib import Path
 from types import FrameType
@@ -41,10 +45,30 @@ import psutil
 
 from rulerag.orchestration.processes import GRACE_S, proc_table, start_group
 
-__all__ = ["Watchdog", "descendants", "main", "supervise", "watchdog"]
+__all__ = ["AND", "Watchdog", "descendants", "main", "split_commands", "supervise", "watchdog"]
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: separates the commands on this module's command line (`-- cmd1 ... --and cmd2 ...`); a
+#: command that has this word among its own arguments is for `supervise`'s list form only
+AND = "--and"
+
+
+def split_commands(words: Sequence[str]) -> list[list[str]]:
+    """`cmd1 ... --and cmd2 ...` as the list of commands (an empty one where two separators
+    meet, or at either end: the caller refuses it)."""
+    commands: list[list[str]] = [[]]
+    for word in words:
+        if word == AND:
+            commands.append([])
+        else:
+            commands[-1].append(word)
+    return commands
+
+
+def _label(cmd: Sequence[str]) -> str:
+    """A command as messages name it: the program's name and its first argument."""
+    return " ".join([Path(cmd[0]).name, *cmd[1:2]])
 
 
 def _become_subreaper() -> None:
@@ -80,6 +104,13 @@ def _reap() -> None:
             return
 
 
+def _group_of(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:  # gone meanwhile
+        return None
+
+
 def _signal_all(pids: set[int], pgid: int, sig: signal.Signals) -> None:
     for pid in pids:
         with suppress(ProcessLookupError, PermissionError):
@@ -88,22 +119,35 @@ def _signal_all(pids: set[int], pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def stop_tree(proc: subprocess.Popen, grace: float = GRACE_S, spare: int | None = None) -> None:
-    """SIGTERM to every descendant and to `proc`'s group, up to `grace` s, then SIGKILL; the
-    process `spare` (the watchdog) is left alone."""
+def stop_tree(
+    procs: subprocess.Popen | Sequence[subprocess.Popen],
+    grace: float = GRACE_S,
+    spare: int | None = None,
+) -> None:
+    """SIGTERM to every descendant and to each of `procs`' groups, up to `grace` s, then
+    SIGKILL; the process `spare` (the watchdog) is left alone."""
     me = os.getpid()
+    groups = [procs.pid] if isinstance(procs, subprocess.Popen) else [p.pid for p in procs]
 
     def tree() -> set[int]:
         return descendants(me) - {spare}
 
-    _signal_all(tree(), proc.pid, signal.SIGTERM)
+    def signal_all(sig: signal.Signals) -> None:
+        # each process once: a second SIGTERM tells Airflow's scheduler and triggerer to stop
+        # waiting for their tasks and triggers; so the groups by killpg, the rest one by one
+        pids = {pid for pid in tree() if _group_of(pid) not in groups}
+        for pgid in groups:
+            _signal_all(pids, pgid, sig)
+            pids = set()
+
+    signal_all(signal.SIGTERM)
     deadline = time.monotonic() + grace
     while time.monotonic() < deadline:
         _reap()
         if not tree():
             return
         time.sleep(0.05)
-    _signal_all(tree(), proc.pid, signal.SIGKILL)
+    signal_all(signal.SIGKILL)
     deadline = time.monotonic() + grace
     while tree() and time.monotonic() < deadline:
         _reap()
@@ -184,10 +228,17 @@ def watchdog(grace: float = GRACE_S, stream: BinaryIO | None = None) -> int:
     return len(alive)
 
 
-def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
-    """Run `cmd` until it exits or this process is told to stop; nothing it started outlives
-    this call, nor this process (`Watchdog`). Returns the command's exit status, or 128 + the
-    stopping signal."""
+def supervise(commands: Sequence[str] | Sequence[Sequence[str]], grace: float = GRACE_S) -> int:
+    """Run `commands` (one argument list, or a list of them, all started at once) until one
+    exits or this process is told to stop; then stop all of them. Nothing they started
+    outlives this call, nor this process (`Watchdog`). Returns the exit status of the command
+    that exited, or 128 + the stopping signal."""
+    if commands and isinstance(commands[0], str):
+        cmds = [list(commands)]  # one command
+    else:
+        cmds = [list(cmd) for cmd in commands]
+    if not cmds or not all(cmds):
+        raise ValueError("supervise: no command, or an empty one")
     _become_subreaper()
     stopped: list[int] = []
 
@@ -196,49 +247,79 @@ def supervise(cmd: list[str], grace: float = GRACE_S) -> int:
 
     previous = {sig: signal.signal(sig, on_signal) for sig in _STOP_SIGNALS}
     guard = Watchdog(grace)
+    procs: list[subprocess.Popen] = []
     try:
-        proc = start_group(cmd, cwd=Path.cwd(), env=os.environ)
+        try:
+            for cmd in cmds:
+                procs.append(start_group(cmd, cwd=Path.cwd(), env=os.environ))
+        except BaseException:  # one did not start: neither do the others
+            stop_tree(procs, grace, spare=guard.proc.pid)
+            raise
         me, ticks = os.getpid(), 0
-        while proc.poll() is None and not stopped:
+        ended: subprocess.Popen | None = None
+        while ended is None and not stopped:
             if ticks % 10 == 0:  # every second: the processes that appeared meanwhile
-                guard.tell(({proc.pid} | descendants(me)) - {guard.proc.pid})
+                guard.tell(({p.pid for p in procs} | descendants(me)) - {guard.proc.pid})
             ticks += 1
-            time.sleep(0.1)
+            ended = next((p for p in procs if p.poll() is not None), None)
+            if ended is None:
+                time.sleep(0.1)
+        names = ", ".join(_label(cmd) for cmd in cmds)
         if stopped:
+            they = "it" if len(cmds) == 1 else "they"
             print(
-                f"supervise: {signal.Signals(stopped[0]).name}: stopping {cmd[0]} and every "
-                "process it started",
+                f"supervise: {signal.Signals(stopped[0]).name}: stopping {names} and every "
+                f"process {they} started",
                 file=sys.stderr,
             )
-        stop_tree(proc, grace, spare=guard.proc.pid)
-        with suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=grace)
+        elif len(cmds) > 1 and ended is not None:
+            print(
+                f"supervise: {_label(cmds[procs.index(ended)])} exited with status "
+                f"{_status(ended.returncode)}: stopping {names} and every process they started",
+                file=sys.stderr,
+            )
+        stop_tree(procs, grace, spare=guard.proc.pid)
+        for proc in procs:
+            with suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace)
         if stopped:
             return 128 + stopped[0]
-        code = proc.returncode or 0
-        return 128 - code if code < 0 else code  # killed by a signal: the shell's convention
+        return _status(ended.returncode if ended is not None else None)
     finally:
         guard.close()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 
 
+def _status(code: int | None) -> int:
+    """A process's exit status as a shell reports it (killed by signal N: 128 + N)."""
+    code = code or 0
+    return 128 - code if code < 0 else code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--grace", type=float, default=GRACE_S, help="seconds before SIGKILL")
     parser.add_argument("--watchdog", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command")
+    parser.add_argument(
+        "command", nargs=argparse.REMAINDER, help=f"-- then the command (several: {AND} between)"
+    )
     args = parser.parse_args(argv)
     if args.watchdog:
         watchdog(args.grace)
         return 0
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
-    if not command:
-        parser.error("no command given (python -m rulerag.orchestration.supervise -- cmd ...)")
+    commands = split_commands(command)
+    if not all(commands):
+        parser.error(
+            "no command given, or an empty one (python -m rulerag.orchestration.supervise -- "
+            f"cmd ... [{AND} cmd ...])"
+        )
     try:
-        return supervise(command, args.grace)
+        return supervise(commands, args.grace)
     except FileNotFoundError as err:
-        print(f"supervise: cannot start {command[0]!r}: {err}", file=sys.stderr)
+        print(f"supervise: cannot start {err.filename or commands[0][0]!r}: {err}",
+              file=sys.stderr)  # fmt: skip
         return 127
 
 

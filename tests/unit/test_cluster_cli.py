@@ -4,7 +4,9 @@ missing binary or an unstarted cluster fails in one line that says what to do.""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import stat
 import subprocess
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 import yaml
 
 from rulerag.orchestration import cluster as cluster_module
+from rulerag.orchestration.airflow_home import PASSWORDS_FILE_ENV, PASSWORDS_FILE_NAME
 from rulerag.orchestration.cluster import Cluster, ClusterError, main, postgres_bin
 from rulerag.orchestration.dag_settings import DagSettings
 
@@ -42,6 +45,7 @@ def test_airflow_env_mirrors_the_compose_file(tmp_path: Path) -> None:
     assert env["AIRFLOW__CELERY__RESULT_BACKEND"].endswith("@127.0.0.1:5999/airflow")
     assert env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"] == "http://127.0.0.1:7999/execution/"
     assert env["AIRFLOW__API__HOST"] == "127.0.0.1"
+    assert env["AIRFLOW__API__BASE_URL"] == "http://127.0.0.1:7999"
     assert env["AIRFLOW__CORE__DAGS_FOLDER"] == str(PROJECT / "dags")
     assert env["AIRFLOW_HOME"] == str(cluster.state_dir / "airflow")
     settings = DagSettings.from_env(env)
@@ -64,6 +68,55 @@ def test_secrets_are_generated_once_and_private(tmp_path: Path) -> None:
     assert len(set(first.values())) == 4 and all(len(v) >= 32 for v in first.values())
     mode = stat.S_IMODE((cluster.state_dir / "secrets.json").stat().st_mode)
     assert mode == 0o600
+
+
+def test_secrets_an_older_version_left_readable_are_tightened(tmp_path: Path) -> None:
+    """secrets.json written 0644 (by hand, an older version, a umask) stayed 0644 after
+    `secrets()` wrote new passwords into it: `O_CREAT, 0o600` sets the mode only of a file
+    it creates. Now it ends 0600 whether it is written or only read, in a state folder only
+    its owner lists (0711 as root: the user postgres passes through to postgres/)."""
+    cluster = started(tmp_path)
+    path = cluster.state_dir / "secrets.json"
+    cluster.state_dir.chmod(0o755)
+    path.write_text(json.dumps({"redis_password": "kept-as-it-was"}))
+    path.chmod(0o644)
+    made = cluster.secrets()
+    assert made["redis_password"] == "kept-as-it-was" and all(made.values())
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cluster.state_dir.stat().st_mode) == (0o711 if os.geteuid() == 0 else 0o700)
+    path.chmod(0o644)  # complete, so only read
+    assert cluster.secrets() == made
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_every_airflow_process_is_told_the_login_file(tmp_path: Path) -> None:
+    """The API server generated the admin password and printed it into logs/api-server.log;
+    `up` now writes the passwords file first (`ensure_passwords`) and names it to every Airflow
+    process, so none has a password to generate or print."""
+    cluster = started(tmp_path)
+    env = cluster.airflow_env()
+    assert env[PASSWORDS_FILE_ENV] == str(cluster.airflow_home / PASSWORDS_FILE_NAME)
+    assert cluster.passwords_file == cluster.airflow_home / PASSWORDS_FILE_NAME
+    assert str(cluster.passwords_file) in cluster.status_line()
+
+
+def test_the_processes_logs_are_private(tmp_path: Path) -> None:
+    """A process's log (what a server prints: a generated password, a connection URL in a
+    traceback) was 0644; it is 0600, also one an earlier start left 0644."""
+    cluster = started(tmp_path)
+    cluster.logs.mkdir()
+    cluster.pids.mkdir()
+    log = cluster.logs / "api-server.log"
+    log.write_text("an earlier start\n")
+    log.chmod(0o644)
+    pid = cluster._spawn("api-server", ["true"], {"PATH": "/usr/bin:/bin"})
+    with contextlib.suppress(ChildProcessError):  # reaped already by another test's handler
+        os.waitpid(pid, 0)
+    assert stat.S_IMODE(log.stat().st_mode) == 0o600
+    assert log.read_text().startswith("an earlier start\n--- ")
+    checked = cluster.logs / "migrate.log"
+    cluster._checked(["true"], checked, "true", env={"PATH": "/usr/bin:/bin"})
+    assert stat.S_IMODE(checked.stat().st_mode) == 0o600
 
 
 def test_errors_say_what_to_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

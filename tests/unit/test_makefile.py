@@ -45,6 +45,46 @@ def test_make_airflow_starts_as_many_workers_as_the_dag_uses() -> None:
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_airflow_writes_the_login_before_airflow_starts() -> None:
+    """`airflow standalone` generated the admin password into a 0644 file in a 0755 home and
+    printed it: `make airflow` now starts it through rulerag.orchestration.airflow_home, which
+    writes the passwords file (0600, home 0700) first, and names that file to Airflow."""
+    done = subprocess.run(
+        ["make", "-n", "--no-print-directory", "-C", str(PROJECT), "airflow"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    command = done.stdout.replace("\\\n", " ").strip().splitlines()[-1]
+    home = f"{PROJECT}/.airflow"
+    assert f" AIRFLOW_HOME={home} " in command
+    assert (
+        f" AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE={home}/"
+        "simple_auth_manager_passwords.json.generated "
+    ) in command
+    assert command.split()[-8:] == [
+        ".venv/bin/python", "-m", "rulerag.orchestration.airflow_home", "--serve",
+        "--host", "127.0.0.1", "--port", "8080",
+    ], command  # fmt: skip
+
+
+def test_make_airflow_runs_the_components_without_log_servers() -> None:
+    """Issue 45, item 7: `airflow standalone` started the scheduler's and the triggerer's log
+    servers, which Airflow binds on every interface (8793, 8794). `make airflow` runs the
+    components itself, under one supervisor, after `airflow db migrate`, those two with
+    `--skip-serve-logs` (tests/pipeline/test_make_airflow_binds.py runs the real target)."""
+    from rulerag.orchestration.airflow_home import MIGRATE, local_components
+
+    components = local_components("127.0.0.2", 8181)
+    assert list(components) == ["api-server", "scheduler", "dag-processor", "triggerer"]
+    assert components["api-server"] == [
+        "airflow", "api-server", "--host", "127.0.0.2", "--port", "8181", "--workers", "1",
+    ]  # fmt: skip
+    for name in ("scheduler", "triggerer"):
+        assert "--skip-serve-logs" in components[name]
+    assert "standalone" not in {word for cmd in components.values() for word in cmd}
+    assert MIGRATE == ("airflow", "db", "migrate")
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 @pytest.mark.parametrize("args", [[], ["AIRFLOW_HOST=127.0.0.2", "AIRFLOW_PORT=8181"]])
 def test_make_airflow_links_to_the_address_it_serves(args: list[str]) -> None:
     """The MLflow runs' links back to Airflow (rulerag/tracking/links.py reads
@@ -73,9 +113,56 @@ def test_make_mlflow_ui_serves_the_project_store_from_where_it_is() -> None:
         text=True,
         check=True,
     )
-    last = done.stdout.strip().splitlines()[-1]
-    assert last.endswith(f"/python -m rulerag.tracking ui --project-dir {PROJECT}"), last
+    command = done.stdout.replace("\\\n", " ").strip().splitlines()[-1]
+    assert "-m rulerag.orchestration.supervise --" in command  # nothing left behind
+    assert command.split()[-7:-3] == ["-m", "rulerag.tracking", "ui", "--project-dir"]
+    assert command.split()[-3:] == [str(PROJECT), "--port", "5000"], command
     assert "reroot" not in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_a_sigkilled_make_mlflow_ui_leaves_no_server_behind(tmp_path: Path) -> None:
+    """Issue 45, case 17: SIGKILL to `make mlflow-ui`'s process group left its server's worker
+    on the port (and its job runners) with parent 1."""
+    import signal
+    import socket
+    import time
+    import urllib.request
+
+    import psutil
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    venv = PROJECT / ".venv"
+    proc = subprocess.Popen(
+        ["make", "--no-print-directory", "-C", str(PROJECT), "-o", f"{venv}/.installed",
+         f"CURDIR={tmp_path}", f"MLFLOW_PORT={port}", "mlflow-ui"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2):
+                break
+        except OSError:
+            assert time.monotonic() < deadline and proc.poll() is None, "the UI did not start"
+            time.sleep(0.5)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert tree
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=30)
+    gone_by = time.monotonic() + 40  # the watchdog's grace period and then some
+    while time.monotonic() < gone_by and any(p.is_running() and p.status() != "zombie"
+                                             for p in tree):  # fmt: skip
+        time.sleep(0.5)
+    left = [p for p in tree if p.is_running() and p.status() != "zombie"]
+    for p in left:
+        p.kill()
+    assert not left, [p.cmdline()[:4] for p in left]
+    with socket.socket() as probe:
+        assert probe.connect_ex(("127.0.0.1", port)) != 0  # the port is free
 
 
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")

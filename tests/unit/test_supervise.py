@@ -157,3 +157,79 @@ def test_nothing_outlives_a_supervisor_that_is_killed(tmp_path: Path, how: str) 
         os.kill(pid, signal.SIGKILL)
     assert left == []
     assert [port for port in ports if _port_open(port)] == []
+
+
+def _start_two(
+    tmp_path: Path, second_exits: int | None = None
+) -> tuple[subprocess.Popen, list[int], list[int]]:
+    """The supervisor on two stand-in servers, the commands separated by `--and` (as `make
+    airflow` gives it four Airflow components); `second_exits`: the second one exits with
+    that status once the first has started."""
+    script = tmp_path / "server.py"
+    script.write_text(SERVER)
+    first, second = tmp_path / "started1", tmp_path / "started2"
+    command = [sys.executable, str(script), str(first), "--and"]
+    if second_exits is None:
+        command += [sys.executable, str(script), str(second)]
+    else:
+        wait = f"while [ ! -e '{first}' ]; do sleep 0.1; done"
+        command += ["sh", "-c", f"{wait}; exec '{sys.executable}' '{script}' '{second}' "
+                    f"{second_exits}"]  # fmt: skip
+    with open(tmp_path / "stderr.txt", "w") as stderr:
+        sup = subprocess.Popen(
+            [sys.executable, "-m", "rulerag.orchestration.supervise", "--grace", "2", "--",
+             *command],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=stderr,
+        )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not (first.exists() and second.exists()):
+        assert time.monotonic() < deadline, (tmp_path / "stderr.txt").read_text()
+        time.sleep(0.1)
+    pids: list[int] = []
+    ports: list[int] = []
+    for marker in (first, second):
+        pids_line, ports_line = marker.read_text().splitlines()
+        pids += [int(p) for p in pids_line.split()]
+        ports += [int(p) for p in ports_line.split()]
+    return sup, pids, ports
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+def test_several_commands_are_stopped_together(tmp_path: Path) -> None:
+    """Issue 45, item 7: `make airflow` runs the API server, scheduler, DAG processor and
+    triggerer itself (not `standalone`), all under one supervisor: a SIGTERM ends every one of
+    them and what they started, and frees their ports."""
+    sup, pids, ports = _start_two(tmp_path)
+    assert len(ports) == 6 and all(map(_port_open, ports)) and not any(map(_gone, pids))
+    sup.send_signal(signal.SIGTERM)
+    assert sup.wait(timeout=60) == 143
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
+    stderr = (tmp_path / "stderr.txt").read_text()
+    assert "SIGTERM: stopping" in stderr and "every process they started" in stderr
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
+def test_one_command_that_exits_stops_the_others_and_its_status_is_kept(tmp_path: Path) -> None:
+    """A component that dies (a scheduler that cannot start) stops the others rather than
+    leave a UI up over nothing; the exit status is the one that exited."""
+    sup, pids, ports = _start_two(tmp_path, second_exits=5)
+    assert sup.wait(timeout=60) == 5
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
+    assert "exited with status 5: stopping" in (tmp_path / "stderr.txt").read_text()
+
+
+def test_the_command_line_splits_at_and() -> None:
+    from rulerag.orchestration.supervise import split_commands
+
+    assert split_commands(["a", "-x", "--and", "b", "--", "c"]) == [["a", "-x"], ["b", "--", "c"]]
+    assert split_commands(["a"]) == [["a"]]
+    assert not all(split_commands(["a", "--and"]))
+    assert not all(split_commands([]))
