@@ -3,8 +3,8 @@
 Thin glue over rulerag.orchestration: the graph (stages, ``foreach`` over every known dataset,
 edges from deps/outs) comes from dvc.yaml, so a stage added there appears here with no edit;
 ``dag_layout`` keeps it worked out in a file, so that Airflow's frequent parses of this file
-cost milliseconds. The first task, ``apply_conf``, writes the run's conf into params.yaml and
-skips every stage task the run does not select before any starts.
+cost milliseconds. The first task, ``apply_conf``, applies the run's conf to the run's
+params.yaml and skips every stage task the run does not select before any starts.
 Each stage task runs the very command DVC runs, ``dvc repro --single-item <stage>@<item>``, so
 dvc.lock is written as by ``dvc repro`` and ``dvc status`` agrees with Airflow. DVC holds a
 repository lock, hence, by default, one task at a time (``max_active_tasks=1``) and one run
@@ -19,8 +19,10 @@ Trigger with a conf (validated; an empty conf leaves params.yaml as it is)::
 
 ``"stages": ["ingest", "mine_rules"]`` runs only those dvc.yaml stages (the rest skip);
 ``"force": ["ingest"]`` runs those stages' instances with ``dvc repro --force``. A run
-whose conf changed params.yaml ends by committing params.yaml and dvc.lock to the branch
-``airflow-<run id>`` and putting params.yaml back as it was (``record_overrides``).
+whose conf changes params.yaml runs in a copy of its own (``rulerag.orchestration.run_copy``:
+the project's params.yaml is never written) and ends by committing its params.yaml and
+dvc.lock to the branch ``airflow-<run id>`` (``record_overrides``); what it built comes into
+the project, as ``dvc repro`` leaves it, when params.yaml would have built the same.
 """
 
 from __future__ import annotations
@@ -28,9 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import re
 import shutil
-import subprocess
 import sys
 from datetime import timedelta
 from pathlib import Path
@@ -60,6 +60,7 @@ if str(PROJECT_DIR) not in sys.path:
 
 # Only what the DAG's shape needs is imported here (the layout is read back from its file,
 # dag_layout.py): Airflow parses this file every half minute and in every task process.
+from rulerag.orchestration import run_copy  # noqa: E402
 from rulerag.orchestration.assets import ASSET_GROUP  # noqa: E402
 from rulerag.orchestration.dag_layout import (  # noqa: E402
     DagLayout,
@@ -162,26 +163,16 @@ def _without_empty_fields(conf: dict[str, Any]) -> dict[str, Any]:
 _FORM_FIELDS = ("datasets", "stages", "params", "force")
 
 
-def _backup_path(run_id: str) -> Path:
-    """Where params.yaml as it was before a run's overrides waits (DVC's ignored tmp dir)."""
-    return PROJECT_DIR / ".dvc" / "tmp" / f"airflow-params-{experiment_name(run_id)}.yaml"
-
-
-def experiment_name(run_id: str) -> str:
-    """A DVC experiment name (a git ref part) for a DAG run: `airflow-` + the run id with
-    every character but letters, digits, `.`, `_` and `-` replaced by `-`."""
-    return "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
-
-
 def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") -> dict[str, Any]:
-    """Validate the run's conf and write it into params.yaml; return what is now selected.
+    """Validate the run's conf; return what the run selected and where it runs.
 
-    params.yaml as it was is kept aside (`_backup_path`) when the conf changes it, for
-    `record_overrides` to put back after the run. A bad conf fails the run at once without
-    retries: retrying cannot make it valid.
+    A conf that changes params.yaml gets the run a copy of its own (`run_copy.create`: a git
+    worktree with the run's params.yaml, sharing the project's DVC cache), named in the
+    result's ``workdir``; the project's params.yaml is never written, so an edit made to it
+    during the run stays. A bad conf fails the run at once without retries: retrying cannot
+    make it valid.
     """
     conf = _without_empty_fields(dict(conf or {}))
-    original = PARAMS_YAML.read_text(encoding="utf-8")
     params = read_params_file(PARAMS_YAML)
     from rulerag.orchestration.dvc_graph import cmd_param_keys
     from rulerag.params import parse_params
@@ -196,20 +187,33 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
         )
     except ValueError as exc:
         raise AirflowFailException(f"invalid run conf: {exc}") from exc
-    changed = apply_run_conf(PARAMS_YAML, run_conf)
+    # the conf applied to a private copy of params.yaml's text: the project's file stays
+    scratch = PROJECT_DIR / run_copy.RUNS_DIR / f".params-{run_copy.branch_name(run_id)}.yaml"
+    scratch.parent.mkdir(parents=True, exist_ok=True)
+    scratch.write_text(PARAMS_YAML.read_text(encoding="utf-8"), encoding="utf-8")
+    try:
+        changed = apply_run_conf(scratch, run_conf)
+        params_text = scratch.read_text(encoding="utf-8")
+    finally:
+        scratch.unlink(missing_ok=True)
+    workdir = None
     if changed:
-        backup = _backup_path(run_id)
-        backup.parent.mkdir(parents=True, exist_ok=True)
-        backup.write_text(original, encoding="utf-8")
-    selected = read_params_file(PARAMS_YAML).get("datasets") or []
+        try:
+            workdir = run_copy.create(
+                PROJECT_DIR, run_id, params_text, _stage_env(run_id), log.info
+            )
+        except run_copy.BranchExists as exc:
+            raise AirflowFailException(str(exc)) from exc
+    selected = read_params_file(Path(workdir or PROJECT_DIR) / "params.yaml").get("datasets") or []
     log.info(
-        "params.yaml %s; datasets: %s",
-        "updated" if changed else "unchanged",
+        "%s; datasets: %s",
+        f"the run's params.yaml is in {workdir}" if changed else "params.yaml unchanged",
         ", ".join(map(str, selected)),
     )
     stages = None if run_conf.stages is None else list(run_conf.stages)
     return {
         "changed": changed,
+        "workdir": None if workdir is None else str(workdir),
         "datasets": list(selected),
         "params": dict(run_conf.params),
         "stages": stages,
@@ -217,64 +221,31 @@ def apply_conf_to_params(conf: dict[str, Any] | None, run_id: str = "manual") ->
     }
 
 
-def record_overrides(run_id: str, changed: bool) -> str | None:
-    """After a run whose conf changed params.yaml: commit params.yaml and dvc.lock as they are
-    now to the branch `experiment_name(run_id)` (without touching the working tree, the
-    index or HEAD), then put params.yaml back as it was, so the overrides do not leak into
-    later `dvc repro`s. `git checkout <branch> -- params.yaml dvc.lock && dvc checkout`
-    brings the run back (its outputs are in the DVC cache). A `dvc exp save` would refuse
-    the common partial run (it wants every stage's outputs). params.yaml is restored even
-    when committing fails."""
-    backup = _backup_path(run_id)
-    if not changed or not backup.is_file():
+def record_overrides(run_id: str, applied: dict[str, Any]) -> str | None:
+    """After a run in a copy of its own (`apply_conf_to_params`): its params.yaml and dvc.lock
+    become the branch `run_copy.branch_name(run_id)` on top of HEAD (the project's working
+    tree, index and HEAD untouched; an existing branch is never replaced); what it built
+    comes into the project when the project's params.yaml would have built the same
+    (`run_copy.bring_back`); the copy goes.
+    `git checkout <branch> -- params.yaml dvc.lock && dvc checkout` brings a run back (its
+    outputs are in the DVC cache). A `dvc exp save` would refuse the common partial run (it
+    wants every stage's outputs). A copy whose record failed is kept, and the error names it."""
+    workdir = applied.get("workdir")
+    if not applied.get("changed") or not workdir:
         return None
-    branch = experiment_name(run_id)
+    copy = Path(workdir)
     try:
-        commit = _commit_files(branch, ["params.yaml", "dvc.lock"], run_id)
-    finally:
-        PARAMS_YAML.write_text(backup.read_text(encoding="utf-8"), encoding="utf-8")
-        backup.unlink()
-    log.info(
-        "the run's params.yaml and dvc.lock are branch %s (%s); params.yaml is back", branch, commit
-    )
+        branch, commit = run_copy.record(PROJECT_DIR, run_id, copy)
+    except Exception as exc:
+        raise AirflowFailException(f"{exc} (the run's copy is kept: {copy})") from exc
+    log.info("the run's params.yaml and dvc.lock are branch %s (%s)", branch, commit)
+    if not run_copy.bring_back(PROJECT_DIR, copy, log.info):
+        log.info("git checkout %s -- params.yaml dvc.lock && dvc checkout: the run", branch)
+    run_copy.remove(PROJECT_DIR, copy)
     return branch
 
 
-def _commit_files(branch: str, names: list[str], run_id: str) -> str:
-    """Commit the working tree's `names` on top of HEAD as `branch`, with git's plumbing and
-    a private index, so the user's index, working tree and HEAD stay as they are."""
-    env = dict(os.environ)
-    for role in ("AUTHOR", "COMMITTER"):
-        env.setdefault(f"GIT_{role}_NAME", "rulerag airflow")
-        env.setdefault(f"GIT_{role}_EMAIL", "airflow@rulerag.invalid")
-
-    def git(*args: str, index: Path | None = None) -> str:
-        run_env = env if index is None else {**env, "GIT_INDEX_FILE": str(index)}
-        done = subprocess.run(
-            ["git", *args], cwd=PROJECT_DIR, env=run_env, capture_output=True, text=True,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        if done.returncode != 0:
-            raise RuntimeError(f"git {' '.join(args)}: {done.stderr.strip()}")
-        return done.stdout.strip()
-
-    index = PROJECT_DIR / ".dvc" / "tmp" / f"airflow-index-{branch}"
-    try:
-        git("read-tree", "HEAD", index=index)
-        for name in names:
-            if (PROJECT_DIR / name).is_file():
-                blob = git("hash-object", "-w", "--", name)
-                git("update-index", "--add", "--cacheinfo", f"100644,{blob},{name}", index=index)
-        tree = git("write-tree", index=index)
-        message = f"Airflow run {run_id}: params.yaml with the run's overrides, and dvc.lock"
-        commit = git("commit-tree", tree, "-p", "HEAD", "-m", message)
-        git("update-ref", f"refs/heads/{branch}", commit)
-    finally:
-        index.unlink(missing_ok=True)
-    return commit
-
-
-def skip_unselected(task: TaskSpec, stages: list[str] | None) -> None:
+def skip_unselected(task: TaskSpec, stages: list[str] | None, workdir: Path = PROJECT_DIR) -> None:
     """Skip a stage instance the current params.yaml does not select, or whose stage is not
     among the run's ``stages`` (None: all).
 
@@ -286,9 +257,9 @@ def skip_unselected(task: TaskSpec, stages: list[str] | None) -> None:
     """
     if stages is not None and task.stage not in stages:
         raise AirflowSkipException(f"{task.instance}: stage not in this run's stages {stages}")
-    params = read_params_file(PARAMS_YAML)
+    params = read_params_file(workdir / "params.yaml")
     selected = [str(d) for d in params.get("datasets") or []]
-    if task.instance not in selected_instances(DVC_YAML, params):
+    if task.instance not in selected_instances(workdir / "dvc.yaml", params):
         why = (
             f"dataset {task.dataset!r} is not selected (datasets: {', '.join(selected)})"
             if task.dataset is not None
@@ -302,14 +273,20 @@ def run_stage(
     run_id: str,
     stages: list[str] | None = None,
     force: list[str] | None = None,
+    workdir: str | None = None,
 ) -> None:
-    """``dvc repro`` a selected stage instance in the project folder (`skip_unselected`),
-    with ``--force`` when its stage is in `force`."""
-    skip_unselected(task, stages)
+    """``dvc repro`` a selected stage instance (`skip_unselected`) in the project folder, or
+    in the run's copy (`workdir`) when its conf changed params.yaml, with ``--force`` when
+    its stage is in `force`."""
+    where = Path(workdir) if workdir else PROJECT_DIR
+    skip_unselected(task, stages, where)
     forced = ["--force"] if task.stage in (force or ()) else []
     cmd = [_dvc_executable(), "repro", "--single-item", *forced, task.instance]
-    log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), PROJECT_DIR, run_id)
-    stream_command(cmd, PROJECT_DIR, _stage_env(run_id), log.info)
+    env = _stage_env(run_id)
+    if workdir:
+        env = run_copy.copy_env(PROJECT_DIR, env)
+    log.info("running %s in %s (RULERAG_PIPELINE_RUN=%s)", " ".join(cmd), where, run_id)
+    stream_command(cmd, where, env, log.info)
 
 
 def run_stage_in_workspace(
@@ -320,7 +297,7 @@ def run_stage_in_workspace(
 ) -> dict[str, Any]:
     """``dvc repro`` a selected stage instance in a workspace of its own (`skip_unselected`);
     its dvc.lock entry, for downstream tasks and `collect`."""
-    skip_unselected(task, applied.get("stages"))
+    skip_unselected(task, applied.get("stages"), Path(applied.get("workdir") or PROJECT_DIR))
     entry = run_in_workspace(
         PROJECT_DIR,
         task.instance,
@@ -337,11 +314,31 @@ def run_stage_in_workspace(
     return {task.instance: entry}
 
 
+#: how long a task waits for the MLflow store to find its run's link (seconds): MLflow's own
+#: timeout bounds each read, and a store that trickles would hold the task
+LINK_DEADLINE_S = 30.0
+
+
 def mlflow_runs_link(instance: str, dataset: str, run_id: str) -> str:
     """Where the MLflow UI (RULERAG_MLFLOW_UI_URL) shows the runs stage instance `instance`
     logged in DAG run `run_id`: the run's page when there is one, else its experiment's runs
     view filtered on the two tags (a retried task's runs, several runs of one stage); ""
-    while the store has no experiment for the dataset (nothing logged, or spooled)."""
+    while the store has no experiment for the dataset (nothing logged, or spooled), or when
+    it does not answer within LINK_DEADLINE_S."""
+    from rulerag.deadline import DeadlineExceeded, within
+
+    try:
+        return within(
+            LINK_DEADLINE_S,
+            lambda: _find_runs_link(instance, dataset, run_id),
+            f"the MLflow link of {instance}",
+        )
+    except DeadlineExceeded as exc:
+        log.info("no MLflow link: %s", exc)
+        return ""
+
+
+def _find_runs_link(instance: str, dataset: str, run_id: str) -> str:
     from mlflow import MlflowClient
 
     from rulerag.tracking.config import resolve_tracking_uri, tracking_project
@@ -414,7 +411,7 @@ def gpu_pod_override(resource: str) -> dict[str, Any]:
 
 
 class ApplyConfOperator(PythonOperator, SkipMixin):
-    """`apply_conf`: its callable validates the run's conf and writes params.yaml (returning
+    """`apply_conf`: its callable validates the run's conf and applies it (returning
     what the run selected, as an XCom), then this skips every stage task the run does not
     select, in one call, before any stage task can start: the scheduler never sends them to
     the executor, so an unselected task costs no process (a stage downstream of a skipped one
@@ -448,32 +445,42 @@ def _build_dag(layout: DagLayout) -> DAG:
     ) as dag:
 
         def apply_conf() -> dict[str, Any]:
-            """Validate dag_run.conf and write it into params.yaml (like dvc exp run -S)."""
+            """Validate dag_run.conf and apply it (like dvc exp run -S) in the run's copy."""
             context = get_current_context()
             conf = dict(context["dag_run"].conf or {})
             applied = apply_conf_to_params(conf, str(context["run_id"]))
-            applied["unselected"] = unselected_task_ids(layout, PROJECT_DIR, applied["stages"])
+            workdir = Path(applied["workdir"]) if applied["workdir"] else None
+            applied["unselected"] = unselected_task_ids(
+                layout, workdir or PROJECT_DIR, applied["stages"]
+            )
             log.info(
                 "%d of %d stage tasks selected",
                 len(layout.tasks) - len(applied["unselected"]),
                 len(layout.tasks),
             )
+            env = _stage_env(str(context["run_id"]))
+            if workdir is not None and SETTINGS.mode != "workspaces":
+                # what the selected stages need and the project has built, from the cache
+                unselected = set(applied["unselected"])
+                wanted = [t.instance for t in layout.tasks if t.full_task_id not in unselected]
+                run_copy.checkout(workdir, wanted, run_copy.copy_env(PROJECT_DIR, env), log.info)
             if SETTINGS.mode == "workspaces":  # what each workspace starts from, as text
-                env = _stage_env(str(context["run_id"]))
                 push_outputs(PROJECT_DIR, SETTINGS, env, echo=log.info)
                 applied.update(
                     commit=head_commit(PROJECT_DIR),
-                    params_yaml=PARAMS_YAML.read_text(encoding="utf-8"),
+                    params_yaml=((workdir or PROJECT_DIR) / "params.yaml").read_text(
+                        encoding="utf-8"
+                    ),
                     lock_yaml=DVC_LOCK.read_text(encoding="utf-8") if DVC_LOCK.is_file() else None,
                 )
             return applied
 
         @task(task_id="record_overrides", retries=0)
         def record() -> str | None:
-            """Commit a run's overrides to a branch; restore params.yaml."""
+            """Commit a run's params.yaml and dvc.lock to a branch; bring back what it built."""
             context = get_current_context()
             applied = context["ti"].xcom_pull(task_ids="apply_conf") or {}
-            return record_overrides(str(context["run_id"]), bool(applied.get("changed")))
+            return record_overrides(str(context["run_id"]), applied)
 
         def stage_task(spec: TaskSpec) -> StageOperator:
             routing = {}
@@ -490,7 +497,10 @@ def _build_dag(layout: DagLayout) -> DAG:
                 ti, run_id = context["ti"], str(context["run_id"])
                 applied = ti.xcom_pull(task_ids="apply_conf") or {}
                 if SETTINGS.mode != "workspaces":
-                    run_stage(spec, run_id, applied.get("stages"), applied.get("force"))
+                    run_stage(
+                        spec, run_id, applied.get("stages"), applied.get("force"),
+                        applied.get("workdir"),
+                    )  # fmt: skip
                     log_mlflow_link(spec, run_id)
                     return None
                 entries: dict[str, Any] = {}
@@ -537,7 +547,10 @@ def _build_dag(layout: DagLayout) -> DAG:
             for spec in layout.tasks:
                 entries.update(ti.xcom_pull(task_ids=spec.full_task_id) or {})
             env = _stage_env(str(context["run_id"]))
-            return collect(PROJECT_DIR, entries, SETTINGS, env, echo=log.info)
+            applied = ti.xcom_pull(task_ids="apply_conf") or {}
+            # a run in a copy of its own collects there (record_overrides takes it from there)
+            where = Path(applied["workdir"]) if applied.get("workdir") else PROJECT_DIR
+            return collect(where, entries, SETTINGS, env, echo=log.info)
 
         # apply_conf precedes every stage (the roots directly, the rest through them) and skips
         # the unselected ones before any can start. record_overrides is a teardown: it runs

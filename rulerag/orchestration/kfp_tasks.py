@@ -58,6 +58,7 @@ from rulerag.orchestration.workspaces import (
 from rulerag.orchestration.workspaces import (
     head_commit,
     overlay_lock,
+    params_disagreeing,
     push_outputs,
     read_lock_entries,
     run_in_workspace,
@@ -344,46 +345,6 @@ def run_stage(
     )
     pull = {key: entry[key] for key in ("cmd", "outs") if key in entry}
     return {"entry": pack_entries({instance: entry}), "pull": pack_entries({instance: pull})}
-
-
-_MISSING = object()
-
-
-def _param_value(data: Mapping[str, Any], key: str) -> Any:
-    """A params file's value of `key` as dvc.lock records it: a top-level key, or a dotted
-    path (`ingest.duplicates`, `grid.0.k`)."""
-    if key in data:
-        return data[key]
-    node: Any = data
-    for part in key.split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        else:
-            return _MISSING
-    return node
-
-
-def params_disagreeing(project: Path, entries: Mapping[str, Any]) -> dict[str, list[str]]:
-    """The instances of `entries` (dvc.lock entries) whose recorded params differ from the
-    project's params files now, each with the keys that differ: what `dvc status` would call
-    "params modified" once those entries were in the project's dvc.lock."""
-    files: dict[str, dict[str, Any] | None] = {}
-    differ: dict[str, list[str]] = {}
-    for name, entry in entries.items():
-        for file, values in ((entry or {}).get("params") or {}).items():
-            if file not in files:
-                path = project / file
-                try:
-                    files[file] = read_params_file(path) if path.is_file() else None
-                except SettingsError:
-                    files[file] = None
-            current = files[file]
-            for key, value in (values or {}).items():
-                if current is None or _param_value(current, key) != value:
-                    differ.setdefault(name, []).append(key)
-    return differ
 
 
 def collect(

@@ -40,12 +40,16 @@ import yaml
 
 from rulerag.orchestration.dag_settings import DagSettings
 from rulerag.orchestration.processes import raise_on_sigterm, start_group, stop_group
+from rulerag.params import read_params_file
+from rulerag.settings import SettingsError
 
 __all__ = [
     "LOCK_SCHEMA",
     "collect",
     "head_commit",
+    "localise_remote",
     "overlay_lock",
+    "params_disagreeing",
     "push_outputs",
     "read_lock_entries",
     "run_in_workspace",
@@ -78,6 +82,46 @@ def overlay_lock(base: str | None, entries: Mapping[str, Any], where: str = "dvc
     data = _lock_data(base, where)
     data["stages"].update({name: entries[name] for name in sorted(entries)})
     return yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+
+
+_MISSING = object()
+
+
+def _param_value(data: Mapping[str, Any], key: str) -> Any:
+    """A params file's value of `key` as dvc.lock records it: a top-level key, or a dotted
+    path (`ingest.duplicates`, `grid.0.k`)."""
+    if key in data:
+        return data[key]
+    node: Any = data
+    for part in key.split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return _MISSING
+    return node
+
+
+def params_disagreeing(project: Path, entries: Mapping[str, Any]) -> dict[str, list[str]]:
+    """The instances of `entries` (dvc.lock entries) whose recorded params differ from the
+    project's params files now, each with the keys that differ: what `dvc status` would call
+    "params modified" once those entries were in the project's dvc.lock."""
+    files: dict[str, dict[str, Any] | None] = {}
+    differ: dict[str, list[str]] = {}
+    for name, entry in entries.items():
+        for file, values in ((entry or {}).get("params") or {}).items():
+            if file not in files:
+                path = project / file
+                try:
+                    files[file] = read_params_file(path) if path.is_file() else None
+                except SettingsError:
+                    files[file] = None
+            current = files[file]
+            for key, value in (values or {}).items():
+                if current is None or _param_value(current, key) != value:
+                    differ.setdefault(name, []).append(key)
+    return differ
 
 
 def read_lock_entries(path: Path, names: Iterable[str]) -> dict[str, Any]:
@@ -161,12 +205,13 @@ def _create(project_dir: Path, commit: str, settings: DagSettings, name: str, ec
     return workspace
 
 
-def _localise_remote(
+def localise_remote(
     project_dir: Path, workspace: Path, env: Mapping[str, str], echo: Logger
 ) -> None:
     """A local-path remote written relative to the project's `.dvc/` would resolve against
-    the workspace's: pin each such remote to its absolute path in the workspace's local
-    config (DVC's config files are INI with sections like `['remote "storage"']`)."""
+    the workspace's (or a run's copy's, `run_copy`): pin each such remote to its absolute
+    path in the workspace's local config (DVC's config files are INI with sections like
+    `['remote "storage"']`)."""
     import configparser
 
     for filename in ("config", "config.local"):
@@ -226,7 +271,7 @@ def run_in_workspace(
     try:
         (workspace / "params.yaml").write_text(params_text, encoding="utf-8")
         (workspace / "dvc.lock").write_text(overlay_lock(lock_text, entries), encoding="utf-8")
-        _localise_remote(project_dir, workspace, run_env, echo)
+        localise_remote(project_dir, workspace, run_env, echo)
         dvc, remote = _dvc(run_env), _remote_args(settings)
         # its deps, and its own last outputs so that an unchanged instance is not rerun
         targets = [*dict.fromkeys(upstream), instance]

@@ -21,6 +21,7 @@ import pytest
 
 from rulerag.layout import DataLayout
 from rulerag.orchestration.dag_layout import build_layout
+from rulerag.orchestration.run_copy import branch_name
 from rulerag.params import parse_params, read_params_file
 from tests.support.local_airflow import BIN, airflow_env, run
 
@@ -274,7 +275,9 @@ def test_dags_test_runs_selected_stages_like_dvc(airflow_project: tuple[Path, Pa
     # The overrides are a branch; the workspace's params.yaml, index and HEAD are as they were.
     assert (project / "params.yaml").read_text(encoding="utf-8") == params_text
     head = run(["git", "rev-parse", "HEAD"], project, env).stdout.strip()
-    ref = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    ref = branch_name(run_id)
+    # the run ran in a copy of its own, which is gone; what it built came back (it only selected)
+    assert not list((project / ".dvc" / "tmp" / "airflow-runs").glob("airflow-*"))
     assert run(["git", "rev-parse", f"{ref}^"], project, env).stdout.strip() == head
     assert run(["git", "diff", "--cached", "--name-only"], project, env).stdout == ""
     saved = run(["git", "show", f"{ref}:params.yaml"], project, env).stdout
@@ -331,7 +334,7 @@ def test_dags_test_ingests_one_dataset(airflow_project: tuple[Path, Path], kg_mi
 
     # params.yaml is back as it was; the run's branch brings it back, and DVC agrees with it
     assert "datasets:\n  - nell995" not in (project / "params.yaml").read_text(encoding="utf-8")
-    branch = "airflow-" + re.sub(r"[^A-Za-z0-9._-]+", "-", run_id).strip("-.")
+    branch = branch_name(run_id)
     run(["git", "checkout", branch, "--", "params.yaml", "dvc.lock"], project, env)
     for stage in ("ingest@nell995", "mine_rules@nell995", "build_benchmark@nell995"):
         status = run([str(BIN / "dvc"), "status", "--json", stage], project, env)
