@@ -61,12 +61,18 @@ endef
 # keeps it only if the folder is kept) installs in seconds. Only the shared library is built
 # (no multimodal library, tests, examples, tools or llama.cpp's own server); GGML_NATIVE
 # (llama.cpp's default) tunes it to this CPU: for a wheel other machines may use, add
-# -DGGML_NATIVE=OFF to LLAMA_CMAKE_ARGS.
+# -DGGML_NATIVE=OFF to LLAMA_CMAKE_ARGS. On x86-64 the native build leaves out AMX
+# (-mno-amx-*): on a Sapphire Rapids VM (Firecracker) that advertises AMX, llama.cpp's AMX
+# kernels segfaulted at the first batched decode (every chat request: CI's LLM server tests,
+# 2026-11-29), and with AVX-512 kept the build serves the same requests. --no-cache-dir: pip
+# would otherwise reuse a wheel it built before with other flags.
 LLM_STAMP := $(VENV)/.llm-installed
 LLM_WHEELS := $(VENV)/wheels
 LLAMA_CPP := $(shell grep -oE 'llama-cpp-python\[server\]==[0-9.]+' pyproject.toml | sed 's/\[server\]//')
+LLAMA_NO_AMX := $(if $(filter x86_64,$(shell uname -m)),-mno-amx-tile -mno-amx-int8 -mno-amx-bf16)
 LLAMA_CMAKE_ARGS ?= -DLLAVA_BUILD=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
-	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF
+	-DLLAMA_BUILD_TOOLS=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_CURL=OFF \
+	$(if $(LLAMA_NO_AMX),'-DCMAKE_C_FLAGS=$(LLAMA_NO_AMX)' '-DCMAKE_CXX_FLAGS=$(LLAMA_NO_AMX)')
 LLAMA_WHEEL := $(subst -,_,$(firstword $(subst ==, ,$(LLAMA_CPP))))-$(lastword $(subst ==, ,$(LLAMA_CPP)))-*.whl
 # The wheel is built by the interpreter that makes the venv (pip builds it in an isolated
 # environment anyway), so it needs no venv and `make test` builds it while the venv installs.
@@ -76,7 +82,7 @@ setup-llm: $(LLM_STAMP)  ## build llama.cpp's Python wheel once and install the 
 $(LLM_WHEEL_STAMP):
 	mkdir -p $(LLM_WHEELS)
 	ls $(LLM_WHEELS)/$(LLAMA_WHEEL)  >/dev/null 2>&1 || \
-	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel --quiet --no-deps \
+	  CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PYTHON) -m pip wheel --quiet --no-deps --no-cache-dir \
 	  -w $(LLM_WHEELS) '$(LLAMA_CPP)'
 	touch $@
 
