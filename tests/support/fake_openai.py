@@ -93,9 +93,13 @@ class FakeOpenAI:
                 self.wfile.write(data)
 
             def send_raw(self, step: RawReply) -> None:
+                # the connection's fate said as the server will act on it: an HTTP/1.1 reply
+                # without `Connection: close` from a server that then hangs up had the client
+                # reuse a closed connection now and then (a ConnectionError, not this reply)
+                closing = "" if keep_alive else "Connection: close\r\n"
                 head = (
                     f"HTTP/1.1 {step.status} Scripted\r\nContent-Type: {step.content_type}\r\n"
-                    f"Content-Length: {len(step.body)}\r\n\r\n"
+                    f"Content-Length: {len(step.body)}\r\n{closing}\r\n"
                 ).encode()
                 try:
                     if step.trickle_headers:

@@ -129,7 +129,9 @@ def running_airflow(
     logs.mkdir(parents=True, exist_ok=True)
     commands = {
         "api-server": ["api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-        "scheduler": ["scheduler"],
+        # no log server (0.0.0.0:8793, as make airflow): the API server reads the task logs
+        # from the home's logs/ folder itself
+        "scheduler": ["scheduler", "--skip-serve-logs"],
         "dag-processor": ["dag-processor"],
     }
     servers: dict[str, subprocess.Popen[bytes]] = {}
