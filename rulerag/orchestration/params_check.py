@@ -50,6 +50,10 @@ def api_users(params: Params) -> list[str]:
     return users
 
 
+def _ask(users: list[str]) -> str:
+    return "asks" if len(users) == 1 else "ask"
+
+
 def check_environment(params: Params, environ: Mapping[str, str] | None = None) -> list[str]:
     """The problems of the environment the run would start in: a run with an `api` user
     (`api_users`) needs one of the key variables `generation.api.key_env` names, set and not
@@ -65,14 +69,15 @@ def check_environment(params: Params, environ: Mapping[str, str] | None = None) 
     names = list(api.key_env)
     if not names:
         return [
-            f"{', '.join(users)} ask the chat API, but generation.api.key_env names no variable "
-            "to read its key from: name RULERAG_API_KEY (or OPENAI_API_KEY) there and set it"
+            f"{', '.join(users)} {_ask(users)} the chat API, but generation.api.key_env names no "
+            "variable to read its key from: name RULERAG_API_KEY (or OPENAI_API_KEY) there and "
+            "set it"
         ]
     key, _ = resolve_api_key(names, None, environ=dict(os.environ if environ is None else environ))
     if key:
         return []
     return [
-        f"{', '.join(users)} ask the chat API, but {' and '.join(names)} "
+        f"{', '.join(users)} {_ask(users)} the chat API, but {' and '.join(names)} "
         f"{'is' if len(names) == 1 else 'are'} not set (generation.api.key_env): "
         f"export {names[0]}=<your key> before the run (a local server that checks no key: any "
         "value), or set generation.api.airflow_conn_id to an Airflow connection that holds it"

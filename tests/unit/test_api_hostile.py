@@ -267,7 +267,7 @@ def test_params_check_asks_for_the_key_variable(tmp_path, monkeypatch, capsys):
     check = params_check.check_environment
     params = params_check.check_params(with_api_row())
     (problem,) = check(params, {})
-    assert "generation row 'gpt' ask the chat API" in problem
+    assert "generation row 'gpt' asks the chat API" in problem
     assert "export RULERAG_API_KEY=<your key>" in problem
     assert check(params, {"RULERAG_API_KEY": "  "})  # blank is not set, as at run time
     assert check(params, {"OPENAI_API_KEY": "unused"}) == []
@@ -280,7 +280,7 @@ def test_params_check_asks_for_the_key_variable(tmp_path, monkeypatch, capsys):
     rule_llm = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
     rule_llm["rule_retrieval"]["llm"]["kind"] = "api"
     (problem,) = check(params_check.check_params(rule_llm), {})
-    assert problem.startswith("rule_retrieval.llm (kind: api) ask the chat API")
+    assert problem.startswith("rule_retrieval.llm (kind: api) asks the chat API")
 
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(with_api_row()), encoding="utf-8")
