@@ -12,6 +12,14 @@ modules lazily), relative imports, and ``importlib.import_module("literal")``. I
 ``a.b`` (their ``__init__.py``), and ``from a import b`` imports ``a.b`` when it is a module.
 Only names resolving to files of the project's own top-level packages are followed.
 
+Not every module a stage runs decides its results. `NO_RESULT_CODE` names the infrastructure
+that cannot change a stage's outputs (MLflow tracking, a wall-clock bound on its calls), with
+the reason for each: it is left out of a stage's code deps, and the walk does not go on through
+it (what it imports serves only it), so that an edit to it reruns nothing. A module that decides
+bytes of an output, however indirectly (rulerag/io.py writes the files, rulerag/redact.py masks
+API answers), is not infrastructure. tests/stages/test_no_result_code.py proves the rule: a
+stage's outputs are byte-identical whatever the left-out code logs, or fails to.
+
 Package data a module opens by path (``Path(__file__).parent / "configs" / "x.json"``) is
 reported as well: a ``/`` chain or a string constant that names an existing non-Python file
 relative to the module's folder. That covers how this project loads its bundled files without
@@ -26,14 +34,18 @@ import re
 import shlex
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = [
+    "NO_RESULT_CODE",
     "CodeClosure",
+    "code_deps",
+    "covers",
     "foreign_stage_imports",
     "import_closure",
     "imported_names",
+    "left_out_code_deps",
     "missing_code_deps",
     "module_file",
     "package_data",
@@ -42,6 +54,25 @@ __all__ = [
     "stage_modules",
     "unused_code_deps",
 ]
+
+#: Project code that cannot change a stage's outputs, with why: left out of every stage's code
+#: deps (a folder stands for everything under it). Whatever such a module imports counts only
+#: through it and is not followed. A module belongs here only if no edit to it can change a byte
+#: a stage writes under data/; tests/stages/test_no_result_code.py checks it on a real stage.
+NO_RESULT_CODE: Mapping[str, str] = {
+    "rulerag/tracking": (
+        "MLflow: a stage's params, metrics, tags, artifacts and registered models go to the"
+        " tracking store (or its spool when the store fails), never under data/. The library"
+        " cannot import it (pyproject.toml's import-linter floors put it on top), so only the"
+        " stage shells call it, and they write nothing it returns, but for one provenance line:"
+        " export's card quotes the commit it was built at (identity.git_commit), a value that"
+        " moves with every commit without rerunning export, like a date."
+    ),
+    "rulerag/deadline.py": (
+        "a wall-clock bound on the tracking store's calls (tracking is its only user): past it a"
+        " call is abandoned and the run spooled; it raises, it never changes a value."
+    ),
+}
 
 #: an interpreter word of a command: python, python3, python3.11, .venv/bin/python
 _PYTHON_RE = re.compile(r"python(\d+(\.\d+)?)?")
@@ -53,12 +84,15 @@ class CodeClosure:
 
     ``modules`` maps project-relative POSIX paths of Python files to the chain of module
     names from the entry module to that file's module (shortest chain, for error messages);
-    ``files`` maps package data files to the chain ending in the module that loads them.
+    ``files`` maps package data files to the chain ending in the module that loads them;
+    ``left_out`` maps the modules the walk reached but did not enter (`NO_RESULT_CODE`) to
+    their chains.
     """
 
     entry: str
     modules: Mapping[str, tuple[str, ...]]
     files: Mapping[str, tuple[str, ...]]
+    left_out: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def paths(self) -> set[str]:
         """Every project file the entry module depends on (Python and package data)."""
@@ -199,14 +233,22 @@ def package_data(tree: ast.AST, path: Path, root: Path) -> set[Path]:
     return files
 
 
-def import_closure(entry: str, root: Path, packages: Iterable[str] | None = None) -> CodeClosure:
+def import_closure(
+    entry: str,
+    root: Path,
+    packages: Iterable[str] | None = None,
+    leave_out: Iterable[str] = (),
+) -> CodeClosure:
     """The project modules (and package data) that ``python -m entry`` run in ``root`` executes.
 
-    Breadth first, so each chain is a shortest one; cycles are harmless. Raises
+    Breadth first, so each chain is a shortest one; cycles are harmless. A module under one of
+    ``leave_out`` (project-relative files or folders) is recorded in ``left_out`` and not
+    entered: neither it nor what only it imports is part of the closure. Raises
     FileNotFoundError when ``entry`` is not a project module.
     """
     root = root.resolve()
     known = frozenset(packages) if packages is not None else project_packages(root)
+    skipped = tuple(leave_out)
     if module_file(entry, root, known) is None:
         raise FileNotFoundError(
             f"{entry}: no such module in {root} (project packages: {sorted(known)})"
@@ -219,11 +261,16 @@ def import_closure(entry: str, root: Path, packages: Iterable[str] | None = None
             queue.append(parent)
     modules: dict[str, tuple[str, ...]] = {}
     files: dict[str, tuple[str, ...]] = {}
+    left_out: dict[str, tuple[str, ...]] = {}
     while queue:
         name = queue.popleft()
         path = module_file(name, root, known)
         assert path is not None  # only resolvable names are queued
-        modules[path.relative_to(root).as_posix()] = chains[name]
+        relative = path.relative_to(root).as_posix()
+        if any(covers(dep, relative) for dep in skipped):
+            left_out[relative] = chains[name]
+            continue
+        modules[relative] = chains[name]
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for data in sorted(package_data(tree, path, root)):
             files.setdefault(data.relative_to(root).as_posix(), chains[name])
@@ -232,7 +279,7 @@ def import_closure(entry: str, root: Path, packages: Iterable[str] | None = None
             if target not in chains and module_file(target, root, known) is not None:
                 chains[target] = (*chains[name], target)
                 queue.append(target)
-    return CodeClosure(entry, modules, files)
+    return CodeClosure(entry, modules, files, left_out)
 
 
 def stage_modules(cmd: str | list[str]) -> list[str]:
@@ -255,28 +302,33 @@ def stage_modules(cmd: str | list[str]) -> list[str]:
     return found
 
 
-def stage_closure(cmd: str | list[str], root: Path, packages: Iterable[str]) -> CodeClosure:
-    """The import closure of every project module a stage command runs, merged.
+def stage_closure(
+    cmd: str | list[str], root: Path, packages: Iterable[str], leave_out: Iterable[str] = ()
+) -> CodeClosure:
+    """The import closure of every project module a stage command runs, merged (``leave_out``:
+    as `import_closure`; the project passes `NO_RESULT_CODE`).
 
     Raises ValueError when the command runs no project module: then nothing can be said about
     its code deps, and the check must not pass silently.
     """
     known = frozenset(packages)
+    skipped = tuple(leave_out)
     entries = [m for m in stage_modules(cmd) if module_file(m, root, known) is not None]
     if not entries:
         raise ValueError(f"{cmd!r}: runs no project module (`python -m <module>` expected)")
     modules: dict[str, tuple[str, ...]] = {}
     files: dict[str, tuple[str, ...]] = {}
+    left_out: dict[str, tuple[str, ...]] = {}
     for entry in entries:
-        closure = import_closure(entry, root, known)
-        for path, chain in closure.modules.items():
-            modules.setdefault(path, chain)
-        for path, chain in closure.files.items():
-            files.setdefault(path, chain)
-    return CodeClosure(" && ".join(entries), modules, files)
+        closure = import_closure(entry, root, known, skipped)
+        for mine, theirs in ((modules, closure.modules), (files, closure.files),
+                             (left_out, closure.left_out)):  # fmt: skip
+            for path, chain in theirs.items():
+                mine.setdefault(path, chain)
+    return CodeClosure(" && ".join(entries), modules, files, left_out)
 
 
-def _covers(dep: str, path: str) -> bool:
+def covers(dep: str, path: str) -> bool:
     """A dep covers a file when it names it or a folder holding it."""
     return path == dep or path.startswith(dep.rstrip("/") + "/")
 
@@ -289,7 +341,7 @@ def missing_code_deps(closure: CodeClosure, deps: Iterable[str]) -> list[str]:
         f"{'imported through' if path in closure.modules else 'loaded by'} "
         f"{' -> '.join(closure.chain(path))})"
         for path in sorted(closure.paths())
-        if not any(_covers(dep, path) for dep in deps)
+        if not any(covers(dep, path) for dep in deps)
     ]
 
 
@@ -312,11 +364,57 @@ def unused_code_deps(
         if not path.exists():
             problems.append(f"{dep} does not exist")
         elif path.is_dir():
-            if not any(_covers(dep, p) for p in needed):
+            if not any(covers(dep, p) for p in needed):
                 problems.append(f"{dep}/ holds nothing the stage imports")
         elif dep not in needed:
             problems.append(f"{dep} is not imported by the stage")
     return problems
+
+
+def left_out_code_deps(deps: Iterable[str], leave_out: Iterable[str] = NO_RESULT_CODE) -> list[str]:
+    """One message per dep that covers code of ``leave_out``: a file or folder inside it, or a
+    folder holding some of it (an edit there would rerun the stage for nothing)."""
+    problems = []
+    for dep in deps:
+        for skipped in leave_out:
+            if covers(dep, skipped) or covers(skipped, dep):
+                problems.append(f"{dep} covers {skipped}, which decides no result")
+    return problems
+
+
+def _folder_files(root: Path, folder: str) -> set[str]:
+    """The files of a folder dep as DVC hashes them: .dvcignore leaves out bytecode."""
+    return {
+        f.relative_to(root).as_posix()
+        for f in (root / folder).rglob("*")
+        if f.is_file() and "__pycache__" not in f.parts and f.suffix != ".pyc"
+    }
+
+
+def code_deps(
+    closure: CodeClosure, root: Path, leave_out: Iterable[str] = NO_RESULT_CODE
+) -> list[str]:
+    """The code deps dvc.yaml lists for a stage: every file of the closure, where a package
+    folder under a top-level package (``rulerag/kg``, ``rulerag/generation/r2ag``) stands for
+    its files when the stage runs more than half of them and it holds nothing of
+    ``leave_out``; sorted. A top-level package itself is never a folder dep: ``pipeline_steps``
+    holds every stage's shell, ``rulerag`` holds the infrastructure."""
+    needed = closure.paths()
+    skipped = tuple(leave_out)
+    folders = {
+        parent.as_posix()
+        for path in needed
+        for parent in Path(path).parents
+        if len(parent.parts) >= 2 and (root / parent / "__init__.py").is_file()
+    }
+    deps = set(needed)
+    for folder in sorted(folders, key=lambda f: (-f.count("/"), f)):  # deepest first
+        inside = _folder_files(root, folder)
+        if any(covers(s, f) or covers(folder, s) for s in skipped for f in inside):
+            continue
+        if 2 * len(inside & needed) > len(inside):
+            deps = {d for d in deps if not covers(folder, d)} | {folder}
+    return sorted(deps)
 
 
 def foreign_stage_imports(

@@ -17,16 +17,19 @@ import pytest
 
 from rulerag.orchestration.dvc_graph import StageInstance, build_graph, load_yaml
 from tests.support.code_deps import (
+    NO_RESULT_CODE,
     CodeClosure,
+    code_deps,
     foreign_stage_imports,
     import_closure,
+    left_out_code_deps,
     missing_code_deps,
     project_packages,
     stage_closure,
     stage_modules,
     unused_code_deps,
 )
-from tests.support.sync_code_deps import example_params
+from tests.support.sync_code_deps import Entry, example_params, sync, sync_text
 
 PROJECT = Path(__file__).resolve().parents[2]
 PACKAGES = project_packages(PROJECT)
@@ -47,7 +50,7 @@ def project_stages() -> dict[str, StageInstance]:
 
 @functools.cache
 def closure_of(stage: str) -> CodeClosure:
-    return stage_closure(project_stages()[stage].cmd, PROJECT, PACKAGES)
+    return stage_closure(project_stages()[stage].cmd, PROJECT, PACKAGES, NO_RESULT_CODE)
 
 
 STAGES = sorted(project_stages())
@@ -70,6 +73,43 @@ def test_every_imported_module_is_a_dep(stage: str) -> None:
 def test_no_code_dep_the_stage_does_not_import(stage: str) -> None:
     unused = unused_code_deps(closure_of(stage), project_stages()[stage].deps, PROJECT, PACKAGES)
     assert not unused, f"stage {stage}: dvc.yaml lists code it never runs\n  " + "\n  ".join(unused)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_no_code_dep_covers_code_that_decides_no_result(stage: str) -> None:
+    """An edit to tracking leaves `dvc status` clean: no dep names it or a folder holding it."""
+    found = left_out_code_deps(project_stages()[stage].deps)
+    assert not found, f"stage {stage}: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_only_stage_scripts_reach_code_that_decides_no_result(stage: str) -> None:
+    """NO_RESULT_CODE's reasons hold because only the stage scripts call tracking, and write
+    nothing it returns (tests/stages/test_no_result_code.py): a library module that imports
+    left-out code would have to be looked at again."""
+    wrong = [
+        f"{path} imported by {chain[-2]} ({' -> '.join(chain)})"
+        for path, chain in closure_of(stage).left_out.items()
+        if not chain[-2].startswith("pipeline_steps.")
+    ]
+    assert not wrong, f"stage {stage}: the library imports left-out code: " + "; ".join(wrong)
+
+
+def test_no_result_code_names_project_code() -> None:
+    for path, why in NO_RESULT_CODE.items():
+        assert (PROJECT / path).exists(), f"NO_RESULT_CODE names {path}, which does not exist"
+        assert why.strip(), f"NO_RESULT_CODE: say why {path} decides no result"
+    for stage in STAGES:  # every stage script opens an MLflow run
+        assert "rulerag/tracking/__init__.py" in closure_of(stage).left_out, stage
+
+
+def test_dvc_yaml_holds_what_sync_code_deps_writes() -> None:
+    """The code deps' form too: sorted, folders where the stage runs most of a package."""
+    changes = sync(PROJECT, write=False)
+    assert not changes, (
+        "dvc.yaml's code deps are stale; run `python -m tests.support.sync_code_deps`:\n  "
+        + "\n  ".join(changes)
+    )
 
 
 @pytest.mark.parametrize("stage", STAGES)
@@ -202,23 +242,127 @@ def test_checks_report_missing_unused_and_foreign_deps(tiny: Path) -> None:
     assert foreign_stage_imports(closure, ["steps.two"], ["steps.two"]) == []
 
 
-def test_sync_gives_deps_the_checks_accept(tiny: Path) -> None:
-    """`sync_code_deps.synced` drops what the stage does not import, keeps a folder that still
-    covers something and data deps where they were, and adds each file no dep covers."""
-    from tests.support.sync_code_deps import synced
-
-    packages = project_packages(tiny)
-    closure = stage_closure("python -m steps.two", tiny, packages)
-    (tiny / "pkg" / "empty").mkdir()
-    stale = ["steps/two.py", "pkg", "pkg/unused.py", "pkg/empty", "data/x/input.parquet"]
-    fixed = synced(stale, closure, tiny, set(packages))
-    assert fixed == [
-        "steps/two.py",
-        "pkg",
+def test_left_out_code_is_not_entered_and_no_dep_covers_it(tiny: Path) -> None:
+    """A module of `leave_out` (here a logging helper) is recorded, not followed (what only it
+    imports is no dep either), and no code dep may name it or a folder holding it."""
+    make_project(
+        tiny,
+        {
+            "steps/common.py": "import json\nfrom pkg.tools import log\n",
+            "pkg/tools/__init__.py": "",
+            "pkg/tools/log.py": "import pkg.only_for_log\n",
+            "pkg/only_for_log.py": "",
+        },
+    )
+    leave = ["pkg/tools/log.py"]
+    closure = stage_closure("python -m steps.two", tiny, project_packages(tiny), leave)
+    assert closure.left_out == {
+        "pkg/tools/log.py": ("steps.two", "steps.one", "steps.common", "pkg.tools.log")
+    }
+    assert "pkg/only_for_log.py" not in closure.paths()
+    assert "pkg/tools/__init__.py" in closure.paths()  # the package around it still runs
+    assert code_deps(closure, tiny, leave) == [
+        "pkg/__init__.py",
+        "pkg/attrs.py",
+        "pkg/cycle_a.py",
+        "pkg/cycle_b.py",
+        "pkg/lazy",  # every file of it runs (package data included): a folder
+        "pkg/sub.py",
+        "pkg/tools/__init__.py",  # not pkg/tools: it holds the left-out module
         "steps/__init__.py",
         "steps/common.py",
         "steps/one.py",
-        "data/x/input.parquet",
+        "steps/two.py",
+    ]  # `pkg` is a top-level package: never a folder dep
+    assert left_out_code_deps(["pkg", "pkg/tools", "pkg/tools/log.py", "pkg/sub.py"], leave) == [
+        "pkg covers pkg/tools/log.py, which decides no result",
+        "pkg/tools covers pkg/tools/log.py, which decides no result",
+        "pkg/tools/log.py covers pkg/tools/log.py, which decides no result",
     ]
-    assert missing_code_deps(closure, fixed) == []
-    assert unused_code_deps(closure, fixed, tiny, packages) == []
+    assert left_out_code_deps(["pkg/tools/__init__.py", "pkg/sub.py"], ["pkg/tools"]) == [
+        "pkg/tools/__init__.py covers pkg/tools, which decides no result"
+    ]
+
+
+def test_a_package_is_a_folder_dep_when_the_stage_runs_most_of_it(tiny: Path) -> None:
+    make_project(tiny, {"pkg/lazy/other.py": "", "pkg/lazy/more.py": ""})
+    closure = stage_closure("python -m steps.two", tiny, project_packages(tiny))
+    deps = code_deps(closure, tiny, ())
+    assert "pkg/lazy" in deps and "pkg/lazy/inner.py" not in deps  # 3 of 5 files: a folder
+    make_project(tiny, {"pkg/lazy/third.py": ""})  # 3 of 6: its files
+    deps = code_deps(closure, tiny, ())
+    assert "pkg/lazy" not in deps and "pkg/lazy/configs/settings.json" in deps
+    assert missing_code_deps(closure, deps) == []
+
+
+SYNC_BEFORE = """\
+# the graph
+stages:
+  two:
+    foreach: ${datasets}
+    do:
+      cmd: python -m steps.two
+      deps:
+        - steps/two.py
+        - pkg/unused.py
+        # what it reads
+        - data/${item}/input.parquet
+        - data/${item}/other.parquet
+
+      outs:
+        - data/${item}/out.parquet: {persist: true}
+
+  one:
+    cmd: python -m steps.one
+    deps: [steps/one.py, 'data/a.parquet']  # a comment after the list
+    params: [one]
+"""
+
+SYNC_AFTER = """\
+# the graph
+stages:
+  two:
+    foreach: ${datasets}
+    do:
+      cmd: python -m steps.two
+      deps: [pkg/__init__.py, pkg/attrs.py, pkg/cycle_a.py, pkg/cycle_b.py, pkg/lazy, pkg/sub.py,
+        steps/__init__.py, steps/common.py, steps/one.py, steps/two.py,
+        # what it reads
+        'data/${item}/input.parquet', 'data/${item}/other.parquet']
+
+      outs:
+        - data/${item}/out.parquet: {persist: true}
+
+  one:
+    cmd: python -m steps.one
+    deps: [pkg/__init__.py, pkg/attrs.py, pkg/cycle_a.py, pkg/cycle_b.py, pkg/lazy, pkg/sub.py,
+      steps/__init__.py, steps/common.py, steps/one.py,
+      'data/a.parquet']
+    params: [one]
+"""
+
+
+def test_sync_writes_code_deps_first_and_keeps_data_deps_and_comments(tiny: Path) -> None:
+    """`sync_code_deps` turns a block list (a new stage's) into the flow form, replaces the code
+    deps with the closure's, keeps the data deps and comments, and touches nothing else; run
+    again, it changes nothing."""
+    from ruamel.yaml import YAML
+
+    packages = project_packages(tiny)
+    wanted = {
+        stage: code_deps(stage_closure(f"python -m steps.{stage}", tiny, packages), tiny, ())
+        for stage in ("one", "two")
+    }
+    text, changes = sync_text(SYNC_BEFORE, wanted, packages)
+    assert text == SYNC_AFTER
+    assert changes[0].startswith("one: -[] +['pkg/__init__.py'")
+    assert changes[1].startswith("two: -['pkg/unused.py'] +['pkg/__init__.py'")
+    assert sync_text(text, wanted, packages) == (text, [])
+    two = YAML(typ="safe", pure=True).load(text)["stages"]["two"]["do"]["deps"]
+    assert two[-2:] == ["data/${item}/input.parquet", "data/${item}/other.parquet"]
+    closure = stage_closure("python -m steps.two", tiny, packages)
+    assert missing_code_deps(closure, two) == []
+    assert unused_code_deps(closure, two, tiny, packages) == []
+    with pytest.raises(ValueError, match="no deps list found for stage"):
+        sync_text(SYNC_BEFORE, {**wanted, "three": ["steps/two.py"]}, packages)
+    assert Entry("'it''s'").value() == "it's"
