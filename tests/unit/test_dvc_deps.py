@@ -103,6 +103,13 @@ def test_no_result_code_names_project_code() -> None:
         assert "rulerag/tracking/__init__.py" in closure_of(stage).left_out, stage
 
 
+def test_dvcignore_leaves_bytecode_out_of_folder_deps() -> None:
+    """Python writes bytecode into a folder dep whenever it imports a module (a test run,
+    another stage): DVC must not hash it, and `code_deps` counts a folder's files without it."""
+    patterns = (PROJECT / ".dvcignore").read_text(encoding="utf-8").split()
+    assert {"__pycache__/", "*.pyc"} <= set(patterns)
+
+
 def test_dvc_yaml_holds_what_sync_code_deps_writes() -> None:
     """The code deps' form too: sorted, folders where the stage runs most of a package."""
     changes = sync(PROJECT, write=False)
