@@ -143,6 +143,8 @@ class DepsSpan:
     end: int
     indent: str
     entries: list[Entry]
+    #: a comment after the closing ``]``, kept there
+    tail: str = ""
 
 
 def find_deps(lines: list[str]) -> dict[str, DepsSpan]:
@@ -166,19 +168,24 @@ def find_deps(lines: list[str]) -> dict[str, DepsSpan]:
             text = "".join([head + "\n", *lines[i + 1 :]])
             entries, end = _flow_entries(text, where)
             consumed = text[:end].count("\n")
-            tail = text[end:].split("\n", 1)[0]
-            if tail.strip() and not tail.strip().startswith("#"):
-                raise ValueError(f"{where}: {tail.strip()!r} after deps' `]`")
-            spans[stage] = DepsSpan(stage, i, i + consumed + 1, indent, entries)
+            tail = text[end:].split("\n", 1)[0].strip()
+            if tail and not tail.startswith("#"):
+                raise ValueError(f"{where}: {tail!r} after deps' `]`")
+            spans[stage] = DepsSpan(stage, i, i + consumed + 1, indent, entries, tail)
             i += consumed + 1
         elif not rest or rest.startswith("#"):
-            entries, j = [], i + 1
+            entries, j = [Entry(rest, comment=True)] if rest else [], i + 1
             while j < len(lines):
                 item = lines[j].rstrip("\n")
                 stripped = item.strip()
                 deeper = len(item) - len(item.lstrip(" ")) > len(indent)
                 if stripped.startswith("- ") and deeper:
-                    entries.append(Entry(_quoted(stripped[2:].strip())))
+                    value, _, comment = stripped[2:].partition(" #")
+                    if comment and value.lstrip()[:1] not in "'\"":
+                        entries.append(Entry(f"#{comment}", comment=True))
+                    else:
+                        value = stripped[2:]
+                    entries.append(Entry(_quoted(value.strip())))
                 elif stripped.startswith("#") and deeper:
                     entries.append(Entry(stripped, comment=True))
                 elif stripped:
@@ -219,10 +226,11 @@ def _pack(words: list[str], first: str, indent: str) -> list[str]:
     return [*lines, current]
 
 
-def render_deps(indent: str, code: list[str], data: list[Entry]) -> list[str]:
+def render_deps(indent: str, code: list[str], data: list[Entry], tail: str = "") -> list[str]:
     """The lines of a deps flow list: `code` packed into lines of at most `WIDTH` characters,
     then `data` from a new line, packed the same way; a comment has a line of its own and
-    starts a new pack."""
+    starts a new pack (one from a block list's item goes before it); `tail`, a comment, after
+    the closing bracket."""
     if not code:
         raise ValueError("a stage runs some project code: its code deps cannot be empty")
     more = f"{indent}  "
@@ -239,6 +247,9 @@ def render_deps(indent: str, code: list[str], data: list[Entry]) -> list[str]:
     lines = _pack(words, f"{indent}deps: [", more)
     for group in packs:
         lines += [more + group] if isinstance(group, str) else _pack(group, more, more)
+    closing = max(i for i, line in enumerate(lines) if line.endswith("]"))
+    if tail:
+        lines[closing] += f"  {tail}"
     return [line + "\n" for line in lines]
 
 
@@ -257,7 +268,7 @@ def sync_text(
             continue
         before = [e.value() for e in span.entries if not e.comment]
         data = [e for e in span.entries if e.comment or not is_code(e.value(), packages)]
-        new = render_deps(span.indent, wanted[span.stage], data)
+        new = render_deps(span.indent, wanted[span.stage], data, span.tail)
         if new != lines[span.start : span.end]:
             code_before = [d for d in before if is_code(d, packages)]
             removed = [d for d in code_before if d not in wanted[span.stage]]

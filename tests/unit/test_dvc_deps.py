@@ -309,12 +309,12 @@ stages:
     foreach: ${datasets}
     do:
       cmd: python -m steps.two
-      deps:
+      deps:  # code, then data
         - steps/two.py
         - pkg/unused.py
         # what it reads
         - data/${item}/input.parquet
-        - data/${item}/other.parquet
+        - data/${item}/other.parquet  # when there is one
 
       outs:
         - data/${item}/out.parquet: {persist: true}
@@ -334,8 +334,11 @@ stages:
       cmd: python -m steps.two
       deps: [pkg/__init__.py, pkg/attrs.py, pkg/cycle_a.py, pkg/cycle_b.py, pkg/lazy, pkg/sub.py,
         steps/__init__.py, steps/common.py, steps/one.py, steps/two.py,
+        # code, then data
         # what it reads
-        'data/${item}/input.parquet', 'data/${item}/other.parquet']
+        'data/${item}/input.parquet',
+        # when there is one
+        'data/${item}/other.parquet']
 
       outs:
         - data/${item}/out.parquet: {persist: true}
@@ -344,7 +347,7 @@ stages:
     cmd: python -m steps.one
     deps: [pkg/__init__.py, pkg/attrs.py, pkg/cycle_a.py, pkg/cycle_b.py, pkg/lazy, pkg/sub.py,
       steps/__init__.py, steps/common.py, steps/one.py,
-      'data/a.parquet']
+      'data/a.parquet']  # a comment after the list
     params: [one]
 """
 
