@@ -27,8 +27,12 @@ def kg_mirror() -> Path:
 
 def copy_project(dest: Path) -> Path:
     """Copy the project's tracked and untracked-but-not-ignored files into `dest` as a fresh git
-    repository, so DVC and Airflow can run on it without touching the real workspace."""
+    repository, so DVC and Airflow can run on it without touching the real workspace. Not
+    dvc.lock: a fresh clone has none, and the one a local `make run` left names outputs the
+    copy lacks (a `dvc push` in the copy then fails on them)."""
     for rel in project_files():
+        if rel == "dvc.lock":
+            continue
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(PROJECT_DIR / rel, target)

@@ -87,7 +87,7 @@ def test_dvc_status_follows_only_the_code_that_decides_results(
         edit(path)
     assert status(project_copy, env, *RAN) == {}, "an edit to tracking reran a stage"
 
-    edit(project_copy / "rulerag" / "rules" / "static_miner.py")
+    edit(project_copy / "rulerag" / "rules" / "static_miner.py")  # outside data/<dataset>/
     assert status(project_copy, env, *RAN) == {
         RAN[1]: [{"changed deps": {"rulerag/rules": "modified"}}]
     }
