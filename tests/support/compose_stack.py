@@ -120,7 +120,8 @@ class ComposeStack:
         """What of this project Docker still has: containers, networks, volumes."""
         label = f"label=com.docker.compose.project={self.name}"
         return {
-            kind: docker(kind, "ls", "-q", "--filter", label).split() if kind != "container"
+            kind: docker(kind, "ls", "-q", "--filter", label).split()
+            if kind != "container"
             else docker("ps", "-aq", "--filter", label).split()
             for kind in ("container", "network", "volume")
         }
@@ -131,7 +132,10 @@ class ComposeStack:
 
 @contextmanager
 def running_stack(
-    project: Path, name: str, services: Sequence[str] = (), scale: dict[str, int] | None = None,
+    project: Path,
+    name: str,
+    services: Sequence[str] = (),
+    scale: dict[str, int] | None = None,
     **env: str,
 ) -> Iterator[ComposeStack]:
     """`compose up -d` (the prebuilt images, `services` or all), yielded once healthy; down with
