@@ -218,25 +218,21 @@ def _tracked_adapter() -> type:
     from urllib3.connection import HTTPConnection, HTTPSConnection
     from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 
-    class TrackedHTTPConnection(HTTPConnection):
+    class Tracked:  # put before urllib3's connection class in the bases
         def connect(self) -> None:
             _attach_active(self)
-            super().connect()
+            super().connect()  # type: ignore[misc]
             _attach_active(self)  # cut off while connecting: now there is a socket to shut
 
-        def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        def request(self, *args: Any, **kwargs: Any) -> None:
             _attach_active(self)
-            super().request(*args, **kwargs)
+            super().request(*args, **kwargs)  # type: ignore[misc]
 
-    class TrackedHTTPSConnection(HTTPSConnection):
-        def connect(self) -> None:
-            _attach_active(self)
-            super().connect()
-            _attach_active(self)  # cut off while connecting: now there is a socket to shut
+    class TrackedHTTPConnection(Tracked, HTTPConnection):
+        pass
 
-        def request(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
-            _attach_active(self)
-            super().request(*args, **kwargs)
+    class TrackedHTTPSConnection(Tracked, HTTPSConnection):
+        pass
 
     class TrackedHTTPPool(HTTPConnectionPool):
         ConnectionCls = TrackedHTTPConnection

@@ -37,10 +37,11 @@ from typing import Any
 import yaml
 
 from rulerag.orchestration.workspaces import (
+    dvc_executable,
     localise_remote,
-    overlay_lock,
     params_disagreeing,
     stream_command,
+    write_lock_entries,
 )
 
 __all__ = [
@@ -138,7 +139,7 @@ def create(
     local = project / ".dvc" / "config.local"  # credentials and local remote settings
     if local.is_file():
         shutil.copy2(local, dest / ".dvc" / "config.local")
-    dvc = _dvc(env)
+    dvc = dvc_executable(env)
     cache = subprocess.run(
         [dvc, "cache", "dir"], cwd=project, env=dict(env), capture_output=True, text=True,
         stdin=subprocess.DEVNULL, check=False,
@@ -173,7 +174,7 @@ def checkout(copy: Path, targets: Iterable[str], env: Mapping[str, str], echo: L
     names = list(dict.fromkeys(targets))
     if not names or not (copy / "dvc.lock").is_file():
         return
-    cmd = [_dvc(env), "checkout", "--allow-missing", "--with-deps", "--quiet", *names]
+    cmd = [dvc_executable(env), "checkout", "--allow-missing", "--with-deps", "--quiet", *names]
     stream_command(cmd, copy, env, echo)
 
 
@@ -253,11 +254,7 @@ def bring_back(project: Path, copy: Path, echo: Logger = log.info) -> list[str]:
                 target.unlink()
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.move(source, target)
-    lock = project / "dvc.lock"
-    text = lock.read_text(encoding="utf-8") if lock.is_file() else None
-    staged = lock.with_name(".dvc.lock.bring-back")
-    staged.write_text(overlay_lock(text, changed, str(lock)), encoding="utf-8")
-    os.replace(staged, lock)
+    write_lock_entries(project, changed)
     names = sorted(changed)
     echo(f"into the project: {', '.join(names)}")
     return names
@@ -282,10 +279,3 @@ def remove(project: Path, copy: Path) -> None:
     shutil.rmtree(copy, ignore_errors=True)
     subprocess.run(["git", "worktree", "prune"], cwd=project, capture_output=True,
                    stdin=subprocess.DEVNULL, check=False)  # fmt: skip
-
-
-def _dvc(env: Mapping[str, str]) -> str:
-    found = shutil.which("dvc", path=env.get("PATH"))
-    if not found:
-        raise RuntimeError("dvc is not on PATH")
-    return found

@@ -46,6 +46,7 @@ from rulerag.settings import SettingsError
 __all__ = [
     "LOCK_SCHEMA",
     "collect",
+    "dvc_executable",
     "head_commit",
     "localise_remote",
     "overlay_lock",
@@ -54,6 +55,7 @@ __all__ = [
     "read_lock_entries",
     "run_in_workspace",
     "stream_command",
+    "write_lock_entries",
 ]
 
 log = logging.getLogger(__name__)
@@ -122,6 +124,16 @@ def params_disagreeing(project: Path, entries: Mapping[str, Any]) -> dict[str, l
                 if current is None or _param_value(current, key) != value:
                     differ.setdefault(name, []).append(key)
     return differ
+
+
+def write_lock_entries(project_dir: Path, entries: Mapping[str, Any]) -> None:
+    """Put `entries` (instance name -> dvc.lock entry) into the project's dvc.lock, replacing
+    those of the same instances, in one atomic replace (a killed writer leaves the old file)."""
+    lock = Path(project_dir) / "dvc.lock"
+    text = lock.read_text(encoding="utf-8") if lock.is_file() else None
+    staged = lock.with_name(".dvc.lock.staged")
+    staged.write_text(overlay_lock(text, entries, str(lock)), encoding="utf-8")
+    os.replace(staged, lock)
 
 
 def read_lock_entries(path: Path, names: Iterable[str]) -> dict[str, Any]:
@@ -229,11 +241,11 @@ def localise_remote(
                 continue
             name = title[len('remote "') : -1]
             absolute = str((project_dir / ".dvc" / url).resolve())
-            modify = [_dvc(env), "remote", "modify", "--local", name, "url", absolute]
+            modify = [dvc_executable(env), "remote", "modify", "--local", name, "url", absolute]
             stream_command(modify, workspace, env, echo)
 
 
-def _dvc(env: Mapping[str, str]) -> str:
+def dvc_executable(env: Mapping[str, str]) -> str:
     """The dvc executable on the environment's PATH."""
     found = shutil.which("dvc", path=env.get("PATH"))
     if not found:
@@ -272,7 +284,7 @@ def run_in_workspace(
         (workspace / "params.yaml").write_text(params_text, encoding="utf-8")
         (workspace / "dvc.lock").write_text(overlay_lock(lock_text, entries), encoding="utf-8")
         localise_remote(project_dir, workspace, run_env, echo)
-        dvc, remote = _dvc(run_env), _remote_args(settings)
+        dvc, remote = dvc_executable(run_env), _remote_args(settings)
         # its deps, and its own last outputs so that an unchanged instance is not rerun
         targets = [*dict.fromkeys(upstream), instance]
         pull = [dvc, "pull", "--allow-missing", *remote, *targets]
@@ -297,7 +309,8 @@ def push_outputs(project_dir: Path, settings: DagSettings, env: Mapping[str, str
     not rebuild (a first run's empty dvc.lock pushes nothing)."""
     if not (Path(project_dir) / "dvc.lock").is_file():
         return
-    stream_command([_dvc(env), "push", *_remote_args(settings)], Path(project_dir), env, echo)
+    push = [dvc_executable(env), "push", *_remote_args(settings)]
+    stream_command(push, Path(project_dir), env, echo)
 
 
 def collect(
@@ -312,11 +325,8 @@ def collect(
     project_dir = Path(project_dir).resolve()
     if not entries:
         return []
-    lock = project_dir / "dvc.lock"
-    text = lock.read_text(encoding="utf-8") if lock.is_file() else None
-    staged = lock.with_name(".dvc.lock.collect")
-    staged.write_text(overlay_lock(text, entries, str(lock)), encoding="utf-8")
-    os.replace(staged, lock)
+    write_lock_entries(project_dir, entries)
     names = sorted(entries)
-    stream_command([_dvc(env), "pull", *_remote_args(settings), *names], project_dir, env, echo)
+    stream_command([dvc_executable(env), "pull", *_remote_args(settings), *names], project_dir,
+                   env, echo)  # fmt: skip
     return names
