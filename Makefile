@@ -109,7 +109,7 @@ serve-llm: setup-llm  ## serve the local LLM (OpenAI API) on HOST:PORT until Ctr
 # params.yaml is checked as a whole first (every section, key, type, range and dataset name),
 # so a typo fails in seconds instead of after the stages before the one that reads it.
 run: setup  ## the main job: check params.yaml, then dvc repro (the default dataset: ICEWS14)
-	$(BIN)/python -m rulerag.orchestration.params_check params.yaml
+	$(BIN)/python -m rulerag.orchestration.run_plan
 	PATH=$(abspath $(BIN)):$$PATH dvc repro
 
 # RuleQA in the formats others read (docs/export.md): data/<dataset>/export/ for each of

@@ -19,7 +19,6 @@ Two small DAGs, both paused at creation like every new DAG (unpause both to use 
 from __future__ import annotations
 
 import os
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -28,19 +27,13 @@ from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOpe
 from airflow.sdk import DAG, Asset, AssetAny, task
 from airflow.sdk.exceptions import AirflowSkipException
 
-PROJECT_DIR = Path(
-    os.environ.get("RULERAG_PROJECT_DIR") or Path(__file__).resolve().parent.parent
-).resolve()
-if str(PROJECT_DIR) not in sys.path:
-    sys.path.insert(0, str(PROJECT_DIR))
+# rulerag is the project's (installed, or on PYTHONPATH where a copy is run)
+from rulerag.orchestration.assets import ASSET_GROUP, folder_fingerprint, mirror_asset_name
+from rulerag.orchestration.dag_layout import dag_layout
+from rulerag.orchestration.run_plan import project_dir
 
-from rulerag.orchestration.assets import (  # noqa: E402
-    ASSET_GROUP,
-    folder_fingerprint,
-    mirror_asset_name,
-)
-from rulerag.orchestration.dag_layout import dag_layout  # noqa: E402
-
+#: the project: RULERAG_PROJECT_DIR (tests point it at a copy), else the parent of dags/
+PROJECT_DIR = project_dir(default=Path(__file__).resolve().parent.parent)
 SCHEDULE_ENV = "RULERAG_KG_WATCH_SCHEDULE"
 #: the extra keys of a mirror's asset events
 FINGERPRINT, BASELINE = "fingerprint", "baseline"

@@ -41,7 +41,6 @@ import argparse
 import base64
 import json
 import logging
-import os
 import re
 import sys
 import zlib
@@ -49,9 +48,9 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from rulerag.orchestration import run_plan
 from rulerag.orchestration.dag_settings import DagSettings
-from rulerag.orchestration.dvc_graph import build_graph, cmd_param_keys, load_yaml, stage_edges
-from rulerag.orchestration.run_conf import apply_run_conf, validate_run_conf
+from rulerag.orchestration.dvc_graph import build_graph, stage_edges
 from rulerag.orchestration.workspaces import (
     collect as collect_into_project,
 )
@@ -86,7 +85,7 @@ log = logging.getLogger(__name__)
 #: the project checkout a task works from (its `.dvc/config` names the remote; workspaces are
 #: cloned from its git repository unless RULERAG_GIT_SOURCE names another); default: the
 #: working directory (the images' /app)
-PROJECT_ENV = "RULERAG_PROJECT_DIR"
+PROJECT_ENV = run_plan.PROJECT_ENV
 #: MLflow's `rulerag.pipeline_run` tag of a KFP run's stage runs: this prefix and the KFP run id
 RUN_TAG_PREFIX = "kfp-"
 _TOKEN_PREFIX = "e1."  # a format version, so another encoding can be told apart
@@ -136,24 +135,18 @@ def unpack_entries(tokens: str) -> dict[str, Any]:
 
 
 def project_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The project checkout of this task (RULERAG_PROJECT_DIR, else the working directory);
-    it must hold dvc.yaml."""
-    env = os.environ if env is None else env
-    path = Path(env.get(PROJECT_ENV) or os.getcwd()).resolve()
-    if not (path / "dvc.yaml").is_file():
-        raise StateError(
-            f"{path} holds no dvc.yaml: set {PROJECT_ENV} to the project checkout the KFP"
-            " tasks run from"
-        )
-    return path
+    """The project checkout of this task (RULERAG_PROJECT_DIR, else the working directory, the
+    images' /app); StateError when it holds no dvc.yaml."""
+    try:
+        return run_plan.project_dir(env)
+    except ValueError as err:
+        raise StateError(f"{err} the KFP tasks run from") from None
 
 
 def _stage_env(run_id: str, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The task's environment plus the MLflow pipeline-run tag of this KFP run."""
-    out = dict(os.environ if env is None else env)
-    out["RULERAG_PIPELINE_RUN"] = RUN_TAG_PREFIX + run_id
-    out.setdefault("DVC_NO_ANALYTICS", "1")
-    return out
+    """The environment of this KFP run's stage commands (`run_plan.stage_env`), its MLflow
+    pipeline-run tag `kfp-<run id>`."""
+    return run_plan.stage_env(RUN_TAG_PREFIX + run_id, env)
 
 
 def _check_run_id(run_id: str) -> str:
@@ -234,62 +227,41 @@ def prepare(
     run_id = _check_run_id(run_id)
     if commit and not re.fullmatch(r"[0-9a-f]{7,40}", commit):  # it reaches `git checkout`
         raise ValueError(f"run commit {commit[:80]!r}: a commit's hex id (7 to 40 digits)")
-    dvc_yaml, params_yaml = project / "dvc.yaml", project / "params.yaml"
-    current = read_params_file(params_yaml)
-    conf = {  # empty: as params.yaml has it; anything else is checked as a run conf's is
-        key: value
-        for key, value in (("datasets", datasets), ("stages", stages), ("params", params))
-        if value not in (None, [], {}, ())
-    }
+    params_yaml = project / "params.yaml"
+    conf = run_plan.without_empty_fields({"datasets": datasets, "stages": stages, "params": params})
     asked = conf.get("datasets")
     names = {d for d in asked if isinstance(d, str)} if isinstance(asked, list | tuple) else set()
     unknown = sorted(names - set(compiled_datasets))
-    known = parse_params(current, str(params_yaml)).known_datasets()
+    known = parse_params(read_params_file(params_yaml), str(params_yaml)).known_datasets()
     if unknown and set(unknown) <= set(known):  # known, just not compiled in: say so
         raise ValueError(
             f"run datasets {', '.join(unknown)}: the pipeline was compiled for"
             f" {', '.join(sorted(compiled_datasets))}; recompile it with them (make kfp"
             " KFP_DATASETS=...)"
         )
-    run_conf = validate_run_conf(
-        conf,
-        current,
-        compiled_datasets,
-        cmd_keys=cmd_param_keys(dvc_yaml),
-        stage_names=list(load_yaml(dvc_yaml).get("stages") or {}),
-    )
-    state = Path(state_dir)
-    state.mkdir(parents=True, exist_ok=True)
-    run_params = state / _STATE_PARAMS
-    run_params.write_text(params_yaml.read_text(encoding="utf-8"), encoding="utf-8")
-    apply_run_conf(run_params, run_conf)  # as `dvc exp run -S` would, comments kept
-    written = read_params_file(run_params)
-    selected_datasets = [str(d) for d in written.get("datasets") or []]
-    generated = build_graph(dvc_yaml, written, selected_datasets)
-    chosen = [
-        inst.name for inst in generated if run_conf.stages is None or inst.stage in run_conf.stages
-    ]
-    missing = [name for name in chosen if name not in compiled]
+    plan = run_plan.plan_run(project, conf, RUN_TAG_PREFIX + run_id, compiled_datasets)
+    missing = [name for name in plan.selected if name not in compiled]
     if missing:
         raise ValueError(
             f"this run's params.yaml generates stage instances the pipeline has no task for:"
             f" {', '.join(missing)}; recompile it with these params (make kfp)"
         )
+    state = Path(state_dir)
+    state.mkdir(parents=True, exist_ok=True)
+    (state / _STATE_PARAMS).write_text(plan.params_text, encoding="utf-8")
     lock = project / "dvc.lock"
     if lock.is_file():
         (state / _STATE_LOCK).write_text(lock.read_text(encoding="utf-8"), encoding="utf-8")
+    summary = plan.summary()
     run = {
         "run_id": run_id,
         "commit": commit or head_commit(project),
-        "datasets": selected_datasets,
-        "stages": None if run_conf.stages is None else list(run_conf.stages),
-        "params": dict(run_conf.params),
-        "selected": chosen,
+        **{key: summary[key] for key in ("datasets", "stages", "params", "force", "selected")},
     }
     (state / _STATE_RUN).write_text(json.dumps(run, indent=1), encoding="utf-8")
     # what the workspaces pull and this run does not rebuild must be on the remote
     push_outputs(project, settings, _stage_env(run_id, env), echo=echo)
-    echo(f"KFP run {run_id}: {len(chosen)} of {len(compiled)} stage tasks selected")
+    echo(f"KFP run {run_id}: {len(plan.selected)} of {len(compiled)} stage tasks selected")
     return run
 
 
@@ -342,6 +314,7 @@ def run_stage(
         settings=DagSettings.from_env(env) if settings is None else settings,
         env=_stage_env(run["run_id"], env),
         echo=echo,
+        force=instance.split("@", 1)[0] in run.get("force", ()),
     )
     pull = {key: entry[key] for key in ("cmd", "outs") if key in entry}
     return {"entry": pack_entries({instance: entry}), "pull": pack_entries({instance: pull})}

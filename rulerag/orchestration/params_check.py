@@ -1,10 +1,10 @@
 """Check a whole params.yaml before anything runs: `rulerag.params.parse_params`, the same code
 every stage reads its params with (each section strictly, then the rules between sections).
 
-`make run` calls `python -m rulerag.orchestration.params_check` before `dvc repro`, and the
-Airflow DAG checks the params.yaml a run conf would produce the same way
-(`run_conf.validate_run_conf`), so a bad value fails in seconds, naming its key, instead of
-after the stages before it have run.
+`make run`'s run plan (`python -m rulerag.orchestration.run_plan`) calls `check_params` and
+`check_environment` before `dvc repro`, and every orchestrator checks the params.yaml a run conf
+would produce the same way (`run_conf.validate_run_conf`), so a bad value fails in seconds,
+naming its key, instead of after the stages before it have run. `main` checks any params file.
 
 The command line also checks what the run needs from its environment (`check_environment`):
 an API key variable when something of the run asks the chat API. That is the shell's, not the

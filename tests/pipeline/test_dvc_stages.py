@@ -137,7 +137,7 @@ def test_a_dataset_name_with_shell_syntax_runs_no_command(project_copy: Path, en
     output = run_failing(["dvc", "repro", f"ingest@{name}"], project_copy, env)
     assert not (project_copy / "PWNED").exists()
     assert "invalid dataset name" in output
-    check = [sys.executable, "-m", "rulerag.orchestration.params_check", "params.yaml"]
+    check = [sys.executable, "-m", "rulerag.orchestration.run_plan"]
     assert "invalid dataset name" in run_failing(check, project_copy, env)
 
 
@@ -161,5 +161,5 @@ def test_a_name_that_slipped_into_params_reaches_no_shell(
     item = value[-1] if key == "datasets" else f"icews14-{value[-1]}"
     run_failing(["dvc", "repro", "--single-item", f"{stage}@{item}"], project_copy, env)
     assert not (project_copy / "PWNED").exists()  # (index: DVC stops first, its deps missing)
-    check = [sys.executable, "-m", "rulerag.orchestration.params_check", "params.yaml"]
+    check = [sys.executable, "-m", "rulerag.orchestration.run_plan"]
     assert "invalid" in run_failing(check, project_copy, env)

@@ -33,6 +33,8 @@ def airflow_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
         AIRFLOW__CORE__DAGS_FOLDER=str(project / "dags"),
         AIRFLOW__CORE__LOAD_EXAMPLES="False",
         RULERAG_PROJECT_DIR=str(project),
+        # the DAG files import the copy's rulerag, not the one installed from the checkout
+        PYTHONPATH=str(project),
         MLFLOW_TRACKING_URI=f"sqlite:///{project / 'mlflow.db'}",
         DVC_NO_ANALYTICS="1",
         PYTHONUNBUFFERED="1",

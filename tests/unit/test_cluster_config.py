@@ -75,10 +75,7 @@ def test_helm_values_run_the_kubernetes_executor_in_workspaces_mode() -> None:
 
 def test_gpu_pods_ask_for_one_gpu() -> None:
     pytest.importorskip("kubernetes")  # the `cluster` extra (Docker images), not `make setup`
-    import sys
-
-    sys.path.insert(0, str(PROJECT / "dags"))
-    from rulerag_dag import gpu_pod_override
+    from rulerag.orchestration.airflow_tasks import gpu_pod_override
 
     pod = gpu_pod_override("nvidia.com/gpu")["pod_override"]
     assert pod.spec.containers[0].name == "base"
