@@ -6,7 +6,9 @@ place each default lives; params.yaml shows every field (a test checks that no k
 
 Strict, because a typo in params.yaml must not silently fall back to a default:
 
-* an unknown key fails, naming the key, its section and the known keys;
+* an unknown key fails, naming the key, its section and the known keys (and the closest
+  one: "did you mean 'seed'?"); pydantic's `extra="forbid"` finds it, at any depth, for every
+  class `load_settings` reads (`SETTINGS_CONFIG`), so no settings class declares it itself;
 * a value of the wrong type fails, naming the key and the value (pydantic validates and
   converts, so `"2e-5"`, which a YAML 1.1 reader leaves a string, still becomes a float; a
   bool, an infinite or NaN real and a string for an integer are refused);
@@ -14,7 +16,8 @@ Strict, because a typo in params.yaml must not silently fall back to a default:
 
 Numbers carry their range in their type (`Count`, `Positive`, `Fraction`...): `test_size: -5`
 or `10**100` fails like a wrong type does, and the Airflow run conf is checked with the same
-classes (`rulerag.params_schema`). A test checks that every numeric knob has a range.
+classes (`rulerag.orchestration.run_conf`, through `rulerag.params`). A test checks that every
+numeric knob has a range.
 
 A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
 whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.
@@ -60,6 +63,7 @@ __all__ = [
     "Positive",
     "PositiveReal",
     "Seed",
+    "SETTINGS_CONFIG",
     "STRICT_INT",
     "SettingsError",
     "apply_profile",
@@ -239,13 +243,12 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
     if not isinstance(values, Mapping):
         raise SettingsError(f"params.yaml: {section} must be a mapping, not {short_repr(values)}")
     _check_strings(values, section)
-    _check_keys(cls, values, section)
     import pydantic
 
     try:
-        return _adapter(cls).validate_python(dict(values))
+        return _adapter(cls).model_validate({"value": dict(values)}).value
     except pydantic.ValidationError as err:
-        errors = [(_where(section, e["loc"]), e) for e in err.errors()]
+        errors = [(_where(section, e["loc"][1:]), e) for e in err.errors()]
         # the keys above another error's: a union's branch that failed at the whole value, the
         # deeper error says it (a set, not a scan of every other error for each: a list of
         # 100,000 wrong entries made that 10**10 comparisons)
@@ -255,15 +258,26 @@ def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) 
             for i in range(1, len(parts))
         }
         problems = []
+        unknown: dict[str, list[tuple[Any, ...]]] = {}  # where -> locations of unknown keys
         for where, error in errors:
+            if error["type"] in _UNKNOWN_KEY:
+                parent = where.rpartition(".")[0]
+                if parent not in unknown:
+                    problems.append(parent)  # its place among the problems, said below
+                unknown.setdefault(parent, []).append(error["loc"][1:])
+                continue
             if where in parents:
                 continue
             # a URL's credentials never reach a message (rulerag.redact)
             msg = redact_url(_shorten(error["msg"], 300))
             got = redact_url(short_repr(error.get("input")))
             problems.append(f"{where}: {msg} (got {got})")
+        problems = [
+            _unknown_keys(cls, p, unknown[p]) if p in unknown else p
+            for p in dict.fromkeys(problems)
+        ]
         keys = tuple(dict.fromkeys(where for where, _error in errors))
-        message = "params.yaml: " + _joined(list(dict.fromkeys(problems)))
+        message = "params.yaml: " + _joined(problems)
         raise SettingsError(message, keys) from None
 
 
@@ -319,19 +333,13 @@ _BRANCH_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "tuple"
 def _where(section: str, loc: tuple[Any, ...]) -> str:
     """An error's location as params.yaml's dotted key: `build_benchmark.corpus.filter.x`, not
     `...filter.dict[str,literal[...]].x` (the branch of a union pydantic tried)."""
-    parts = [
-        str(part)
-        for part in loc
-        if not (
-            isinstance(part, str)
-            and (
-                "[" in part
-                or part in _BRANCH_TAGS
-                or part.startswith(("constrained-", "function-"))
-            )
-        )
-    ]
+    parts = [str(part) for part in loc if not (isinstance(part, str) and _branch_tag(part))]
     return ".".join([section, *parts])
+
+
+def _branch_tag(part: str) -> bool:
+    """Whether a part of a pydantic error location names a union's branch, not a key."""
+    return "[" in part or part in _BRANCH_TAGS or part.startswith(("constrained-", "function-"))
 
 
 def _shorten(text: str, limit: int = 80) -> str:
@@ -474,11 +482,23 @@ def _alias(annotation: Any) -> str | None:
     return None
 
 
+#: the pydantic config every settings class is read with: a key it has no field for is an
+#: error (at any depth: a nested settings dataclass without a config of its own takes its
+#: parent's). The stdlib dataclasses are read as the one field of a model that carries it, so
+#: that no class has to declare it (and none can forget to).
+SETTINGS_CONFIG: Any = {"extra": "forbid"}
+
+
 @functools.cache
 def _adapter(cls: type) -> Any:
+    """A model of one field, `value: cls`, read with `SETTINGS_CONFIG`."""
     import pydantic
 
-    return pydantic.TypeAdapter(cls)
+    return pydantic.create_model(
+        f"{cls.__name__}Section",
+        __config__=pydantic.ConfigDict(**SETTINGS_CONFIG),
+        value=(cls, ...),
+    )
 
 
 def _dataclass_in(annotation: Any) -> type | None:
@@ -491,26 +511,44 @@ def _dataclass_in(annotation: Any) -> type | None:
     return None
 
 
-def _check_keys(cls: type, values: Mapping[str, Any], section: str) -> None:
-    fields = settings_fields(cls)
-    unknown = sorted(str(k) for k in values if k not in fields)
-    if unknown:
-        raise SettingsError(
-            f"params.yaml: {section}: unknown key {', '.join(short_repr(k) for k in unknown)} "
-            f"(known: {', '.join(sorted(fields))})",
-            tuple(f"{section}.{k}" for k in unknown),
-        )
-    for name, annotation in fields.items():
-        value = values.get(name)
-        if not isinstance(value, Mapping):
-            continue
+#: pydantic's error types for a key the settings class has no field for
+_UNKNOWN_KEY = frozenset({"unexpected_keyword_argument", "extra_forbidden"})
+
+
+def _unknown_keys(cls: type, where: str, locations: list[tuple[Any, ...]]) -> str:
+    """The problem of the unknown keys of one mapping (`where`: its dotted key), as the
+    error says it: the keys, the known ones and, for each near one, "did you mean"."""
+    import difflib
+
+    names = [str(loc[-1]) for loc in locations]
+    known = sorted(settings_fields(_class_at(cls, locations[0][:-1])))
+    guesses = [
+        (name, close[0])
+        for name in names
+        for close in [difflib.get_close_matches(name, known, n=1, cutoff=0.75)]
+        if close
+    ]
+    if len(names) == 1 and guesses:
+        hint = f"; did you mean {guesses[0][1]!r}?"
+    else:
+        hint = "".join(f"; {name!r}: did you mean {close!r}?" for name, close in guesses)
+    return (
+        f"{where}: unknown key {', '.join(short_repr(n) for n in names)} "
+        f"(known: {', '.join(known)}){hint}"
+    )
+
+
+def _class_at(cls: type, loc: tuple[Any, ...]) -> type:
+    """The settings dataclass at a pydantic error location under `cls` (the mapping an
+    unknown key was found in): through nested dataclasses, `X | None` and `dict[str, X]`'s
+    entries, skipping the tags pydantic adds for a union's branches."""
+    parts = [p for p in loc if not (isinstance(p, str) and _branch_tag(p))]
+    while parts:
+        annotation = settings_fields(cls)[str(parts.pop(0))]
         nested = _dataclass_in(annotation)
-        if nested is not None:
-            _check_keys(nested, value, f"{section}.{name}")
-        elif typing.get_origin(annotation) in (dict, Mapping, typing.Mapping):
-            args = typing.get_args(annotation)
-            inner = _dataclass_in(args[1]) if len(args) == 2 else None
-            if inner is not None:
-                for key, item in value.items():
-                    if isinstance(item, Mapping):
-                        _check_keys(inner, item, f"{section}.{name}.{key}")
+        if nested is None:  # dict[str, X]: the next part is the entry's name
+            nested = _dataclass_in(typing.get_args(annotation)[1])
+            parts.pop(0)
+        assert nested is not None, f"no settings class at {loc} under {cls.__name__}"
+        cls = nested
+    return cls

@@ -74,3 +74,30 @@ def test_a_keyword_key_reads_into_its_underscored_field() -> None:
         load_settings(Keyword, {"import": {"a": {"x": 1}}}, "mine_rules")
     with pytest.raises(SettingsError, match="mine_rules: unknown key 'import_'"):
         load_settings(Keyword, {"import_": {}}, "mine_rules")
+
+
+def test_unknown_keys_are_pydantics_extra_forbid_with_a_did_you_mean() -> None:
+    """No hand-written key check: every class load_settings reads forbids extra keys (its
+    nested classes too), and the message names the keys, the known ones and the closest."""
+    from rulerag.settings import SETTINGS_CONFIG
+
+    assert SETTINGS_CONFIG == {"extra": "forbid"}
+    with pytest.raises(SettingsError) as err:
+        load_settings(Outer, {"sead": 1, "inner": {"walk": 1, "lenghts": [1]}}, "mine_rules")
+    message = str(err.value)
+    assert "mine_rules: unknown key 'sead' (known: inner, label, maybe, named, seed); " in message
+    assert "did you mean 'seed'?" in message
+    assert "mine_rules.inner: unknown key 'walk', 'lenghts' (known: lengths, lr, walks)" in message
+    assert "'walk': did you mean 'walks'?; 'lenghts': did you mean 'lengths'?" in message
+    assert set(err.value.keys) == {
+        "mine_rules.sead",
+        "mine_rules.inner.walk",
+        "mine_rules.inner.lenghts",
+    }
+
+
+def test_an_unknown_key_is_said_beside_a_bad_value() -> None:
+    with pytest.raises(SettingsError) as err:
+        load_settings(Outer, {"seed": "x", "named": {"a": {"y": 1}}}, "s")
+    assert "s.seed: " in str(err.value)
+    assert "s.named.a: unknown key 'y' (known: lengths, lr, walks)" in str(err.value)
