@@ -34,14 +34,14 @@ def main(argv: list[str] | None = None) -> int:
         provenance = {"stage": "build_benchmark", "dataset": name, "params": section}
         with staged_outputs(layout.benchmark, "build_benchmark") as staging:
             built.write(staging, provenance)
-        config, stats, summary = built.config, built.stats, built.table1()
-        run.log_params({"corpus_filter": config.corpus_filter, "test_size": config.test_size})
+        settings, stats, summary = built.settings, built.stats, built.table1()
+        run.log_params({"corpus_filter": settings.corpus.filter, "test_size": settings.test_size})
         run.log_metrics(numeric_metrics({k: v for k, v in stats.items() if k != "paper"}))
         run.log_artifact(layout.benchmark / "stats.json")
         run.log_dict({"table1": summary.splitlines()}, "table1.json")
         run.log_dict(built.benchmark.test[:20], "sample/test.json")
         run.log_dict(built.benchmark.f_r[:20], "sample/f_r.json")
-    print(f"build_benchmark@{name} (corpus filter {config.corpus_filter}):\n{summary}")
+    print(f"build_benchmark@{name} (corpus filter {settings.corpus.filter}):\n{summary}")
     return 0
 
 

@@ -27,13 +27,9 @@ import numpy as np
 import pandas as pd
 
 from rulerag.benchmark.settings import (
-    CORPUS_FILTERS,
     BuildBenchmarkSettings,
-    CorpusSettings,
     RuleSelectionSettings,
     SelectionMethod,
-    StrataSettings,
-    by_dataset,
 )
 from rulerag.errors import InputError
 from rulerag.kg.schema import KnowledgeGraph, format_time
@@ -56,65 +52,6 @@ class RuleSelector(Protocol):
     def __call__(
         self, queries: Sequence[str], shots: Sequence[tuple[str, str]]
     ) -> list[list[str]]: ...
-
-
-@dataclass(frozen=True)
-class BenchmarkConfig:
-    """params.yaml `build_benchmark`, resolved for one dataset (`benchmark_config`); the
-    defaults are `BuildBenchmarkSettings`'."""
-
-    seed: int = BuildBenchmarkSettings.seed
-    corpus_splits: tuple[str, ...] = CorpusSettings.splits
-    corpus_filter: str = "none"
-    test_size: int | None = None  # None = every candidate query
-    n_strata: int = StrataSettings.count
-    strata_weights: tuple[float, ...] = (1.0,) * StrataSettings.count
-    selection: str = RuleSelectionSettings.method
-    top_n: int = RuleSelectionSettings.top_n
-    threshold: float = RuleSelectionSettings.threshold
-    max_oracle_docs: int = BuildBenchmarkSettings.max_oracle_docs
-    #: train queries moved out of the corpus into the F_R / F_G pool (for KGs whose valid
-    #: split is too small, e.g. NELL-995's 543 links)
-    finetune_from_train: int = 0
-
-    def __post_init__(self) -> None:
-        if self.corpus_filter not in CORPUS_FILTERS:
-            raise ValueError(
-                f"corpus filter must be one of {CORPUS_FILTERS}: {self.corpus_filter!r}"
-            )
-        if self.selection not in SELECTIONS:
-            raise ValueError(f"rule selection must be one of {SELECTIONS}: {self.selection!r}")
-        if len(self.strata_weights) != self.n_strata or min(self.strata_weights) < 0:
-            raise ValueError("strata_weights needs one non-negative weight per stratum")
-
-
-def benchmark_config(
-    settings: BuildBenchmarkSettings, dataset: str, paper: Mapping[str, int] | None = None
-) -> BenchmarkConfig:
-    """The settings resolved for one dataset: its corpus filter and fine-tuning pool, and
-    `test_size: paper` as the paper's |Q| for the KG (`paper`: its Table 1 row; none = all)."""
-    size = settings.test_size
-    if size == "paper":
-        size = (paper or {}).get("test")
-    count = settings.strata.count
-    selection = settings.rule_selection
-    return BenchmarkConfig(
-        seed=settings.seed,
-        corpus_splits=settings.corpus.splits,
-        corpus_filter=by_dataset(settings.corpus.filter, dataset, CorpusSettings.filter),
-        test_size=None if size is None else int(size),
-        n_strata=count,
-        strata_weights=settings.strata.weights or (1.0,) * count,
-        selection=selection.method,
-        top_n=selection.top_n,
-        threshold=selection.threshold,
-        max_oracle_docs=settings.max_oracle_docs,
-        finetune_from_train=int(
-            by_dataset(
-                settings.finetune_from_train, dataset, BuildBenchmarkSettings.finetune_from_train
-            )
-        ),
-    )
 
 
 #: the benchmark's sizes beside the paper's Table 1 (stats key, label)
@@ -318,7 +255,7 @@ def _filter_corpus(
 
 def _select_rules(
     frames: Sequence[pd.DataFrame],
-    config: BenchmarkConfig,
+    selection: RuleSelectionSettings,
     bank: pd.DataFrame,
     encoder: Encoder | None,
     selector: RuleSelector | None,
@@ -330,20 +267,20 @@ def _select_rules(
     one) with their best `head` rule, drawn by `rng`, never a test query; a query that is
     itself a shot gets the next drawn query in its place, so no prompt shows its own rule.
     """
-    if config.selection == "head":
+    if selection.method == "head":
         for frame in frames:
             frame["rule_ids"] = frame["head_rule_ids"]
         return
-    if config.selection == "similarity":
+    if selection.method == "similarity":
         if encoder is None:
             raise ValueError("rule selection 'similarity' needs an encoder")
         for frame in frames:
             frame["rule_ids"] = select_by_similarity(
-                list(frame["query"]), bank, encoder, config.top_n, config.threshold
+                list(frame["query"]), bank, encoder, selection.top_n, selection.threshold
             )
         return
     if selector is None:
-        raise ValueError(f"rule selection {config.selection!r} needs a rule selector")
+        raise ValueError(f"rule selection {selection.method!r} needs a rule selector")
     pool = frames[1][frames[1]["head_rule_ids"].map(len) > 0]
     drawn = pool.iloc[rng.permutation(len(pool))[: selector.shots + 1]]
     demos = [
@@ -360,113 +297,184 @@ def _select_rules(
         for shots, rows in groups.items():
             picked = selector([queries[i] for i in rows], list(shots))
             for i, rules in zip(rows, picked, strict=True):
-                chosen[i] = list(rules)[: config.top_n]
+                chosen[i] = list(rules)[: selection.top_n]
         frame["rule_ids"] = chosen
 
 
 def build_benchmark(
     kg: KnowledgeGraph,
     bank: pd.DataFrame,
-    config: BenchmarkConfig,
+    settings: BuildBenchmarkSettings,
     encoder: Encoder | None = None,
     selector: RuleSelector | None = None,
     *,
     name: str = "build_benchmark",
 ) -> Benchmark:
-    """Build corpus, Q, F_R and F_G deterministically from `config.seed`; `encoder` serves the
-    `similarity` selection, `selector` the rule-retrieval ones (vanilla, SIAR, with R³ or not).
+    """Build corpus, Q, F_R and F_G deterministically from `settings.seed`; `settings` are
+    params.yaml's `build_benchmark` for this KG (`BuildBenchmarkSettings.for_dataset`);
+    `encoder` serves the `similarity` selection, `selector` the rule-retrieval ones (vanilla,
+    SIAR, with R³ or not).
 
     A benchmark without test queries or without F_R items is an `InputError` saying why
     (`name`, e.g. `build_benchmark@icews14`, starts the message): written, it would only fail
     later stages, or train a retriever on nothing.
     """
     check_bank(bank, f"{name}: the rule bank", "select it from mined rules (mine_rules)")
+    if not settings.for_one_dataset():
+        raise ValueError(
+            "build_benchmark takes the settings for one dataset: settings.for_dataset(dataset)"
+        )
     facts = kg.facts.reset_index(drop=True).assign(fact_row=lambda f: np.arange(len(f)))
     names = _Namer(kg)
-    temporal = kg.temporal
-    rng_test = np.random.default_rng([config.seed, 0])
-    rng_split = np.random.default_rng([config.seed, 1])
+    pool = _candidate_queries(facts, bank, settings, names)
+    test, f_r_q, f_g_q = _draw_queries(facts, bank, pool, settings, names, name)
+    rng_shots = np.random.default_rng([settings.seed, 3])
+    _select_rules((test, f_r_q, f_g_q), settings.rule_selection, bank, encoder, selector, rng_shots)
+    atoms = _first_subject_atom(bank)
+    corpus = _corpus(facts, bank, pool, atoms, settings, names)
+    items, dropped = _f_r_items(f_r_q, atoms, corpus, kg.temporal, settings.max_oracle_docs)
+    if dropped == len(items):
+        reason = _why_no_f_r_item(facts, settings, f_r_q, len(items), corpus, pool)
+        raise InputError(f"{name}: {reason}")
+    items = items.dropna(subset=["oracle_doc_ids"])
+    test_records = [_query_record(r, names) for _, r in test.iterrows()]
+    f_g_records = [_query_record(r, names) for _, r in f_g_q.iterrows()]
+    f_r_records = _f_r_records(items, f_r_q, bank, names)
+
+    stats = _stats(kg, bank, corpus, test_records, f_r_records, f_g_records, settings)
+    stats["f_r_items_without_oracle"] = dropped
+    stats["f_r_queries"] = int(len(f_r_q))
+    stats["finetune_queries_from_train"] = int(len(pool.moved))
+    out_corpus = corpus[["id", "contents", "head", "relation", "tail", "time", "split"]]
+    return Benchmark(out_corpus, test_records, f_r_records, f_g_records, stats)
+
+
+@dataclass(frozen=True)
+class _QueryPool:
+    """The queries a benchmark is drawn from, with their names, text and `head` rules."""
+
+    candidates: pd.DataFrame  # test queries whose relation has a bank rule
+    valid: pd.DataFrame  # the F_R / F_G pool: valid queries the test split does not ask, + moved
+    moved: pd.DataFrame  # train queries moved into the pool (`finetune_from_train`)
+    ruled_valid: int  # valid queries with a bank rule, before the test split's are dropped
+
+
+def _candidate_queries(
+    facts: pd.DataFrame, bank: pd.DataFrame, settings: BuildBenchmarkSettings, names: _Namer
+) -> _QueryPool:
+    """Candidate queries: test links whose relation has a bank rule; valid links likewise,
+    minus any query the test split also asks, plus `finetune_from_train` train queries that
+    neither split asks."""
     ruled = set(int(r) for r in bank["head_relation"])
-    answers = gold_answers(facts)
     degree = popularity(facts)
-
-    def describe(frame: pd.DataFrame) -> pd.DataFrame:
-        """Names, query text and selected rules for candidate queries."""
-        frame = frame.reset_index(drop=True)
-        frame["popularity"] = frame["head"].map(degree).fillna(0).astype(int)
-        frame["head_name"] = frame["head"].map(names.entity)
-        frame["relation_name"] = frame["relation"].map(names.relation)
-        frame["time_text"] = names.times(frame["time"])
-        frame["query"] = [
-            query_text(h, r, t)
-            for h, r, t in zip(
-                frame["head_name"], frame["relation_name"], frame["time_text"], strict=True
-            )
-        ]
-        frame["head_rule_ids"] = select_by_head(list(frame["relation"]), bank, config.top_n)
-        return frame
-
-    def finalise(frame: pd.DataFrame, prefix: str) -> pd.DataFrame:
-        """Deterministic order, gold answers and query ids."""
-        frame = frame.sort_values(KEY, kind="stable", na_position="first").reset_index(drop=True)
-        frame = frame.merge(answers, on=KEY, how="left")
-        frame["qid"] = [f"{prefix}-{i + 1:05d}" for i in range(len(frame))]
-        if "stratum" not in frame:
-            frame["stratum"] = -1
-        return frame
-
-    # Candidate queries: test links whose relation has a bank rule; valid links likewise,
-    # minus any query the test split also asks.
-    candidates = describe(_query_keys(facts, "test", ruled))
+    top_n = settings.rule_selection.top_n
+    candidates = _describe(_query_keys(facts, "test", ruled), bank, top_n, names, degree)
     test_keys = _query_keys(facts, "test", set(facts["relation"]))
     valid = _query_keys(facts, "valid", ruled)
     ruled_valid = len(valid)
     valid = valid.merge(test_keys, on=KEY, how="left", indicator=True)
     valid = valid[valid["_merge"] == "left_only"].drop(columns="_merge")
     moved = pd.DataFrame(columns=KEY)
-    if config.finetune_from_train:
+    if settings.finetune_from_train:
         train = _query_keys(facts, "train", ruled)
         taken = pd.concat([test_keys, valid[KEY]]).drop_duplicates()
         train = train.merge(taken, on=KEY, how="left", indicator=True)
         train = train[train["_merge"] == "left_only"].drop(columns="_merge")
-        rng_train = np.random.default_rng([config.seed, 2])
-        count = min(config.finetune_from_train, len(train))
+        rng_train = np.random.default_rng([settings.seed, 2])
+        count = min(settings.finetune_from_train, len(train))
         moved = train.iloc[np.sort(rng_train.choice(len(train), size=count, replace=False))]
         valid = pd.concat([valid, moved], ignore_index=True)
-    valid = describe(valid)
+    valid = _describe(valid, bank, top_n, names, degree)
+    return _QueryPool(candidates, valid, moved, ruled_valid)
 
-    # Q balanced over popularity strata; F_R / F_G the two seeded halves of the valid queries.
-    test = stratified_sample(candidates, config.test_size, config.strata_weights, rng_test)
-    if test.empty:  # before any rule is selected: a retrieval selection asks an LLM
+
+def _describe(
+    frame: pd.DataFrame, bank: pd.DataFrame, top_n: int, names: _Namer, degree: pd.Series
+) -> pd.DataFrame:
+    """Names, query text and `head`-selected rules for candidate queries."""
+    frame = frame.reset_index(drop=True)
+    frame["popularity"] = frame["head"].map(degree).fillna(0).astype(int)
+    frame["head_name"] = frame["head"].map(names.entity)
+    frame["relation_name"] = frame["relation"].map(names.relation)
+    frame["time_text"] = names.times(frame["time"])
+    frame["query"] = [
+        query_text(h, r, t)
+        for h, r, t in zip(
+            frame["head_name"], frame["relation_name"], frame["time_text"], strict=True
+        )
+    ]
+    frame["head_rule_ids"] = select_by_head(list(frame["relation"]), bank, top_n)
+    return frame
+
+
+def _draw_queries(
+    facts: pd.DataFrame,
+    bank: pd.DataFrame,
+    pool: _QueryPool,
+    settings: BuildBenchmarkSettings,
+    names: _Namer,
+    name: str,
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """Q balanced over popularity strata; F_R / F_G the two seeded halves of the valid
+    queries; each in a deterministic order with its gold answers and query ids. Fails before
+    any rule is selected (a retrieval selection asks an LLM) when Q or F_R is empty."""
+    rng_test = np.random.default_rng([settings.seed, 0])
+    rng_split = np.random.default_rng([settings.seed, 1])
+    weights = settings.strata.weights or (1.0,) * settings.strata.count  # None: equal
+    test = stratified_sample(pool.candidates, settings.test_size, weights, rng_test)
+    if test.empty:
         raise InputError(f"{name}: {_why_no_test_query(facts, bank, names)}")
+    answers = gold_answers(facts)
+    valid = pool.valid
     shuffled = valid.iloc[rng_split.permutation(len(valid))]
     half = (len(shuffled) + 1) // 2
-    test = finalise(test, "test")
-    f_r_q, f_g_q = finalise(shuffled.iloc[:half], "fr"), finalise(shuffled.iloc[half:], "fg")
+    test = _finalise(test, answers, "test")
+    f_r_q = _finalise(shuffled.iloc[:half], answers, "fr")
+    f_g_q = _finalise(shuffled.iloc[half:], answers, "fg")
     if f_r_q.empty:
-        reason = _why_no_f_r_item(facts, config, f_r_q, 0, facts.iloc[:0], ruled_valid, moved)
+        reason = _why_no_f_r_item(facts, settings, f_r_q, 0, facts.iloc[:0], pool)
         raise InputError(f"{name}: {reason}")
-    rng_shots = np.random.default_rng([config.seed, 3])
-    _select_rules((test, f_r_q, f_g_q), config, bank, encoder, selector, rng_shots)
+    return test, f_r_q, f_g_q
 
-    # Corpus: configured splits, never a test link, then the configured filter.
-    atoms = _first_subject_atom(bank)
-    corpus = facts[facts["split"].isin(config.corpus_splits)]
+
+def _finalise(frame: pd.DataFrame, answers: pd.DataFrame, prefix: str) -> pd.DataFrame:
+    """Deterministic order, gold answers and query ids."""
+    frame = frame.sort_values(KEY, kind="stable", na_position="first").reset_index(drop=True)
+    frame = frame.merge(answers, on=KEY, how="left")
+    frame["qid"] = [f"{prefix}-{i + 1:05d}" for i in range(len(frame))]
+    if "stratum" not in frame:
+        frame["stratum"] = -1
+    return frame
+
+
+def _corpus(
+    facts: pd.DataFrame,
+    bank: pd.DataFrame,
+    pool: _QueryPool,
+    atoms: pd.DataFrame,
+    settings: BuildBenchmarkSettings,
+    names: _Namer,
+) -> pd.DataFrame:
+    """Corpus: the configured splits' links, never a test link nor one of a query moved into
+    the F pool, then the configured filter, each link written as a document."""
+    corpus = facts[facts["split"].isin(settings.corpus.splits)]
     test_links = facts.loc[facts["split"] == "test", ["head", "relation", "tail", "time"]]
     corpus = corpus.merge(test_links.drop_duplicates(), how="left", indicator=True)
     corpus = corpus[corpus["_merge"] == "left_only"].drop(columns="_merge")
-    if len(moved):  # queries moved into the F pool leave the corpus with all their links
+    if len(pool.moved):  # queries moved into the F pool leave the corpus with all their links
         corpus = corpus.merge(
-            moved.astype(corpus[KEY].dtypes.to_dict()), on=KEY, how="left", indicator=True
+            pool.moved.astype(corpus[KEY].dtypes.to_dict()), on=KEY, how="left", indicator=True
         )
         corpus = corpus[corpus["_merge"] == "left_only"].drop(columns="_merge")
     corpus = corpus.sort_values("fact_row", kind="stable").reset_index(drop=True)
     corpus["id"] = "D" + corpus["fact_row"].astype(str)
     # Filters look at every candidate query, not only the sampled ones, so the corpus does not
     # change with test_size.
-    pool = pd.concat([candidates, valid], ignore_index=True)
-    pool = pool.assign(rule_ids=pool["head_rule_ids"])
-    corpus = _filter_corpus(corpus, config.corpus_filter, bank, pool, atoms)
+    queries = pd.concat([pool.candidates, pool.valid], ignore_index=True)
+    queries = queries.assign(rule_ids=queries["head_rule_ids"])
+    how = settings.corpus.filter
+    assert isinstance(how, str)  # for_one_dataset
+    corpus = _filter_corpus(corpus, how, bank, queries, atoms)
     corpus = corpus.reset_index(drop=True)
     corpus["contents"] = [
         document_text(h, r, o, t)
@@ -478,8 +486,14 @@ def build_benchmark(
             strict=True,
         )
     ]
+    return corpus
 
-    # F_R items: one per (query, selected rule) with oracle documents; none -> dropped.
+
+def _f_r_items(
+    f_r_q: pd.DataFrame, atoms: pd.DataFrame, corpus: pd.DataFrame, temporal: bool, cap: int
+) -> tuple[pd.DataFrame, int]:
+    """F_R items: one per (query, selected rule) with its oracle documents (NaN: none, to be
+    dropped), and how many have none."""
     items = (
         f_r_q[["qid", *KEY, "rule_ids", "answer_ids"]]
         .explode("rule_ids")
@@ -487,38 +501,39 @@ def build_benchmark(
     )
     items = items.rename(columns={"rule_ids": "rule_id"}).reset_index(drop=True)
     items["item"] = np.arange(len(items))
-    oracle = _oracles(items, atoms, corpus, temporal, config.max_oracle_docs)
+    oracle = _oracles(items, atoms, corpus, temporal, cap)
     items["oracle_doc_ids"] = items["item"].map(oracle)
-    dropped = int(items["oracle_doc_ids"].isna().sum())
-    if dropped == len(items):
-        reason = _why_no_f_r_item(facts, config, f_r_q, len(items), corpus, ruled_valid, moved)
-        raise InputError(f"{name}: {reason}")
-    items = items.dropna(subset=["oracle_doc_ids"])
+    return items, int(items["oracle_doc_ids"].isna().sum())
 
+
+def _query_record(row: pd.Series, names: _Namer) -> dict[str, Any]:
+    """A query as test.jsonl / f_g.jsonl write it."""
+    answer_names = list(dict.fromkeys(names.entity[a] for a in row["answer_ids"]))
+    return {
+        "qid": row["qid"],
+        "query": row["query"],
+        "answers": answer_names,
+        "answer_ids": [int(a) for a in row["answer_ids"]],
+        "head": int(row["head"]),
+        "head_name": row["head_name"],
+        "relation": int(row["relation"]),
+        "relation_name": row["relation_name"],
+        "time": None if pd.isna(row["time"]) else int(row["time"]),
+        "time_text": row["time_text"],
+        "rule_ids": list(row["rule_ids"]),
+        "popularity": int(row["popularity"]),
+        "stratum": int(row["stratum"]),
+    }
+
+
+def _f_r_records(
+    items: pd.DataFrame, f_r_q: pd.DataFrame, bank: pd.DataFrame, names: _Namer
+) -> list[dict[str, Any]]:
+    """F_R items as f_r.jsonl writes them: the query's record with one rule and its oracle
+    documents in place of its rules."""
     rule_text = bank.set_index("rule_id")["text"]
-
-    def query_record(row: pd.Series) -> dict[str, Any]:
-        answer_names = list(dict.fromkeys(names.entity[a] for a in row["answer_ids"]))
-        return {
-            "qid": row["qid"],
-            "query": row["query"],
-            "answers": answer_names,
-            "answer_ids": [int(a) for a in row["answer_ids"]],
-            "head": int(row["head"]),
-            "head_name": row["head_name"],
-            "relation": int(row["relation"]),
-            "relation_name": row["relation_name"],
-            "time": None if pd.isna(row["time"]) else int(row["time"]),
-            "time_text": row["time_text"],
-            "rule_ids": list(row["rule_ids"]),
-            "popularity": int(row["popularity"]),
-            "stratum": int(row["stratum"]),
-        }
-
-    test_records = [query_record(r) for _, r in test.iterrows()]
-    f_g_records = [query_record(r) for _, r in f_g_q.iterrows()]
-    f_r_queries = {r["qid"]: query_record(r) for _, r in f_r_q.iterrows()}
-    f_r_records = []
+    f_r_queries = {r["qid"]: _query_record(r, names) for _, r in f_r_q.iterrows()}
+    records = []
     for item in items.itertuples(index=False):
         record = {k: v for k, v in f_r_queries[item.qid].items() if k != "rule_ids"}
         record.update(
@@ -529,14 +544,8 @@ def build_benchmark(
                 "oracle_doc_ids": list(item.oracle_doc_ids),
             }
         )
-        f_r_records.append(record)
-
-    stats = _stats(kg, bank, corpus, test_records, f_r_records, f_g_records, config)
-    stats["f_r_items_without_oracle"] = dropped
-    stats["f_r_queries"] = int(len(f_r_q))
-    stats["finetune_queries_from_train"] = int(len(moved))
-    out_corpus = corpus[["id", "contents", "head", "relation", "tail", "time", "split"]]
-    return Benchmark(out_corpus, test_records, f_r_records, f_g_records, stats)
+        records.append(record)
+    return records
 
 
 def _why_no_test_query(facts: pd.DataFrame, bank: pd.DataFrame, names: _Namer) -> str:
@@ -561,20 +570,20 @@ def _why_no_test_query(facts: pd.DataFrame, bank: pd.DataFrame, names: _Namer) -
 
 def _why_no_f_r_item(
     facts: pd.DataFrame,
-    config: BenchmarkConfig,
+    settings: BuildBenchmarkSettings,
     f_r_q: pd.DataFrame,
     items: int,
     corpus: pd.DataFrame,
-    ruled_valid: int,
-    moved: pd.DataFrame,
+    pool: _QueryPool,
 ) -> str:
     """Why F_R (the retriever's fine-tuning set: a query, one of its rules and the documents
     that rule points to) has no item: no fine-tuning query, no rule selected for one, or no
     oracle document for any (query, rule) pair."""
     empty = "F_R, the retriever's fine-tuning set, is empty"
+    selection, ruled_valid, moved = settings.rule_selection, pool.ruled_valid, pool.moved
     if f_r_q.empty:
         valid = int((facts["split"] == "valid").sum())
-        from_train = f", and {len(moved)} moved from train" if config.finetune_from_train else ""
+        from_train = f", and {len(moved)} moved from train" if settings.finetune_from_train else ""
         return (
             f"{empty}: there is no fine-tuning query (the KG's {valid:,} valid facts give "
             f"{ruled_valid} queries of a relation with a bank rule, none that the test split "
@@ -583,9 +592,9 @@ def _why_no_f_r_item(
         )
     if not items:
         return (
-            f"{empty}: the rule selection '{config.selection}' chose no rule for any of its "
-            f"{len(f_r_q)} queries (build_benchmark.rule_selection: top_n {config.top_n}, "
-            f"threshold {config.threshold})"
+            f"{empty}: the rule selection '{selection.method}' chose no rule for any of its "
+            f"{len(f_r_q)} queries (build_benchmark.rule_selection: top_n {selection.top_n}, "
+            f"threshold {selection.threshold})"
         )
     mentioned = set(corpus["head"]) | set(corpus["tail"])
     seen = int(f_r_q["head"].isin(mentioned).sum())
@@ -604,8 +613,8 @@ def _why_no_f_r_item(
     return (
         f"{empty}: no query is explained by a rule in the corpus: none of the "
         f"{items} (query, rule) pairs of its {len(f_r_q)} queries has an oracle document, a "
-        f"corpus document (splits {list(config.corpus_splits)}, filter "
-        f"'{config.corpus_filter}') linking the query's subject through the rule's first "
+        f"corpus document (splits {list(settings.corpus.splits)}, filter "
+        f"'{settings.corpus.filter}') linking the query's subject through the rule's first "
         f"body atom; {why}"
     )
 
@@ -624,7 +633,7 @@ def _stats(
     test: list[dict],
     f_r: list[dict],
     f_g: list[dict],
-    config: BenchmarkConfig,
+    settings: BuildBenchmarkSettings,
 ) -> dict[str, Any]:
     def mean(values: list[int]) -> float:
         return round(float(np.mean(values)), 3) if values else 0.0
@@ -641,6 +650,6 @@ def _stats(
         "queries_without_rules": sum(1 for q in test + f_g if not q["rule_ids"]),
         "oracle_docs_per_item": mean([len(i["oracle_doc_ids"]) for i in f_r]),
         "strata": {str(k): int(v) for k, v in strata.items()},
-        "corpus_filter": config.corpus_filter,
-        "selection": config.selection,
+        "corpus_filter": settings.corpus.filter,
+        "selection": settings.rule_selection.method,
     }

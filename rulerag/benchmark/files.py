@@ -20,9 +20,7 @@ import pandas as pd
 
 from rulerag.benchmark.build import (
     Benchmark,
-    BenchmarkConfig,
     RuleSelector,
-    benchmark_config,
     build_benchmark,
     check_bank,
     table1,
@@ -56,7 +54,7 @@ class BenchmarkFiles:
     """What `build_benchmark` writes: the benchmark, its robustness queries and its figures."""
 
     dataset: str
-    config: BenchmarkConfig  # the settings resolved for the dataset
+    settings: BuildBenchmarkSettings  # the settings for the dataset (`for_dataset`)
     benchmark: Benchmark
     robust: list[dict[str, Any]]  # the test queries that need no rule
     stats: dict[str, Any]
@@ -108,17 +106,18 @@ def benchmark_files(
     name = f"build_benchmark@{dataset}"
     check_bank(bank, f"{name}: the rule bank", f"rerun mine_rules@{dataset}")  # before selectors
     paper = DATASETS[dataset].paper if dataset in DATASETS else {}
-    config = benchmark_config(settings, dataset, paper)
+    settings = settings.for_dataset(dataset, paper)
+    selection = settings.rule_selection
     encoder = selector = None
-    if config.selection == "similarity":
+    if selection.method == "similarity":
         from rulerag.rules.selection import minilm_encoder  # sentence-transformers, when asked
 
-        encoder = minilm_encoder(settings.rule_selection.encoder)
-    if config.selection in RETRIEVAL_SELECTIONS:
+        encoder = minilm_encoder(selection.encoder)
+    if selection.method in RETRIEVAL_SELECTIONS:
         if selectors is None:
-            raise ValueError(f"rule selection {config.selection!r} needs a rule selector source")
-        selector = selectors(settings.rule_selection, bank, kg.relations)
-    bench = build_benchmark(kg, bank, config, encoder, selector, name=name)
+            raise ValueError(f"rule selection {selection.method!r} needs a rule selector source")
+        selector = selectors(selection, bank, kg.relations)
+    bench = build_benchmark(kg, bank, settings, encoder, selector, name=name)
     robust, robust_counts = degenerate_queries(
         bench.test,
         bank,
@@ -126,9 +125,9 @@ def benchmark_files(
         kg.entities.set_index("id")["name"].to_dict(),
         kg.relations.set_index("id")["name"].to_dict(),
     )
-    stats = {"dataset": dataset, **bench.stats, "seed": config.seed, "robust": robust_counts}
+    stats = {"dataset": dataset, **bench.stats, "seed": settings.seed, "robust": robust_counts}
     if selector is not None:
         stats["selection_cost"] = dict(selector.cost)
     if dataset in DATASETS:
         stats["paper"] = dict(DATASETS[dataset].paper)
-    return BenchmarkFiles(dataset, config, bench, robust, stats, paper)
+    return BenchmarkFiles(dataset, settings, bench, robust, stats, paper)

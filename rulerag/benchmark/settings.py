@@ -1,13 +1,14 @@
 """params.yaml's `build_benchmark` section as typed settings (read strictly).
 
-These classes hold the section's defaults; `build.benchmark_config` resolves them for one
-dataset into the `BenchmarkConfig` that `build.build_benchmark` takes (whose defaults come from
-here too). The module imports nothing heavy, so the generator stages can read
+These classes hold the section's defaults; `BuildBenchmarkSettings.for_dataset` resolves the
+knobs given by dataset (and `test_size: paper`) for one dataset, and `build.build_benchmark`
+takes the result. The module imports nothing heavy, so the generator stages can read
 `rule_selection.top_n` (the ceiling of `generation.max_rules`) without the builder.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
@@ -117,6 +118,38 @@ class BuildBenchmarkSettings:
     max_oracle_docs: Positive = 5  # oracle documents kept per F_R item, answer-bearing first
     #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
     finetune_from_train: Count | dict[DatasetName, Count] = 0
+
+    def for_dataset(
+        self, dataset: str, paper: Mapping[str, int] | None = None
+    ) -> BuildBenchmarkSettings:
+        """These settings for one dataset, as `build.build_benchmark` takes them: its corpus
+        filter and fine-tuning pool picked from their `{default: ..., <dataset>: ...}`
+        mappings, and `test_size: paper` the paper's |Q| for the KG (`paper`: its Table 1
+        row; none = every query)."""
+        size = self.test_size
+        if size == "paper":
+            size = (paper or {}).get("test")
+        return dataclasses.replace(
+            self,
+            corpus=dataclasses.replace(
+                self.corpus, filter=by_dataset(self.corpus.filter, dataset, CorpusSettings.filter)
+            ),
+            test_size=None if size is None else int(size),
+            finetune_from_train=int(
+                by_dataset(
+                    self.finetune_from_train, dataset, BuildBenchmarkSettings.finetune_from_train
+                )
+            ),
+        )
+
+    def for_one_dataset(self) -> bool:
+        """Whether these are settings for one dataset (`for_dataset`): nothing is left to pick
+        by dataset and `test_size` is a number or None."""
+        return (
+            isinstance(self.corpus.filter, str)
+            and self.test_size != "paper"
+            and isinstance(self.finetune_from_train, int)
+        )
 
 
 def build_benchmark_settings(section: Mapping[str, Any] | None) -> BuildBenchmarkSettings:

@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rulerag.benchmark.build import benchmark_config, build_benchmark, table1
+from rulerag.benchmark.build import build_benchmark, table1
 from rulerag.kg.registry import DATASETS
 from rulerag.params import load_params
 from rulerag.rules.bank import rules_frame, select_bank
@@ -45,7 +45,7 @@ def real_benchmark(
             names = kg.relations.set_index("id")["name"].to_dict()
             bank = select_bank(rules_frame(rules, names), settings.bank)
             paper = DATASETS[name].paper
-            config = benchmark_config(params.build_benchmark, name, paper)
+            config = params.build_benchmark.for_dataset(name, paper)
             bench = build_benchmark(kg, bank, config)
             print(f"\n{name}\n{table1(bench.stats, paper)}")
             built[name] = RealBenchmark(name, kg, bank, bench, out)

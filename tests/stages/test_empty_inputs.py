@@ -12,7 +12,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from rulerag.benchmark.build import BenchmarkConfig, build_benchmark
+from rulerag.benchmark.build import build_benchmark
+from rulerag.benchmark.settings import BuildBenchmarkSettings
 from rulerag.errors import InputError
 from rulerag.io import write_manifest, write_parquet
 from rulerag.kg.registry import get_spec, ingest_settings
@@ -247,10 +248,10 @@ def test_a_test_split_no_bank_rule_explains_has_no_test_query() -> None:
     facts = kg.facts
     ruled = _without(kg, (facts["split"] == "test") & facts["relation"].isin([0, 1]))
     with pytest.raises(InputError, match="x: the benchmark has no test query: none of the"):
-        build_benchmark(ruled, bank, BenchmarkConfig(), name="x")
+        build_benchmark(ruled, bank, BuildBenchmarkSettings(test_size=None), name="x")
     no_test = _without(kg, facts["split"] == "test")
     with pytest.raises(InputError, match="the KG has no test facts"):
-        build_benchmark(no_test, bank, BenchmarkConfig())
+        build_benchmark(no_test, bank, BuildBenchmarkSettings(test_size=None))
 
 
 def test_a_kg_without_valid_queries_has_no_fine_tuning_query() -> None:
@@ -258,7 +259,7 @@ def test_a_kg_without_valid_queries_has_no_fine_tuning_query() -> None:
     no_valid = _without(kg, kg.facts["split"] == "valid")
     with pytest.raises(InputError, match="F_R, the retriever's fine-tuning set, is empty: there "
                        "is no fine-tuning query") as caught:  # fmt: skip
-        build_benchmark(no_valid, bank, BenchmarkConfig())
+        build_benchmark(no_valid, bank, BuildBenchmarkSettings(test_size=None))
     assert "build_benchmark.finetune_from_train" in str(caught.value)
 
 
@@ -273,5 +274,5 @@ def test_valid_queries_about_entities_the_corpus_never_names_give_no_f_r_item() 
     entities = make_vocab(ids, [f"Entity {i}" for i in ids], [f"e{i}" for i in ids])
     unseen = KnowledgeGraph(facts, entities, kg.relations, kg.time_unit)
     with pytest.raises(InputError, match="has an oracle document") as caught:
-        build_benchmark(unseen, bank, BenchmarkConfig())
+        build_benchmark(unseen, bank, BuildBenchmarkSettings(test_size=None))
     assert "no query's subject appears in the corpus at all" in str(caught.value)

@@ -11,15 +11,13 @@ import pandas as pd
 import pytest
 
 from rulerag.benchmark.build import (
-    BenchmarkConfig,
-    benchmark_config,
     build_benchmark,
     stratified_sample,
     table1,
 )
 from rulerag.benchmark.files import benchmark_files, read_benchmark_files
 from rulerag.benchmark.robustness import ROBUST_PREFIX, degenerate_queries
-from rulerag.benchmark.settings import build_benchmark_settings
+from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
 from rulerag.io import read_jsonl, read_provenance
 from rulerag.kg.text import document_text, query_text
 from rulerag.layout import DataLayout
@@ -45,7 +43,7 @@ def test_text_forms_match_the_paper() -> None:
 @pytest.fixture(params=[True, False], ids=["temporal", "static"])
 def built(request):
     kg, bank = synthetic_kg(request.param)
-    config = BenchmarkConfig(test_size=60, seed=3, max_oracle_docs=4)
+    config = BuildBenchmarkSettings(test_size=60, seed=3, max_oracle_docs=4)
     return kg, bank, build_benchmark(kg, bank, config)
 
 
@@ -132,7 +130,7 @@ def test_same_seed_same_bytes_other_seed_differs() -> None:
     kg, bank = synthetic_kg(True)
 
     def dump(seed: int) -> str:
-        bench = build_benchmark(kg, bank, BenchmarkConfig(test_size=40, seed=seed))
+        bench = build_benchmark(kg, bank, BuildBenchmarkSettings(test_size=40, seed=seed))
         return json.dumps([bench.test, bench.f_r, bench.f_g]) + bench.corpus.to_json()
 
     assert dump(5) == dump(5)
@@ -191,8 +189,8 @@ def test_finetune_from_train_moves_links_out_of_the_corpus() -> None:
     def f_keys(bench) -> set:
         return {(q["head"], q["relation"]) for q in bench.f_g + bench.f_r}
 
-    plain = build_benchmark(kg, bank, BenchmarkConfig(test_size=40))
-    bench = build_benchmark(kg, bank, BenchmarkConfig(test_size=40, finetune_from_train=8))
+    plain = build_benchmark(kg, bank, BuildBenchmarkSettings(test_size=40))
+    bench = build_benchmark(kg, bank, BuildBenchmarkSettings(test_size=40, finetune_from_train=8))
     assert bench.stats["finetune_queries_from_train"] == 8
     moved = f_keys(bench) - f_keys(plain)
     assert moved
@@ -212,13 +210,13 @@ def test_the_stage_entry_writes_what_the_stage_wrote_before(tmp_path: Path, temp
     built = read_benchmark_files(settings, layout)
     built.write(layout.benchmark, {"params": section})
 
-    config = benchmark_config(settings, "toy", {})  # toy: no Table 1 row, every query
+    config = settings.for_dataset("toy", {})  # toy: no Table 1 row
     bench = build_benchmark(kg, bank, config)
     entities = kg.entities.set_index("id")["name"].to_dict()
     relations = kg.relations.set_index("id")["name"].to_dict()
     robust, counts = degenerate_queries(bench.test, bank, bench.corpus, entities, relations)
     stats = {"dataset": "toy", **bench.stats, "seed": 3, "robust": counts}
-    assert built.config == config
+    assert built.settings == config
     assert read_jsonl(layout.corpus) == bench.corpus[["id", "contents"]].to_dict("records")
     pd.testing.assert_frame_equal(pd.read_parquet(layout.corpus_table), bench.corpus)
     assert read_provenance(layout.corpus_table) == {"params": section}
@@ -237,7 +235,7 @@ def test_a_registry_kg_gets_its_paper_row_and_test_size() -> None:
     """`test_size: paper` is the paper's |Q| for a KG the registry has (nell995: 815)."""
     kg, bank = synthetic_kg(False, n_entities=400, n_facts=12000)
     built = benchmark_files(kg, bank, build_benchmark_settings({}), "nell995")
-    assert built.config.test_size == 815
+    assert built.settings.test_size == 815
     assert built.stats["paper"] == built.paper and built.paper["test"] == 815
     assert "paper" in built.table1()
 
@@ -247,3 +245,22 @@ def test_a_retrieval_selection_needs_a_selector_source() -> None:
     settings = build_benchmark_settings({"rule_selection": {"method": "vanilla"}})
     with pytest.raises(ValueError, match="needs a rule selector source"):
         benchmark_files(kg, bank, settings, "toy")
+
+
+def test_build_benchmark_takes_the_sections_settings_for_one_dataset() -> None:
+    """No mirror of the section: build_benchmark takes `BuildBenchmarkSettings`, with what is
+    given by dataset picked for one (`for_dataset`), and refuses them before that."""
+    section = {
+        "test_size": "paper",
+        "corpus": {"filter": {"default": "none", "toy": "query_entities"}},
+        "finetune_from_train": {"default": 0, "toy": 8},
+    }
+    settings = build_benchmark_settings(section)
+    kg, bank = synthetic_kg(False)
+    with pytest.raises(ValueError, match=r"settings for one dataset: settings\.for_dataset"):
+        build_benchmark(kg, bank, settings)
+    toy = settings.for_dataset("toy", {"test": 30})
+    assert (toy.corpus.filter, toy.test_size, toy.finetune_from_train) == ("query_entities", 30, 8)
+    other = settings.for_dataset("other")
+    assert (other.corpus.filter, other.test_size, other.finetune_from_train) == ("none", None, 0)
+    assert build_benchmark(kg, bank, toy).stats["corpus_filter"] == "query_entities"

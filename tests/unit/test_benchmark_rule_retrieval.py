@@ -10,9 +10,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rulerag.benchmark.build import BenchmarkConfig, build_benchmark
+from rulerag.benchmark.build import build_benchmark
 from rulerag.benchmark.files import benchmark_files
-from rulerag.benchmark.settings import RuleSelectionSettings, build_benchmark_settings
+from rulerag.benchmark.settings import (
+    BuildBenchmarkSettings,
+    RuleSelectionSettings,
+    build_benchmark_settings,
+)
 from rulerag.errors import InputError
 from rulerag.params import parse_params, read_params_file
 from rulerag.rule_retrieval.library import RuleLibrary
@@ -46,9 +50,11 @@ class RecordingSelector:
 @pytest.fixture(scope="module")
 def toy():
     kg, bank = synthetic_kg(True)
-    head = build_benchmark(kg, bank, BenchmarkConfig(test_size=30, seed=3))
+    head = build_benchmark(kg, bank, BuildBenchmarkSettings(test_size=30, seed=3))
     selector = RecordingSelector(bank["rule_id"])
-    config = BenchmarkConfig(test_size=30, seed=3, selection="siar_r3", top_n=2)
+    config = BuildBenchmarkSettings(
+        test_size=30, seed=3, rule_selection=RuleSelectionSettings(method="siar_r3", top_n=2)
+    )
     return kg, bank, head, selector, build_benchmark(kg, bank, config, selector=selector)
 
 
@@ -89,7 +95,13 @@ def test_shots_are_f_r_queries_with_a_head_rule_and_never_the_query_itself(toy) 
 def test_a_retrieval_selection_without_a_selector_is_refused() -> None:
     kg, bank = synthetic_kg(False)
     with pytest.raises(ValueError, match="needs a rule selector"):
-        build_benchmark(kg, bank, BenchmarkConfig(test_size=10, selection="siar"))
+        build_benchmark(
+            kg,
+            bank,
+            BuildBenchmarkSettings(
+                test_size=10, rule_selection=RuleSelectionSettings(method="siar")
+            ),
+        )
 
 
 def test_settings_name_the_bad_knob() -> None:
