@@ -60,7 +60,8 @@ def main() -> None:
     from rulerag.retrieval.dense import DenseIndex, DenseRetriever, cpu_threads
     from rulerag.retrieval.encoders import encode, load_encoder
     from rulerag.retrieval.rule_guided import expand
-    from rulerag.retrieval.sparse import BM25Config, BM25sIndex, PyseriniIndex, parity
+    from rulerag.retrieval.settings import SparseSettings
+    from rulerag.retrieval.sparse import BM25sIndex, PyseriniIndex, parity
 
     paths = DataLayout(ROOT / "data" / args.dataset)
     corpus = read_corpus(paths.corpus)
@@ -98,7 +99,7 @@ def main() -> None:
         results[name] = entry
         del model
 
-    config = BM25Config(threads=max(1, cpu_threads()))
+    config = SparseSettings(threads=max(1, cpu_threads()))
     bm25s_index, seconds = timed(BM25sIndex.build, corpus, config)
     sparse: dict = {"bm25s_build_s": round(seconds, 2)}
     for label, texts in (("standard", plain), ("rg", guided)):

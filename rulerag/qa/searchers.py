@@ -16,9 +16,9 @@ def in_memory_searcher(
     """BM25 (`bm25`, bm25s with the `index.sparse` knobs) or the dense encoder `retriever` of
     `index.dense` (its document side encodes the corpus, its query side searches)."""
     if retriever == "bm25":
-        from rulerag.retrieval.sparse import BM25Config, BM25sIndex
+        from rulerag.retrieval.sparse import BM25sIndex
 
-        return BM25sIndex.build(corpus, BM25Config.from_settings(settings.sparse))
+        return BM25sIndex.build(corpus, settings.sparse)
     from rulerag.retrieval.dense import DenseRetriever, build_dense_index
     from rulerag.retrieval.encoders import DualEncoder
 

@@ -72,20 +72,19 @@ class BuiltIndex:
 
 def build_sparse(paths: DataLayout, settings: IndexSettings, staging: Path) -> BuiltIndex:
     """The BM25 index(es) of the corpus into `staging`, and the parity check's figures."""
-    from rulerag.retrieval.sparse import BM25Config, BM25sIndex, PyseriniIndex, parity
+    from rulerag.retrieval.sparse import BM25sIndex, PyseriniIndex, parity
 
     sparse = settings.sparse
-    config = BM25Config.from_settings(sparse)
     corpus = read_corpus(paths.corpus)
     stats: dict[str, Any] = {"kind": "sparse", "docs": len(corpus), "backend": sparse.backend}
     timings: dict[str, Any] = {}
     started = time.perf_counter()
-    bm25s_index = BM25sIndex.build(corpus, config, show_progress=True)
+    bm25s_index = BM25sIndex.build(corpus, sparse, show_progress=True)
     bm25s_index.save(staging / "bm25s")
     timings["bm25s_build_seconds"] = round(time.perf_counter() - started, 2)
     if sparse.backend == "pyserini" or sparse.parity_check:
         started = time.perf_counter()
-        lucene = PyseriniIndex.build(corpus, staging / "pyserini", config)
+        lucene = PyseriniIndex.build(corpus, staging / "pyserini", sparse)
         timings["pyserini_build_seconds"] = round(time.perf_counter() - started, 2)
         texts = parity_texts(paths, sparse.parity_queries)
         if texts:

@@ -2,7 +2,7 @@
 build an index (`index`), train on one (`train_retriever`) and search one (`retrieve`).
 
 The parts live next to the code they configure: `EncoderSpec` (encoders.py), `FaissConfig`
-(dense.py); `SparseSettings` is here, and `sparse.BM25Config` takes its defaults from it, so
+(dense.py); `SparseSettings` is here, and the BM25 indexes (`sparse`) take it as it is, so
 this module does not import the BM25 code and a stage that only reads `index.dense` does not
 depend on it.
 """

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import replace
 from pathlib import Path
 from typing import Protocol
 
@@ -134,19 +134,22 @@ def make_analyzer(name: str, stemmer: str | None = "porter") -> Callable[[str], 
     raise ValueError(f"analyzer must be one of {ANALYZERS}, not {name!r}")
 
 
-@dataclass(frozen=True)
-class BM25Config:
-    """BM25 knobs (saved with the index); the defaults are params.yaml `index.sparse`'s
-    (`SparseSettings`: Pyserini's)."""
+#: params.yaml `index.sparse`'s defaults (Pyserini's)
+DEFAULTS = SparseSettings()
+#: the knobs of `SparseSettings` an index is built and searched with, saved beside it
+BM25_KEYS = ("k1", "b", "stemmer", "threads")
 
-    k1: float = SparseSettings.k1
-    b: float = SparseSettings.b
-    stemmer: str | None = SparseSettings.stemmer
-    threads: int = SparseSettings.threads
 
-    @classmethod
-    def from_settings(cls, settings: SparseSettings) -> BM25Config:
-        return cls(k1=settings.k1, b=settings.b, stemmer=settings.stemmer, threads=settings.threads)
+def _saved(settings: SparseSettings) -> dict[str, object]:
+    """What an index's metadata records of its settings (`BM25_KEYS`, in that order)."""
+    return {key: getattr(settings, key) for key in BM25_KEYS}
+
+
+def _loaded(saved: dict[str, object], threads: int | None) -> SparseSettings:
+    """The settings an index was saved with (the other knobs at their defaults), searching
+    with `threads` when given."""
+    settings = SparseSettings(**saved)  # type: ignore[arg-type]
+    return settings if threads is None else replace(settings, threads=threads)
 
 
 class SparseIndex(Protocol):
@@ -174,7 +177,7 @@ class BM25sIndex:
 
     META = "rulerag_bm25s.json"
 
-    def __init__(self, retriever, corpus_ids: Sequence[str], config: BM25Config) -> None:
+    def __init__(self, retriever, corpus_ids: Sequence[str], config: SparseSettings) -> None:
         self._retriever = retriever
         self.corpus_ids = tuple(corpus_ids)
         self.config = config
@@ -183,7 +186,7 @@ class BM25sIndex:
 
     @classmethod
     def build(
-        cls, corpus: Corpus, config: BM25Config = BM25Config(), show_progress: bool = False
+        cls, corpus: Corpus, config: SparseSettings = DEFAULTS, show_progress: bool = False
     ) -> BM25sIndex:
         import bm25s
 
@@ -198,7 +201,7 @@ class BM25sIndex:
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         self._retriever.save(str(folder), show_progress=False)
-        meta = {"corpus_ids": list(self.corpus_ids), "config": asdict(self.config)}
+        meta = {"corpus_ids": list(self.corpus_ids), "config": _saved(self.config)}
         (folder / self.META).write_text(json.dumps(meta), encoding="utf-8")
 
     @classmethod
@@ -207,9 +210,7 @@ class BM25sIndex:
 
         folder = Path(folder)
         meta = json.loads((folder / cls.META).read_text(encoding="utf-8"))
-        config = BM25Config(**meta["config"])
-        if threads is not None:
-            config = BM25Config(**{**asdict(config), "threads": threads})
+        config = _loaded(meta["config"], threads)
         retriever = bm25s.BM25.load(str(folder), mmap=False, show_progress=False)
         return cls(retriever, meta["corpus_ids"], config)
 
@@ -285,7 +286,7 @@ class PyseriniIndex:
 
     META = "rulerag_pyserini.json"
 
-    def __init__(self, folder: Path, corpus_ids: Sequence[str], config: BM25Config) -> None:
+    def __init__(self, folder: Path, corpus_ids: Sequence[str], config: SparseSettings) -> None:
         os.environ.setdefault("OPENAI_API_KEY", "unused")
         from pyserini.search.lucene import LuceneSearcher  # starts the JVM (slow)
 
@@ -298,7 +299,7 @@ class PyseriniIndex:
 
     @classmethod
     def build(
-        cls, corpus: Corpus, folder: Path, config: BM25Config = BM25Config(), quiet: bool = True
+        cls, corpus: Corpus, folder: Path, config: SparseSettings = DEFAULTS, quiet: bool = True
     ) -> PyseriniIndex:
         """Index the corpus with Pyserini's JsonCollection indexer (a subprocess: the JVM
         indexer is Pyserini's own command line) into `folder`/lucene."""
@@ -323,7 +324,7 @@ class PyseriniIndex:
             if done.returncode != 0:
                 tail = (done.stderr or "")[-2000:] if quiet else ""
                 raise RuntimeError(f"Pyserini indexing failed ({done.returncode}): {tail}")
-        meta = {"corpus_ids": list(corpus.ids), "config": asdict(config)}
+        meta = {"corpus_ids": list(corpus.ids), "config": _saved(config)}
         (folder / cls.META).write_text(json.dumps(meta), encoding="utf-8")
         return cls(folder, corpus.ids, config)
 
@@ -331,9 +332,7 @@ class PyseriniIndex:
     def load(cls, folder: Path, threads: int | None = None) -> PyseriniIndex:
         folder = Path(folder)
         meta = json.loads((folder / cls.META).read_text(encoding="utf-8"))
-        config = BM25Config(**meta["config"])
-        if threads is not None:
-            config = BM25Config(**{**asdict(config), "threads": threads})
+        config = _loaded(meta["config"], threads)
         return cls(folder, meta["corpus_ids"], config)
 
     def search(

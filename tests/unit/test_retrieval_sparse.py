@@ -10,8 +10,8 @@ import pytest
 
 from rulerag.layout import DataLayout
 from rulerag.retrieval.data import Corpus, read_corpus
+from rulerag.retrieval.settings import SparseSettings
 from rulerag.retrieval.sparse import (
-    BM25Config,
     BM25sIndex,
     LuceneLikeAnalyzer,
     exact_topk,
@@ -86,9 +86,24 @@ def test_bm25s_threads_give_the_same_results(tmp_path: Path) -> None:
     tiny_benchmark(tmp_path)
     corpus = read_corpus(DataLayout(tmp_path).corpus)
     texts = [f"what does {c.split()[2]} {c.split()[3]} Make a visit" for c in corpus.contents][:80]
-    one = BM25sIndex.build(corpus, BM25Config(threads=1)).search(texts, 10)
-    two = BM25sIndex.build(corpus, BM25Config(threads=2)).search(texts, 10)
+    one = BM25sIndex.build(corpus, SparseSettings(threads=1)).search(texts, 10)
+    two = BM25sIndex.build(corpus, SparseSettings(threads=2)).search(texts, 10)
     np.testing.assert_array_equal(one[0], two[0])
+
+
+def test_an_index_takes_the_sections_settings_and_saves_its_bm25_knobs(tmp_path: Path) -> None:
+    """No BM25 mirror of `index.sparse`: the index takes `SparseSettings` and records the
+    four knobs it is built and searched with, as it always has (the metadata file is an
+    output of the index stage)."""
+    import json
+
+    settings = SparseSettings(backend="pyserini", k1=1.2, parity_queries=7)
+    BM25sIndex.build(DOCS, settings).save(tmp_path / "bm25s")
+    meta = json.loads((tmp_path / "bm25s" / BM25sIndex.META).read_text(encoding="utf-8"))
+    assert meta["config"] == {"k1": 1.2, "b": 0.4, "stemmer": "porter", "threads": 2}
+    assert list(meta["config"]) == ["k1", "b", "stemmer", "threads"]
+    loaded = BM25sIndex.load(tmp_path / "bm25s", threads=1)
+    assert loaded.config == SparseSettings(k1=1.2, threads=1)
 
 
 @pytest.mark.slow
