@@ -110,12 +110,13 @@ def test_placeholders_receive_exactly_the_projected_vectors() -> None:
 def test_a_frozen_llm_stays_unchanged_while_the_former_learns() -> None:
     import torch
 
-    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.former import R2Former
     from rulerag.generation.r2ag.model import R2AGModel
+    from rulerag.generation.r2ag.settings import FormerSettings
 
     llm = tiny_llm()
     before = {name: p.detach().clone() for name, p in llm.named_parameters()}
-    former = R2Former(FormerConfig(hidden_size=32, d_model=16, heads=2, max_docs=4))
+    former = R2Former(FormerSettings(d_model=16, heads=2), 32, max_docs=4)
     model = R2AGModel(llm, former, PLACE)
     trainable = [p for p in model.parameters() if p.requires_grad]
     assert trainable and all(any(p is q for q in former.parameters()) for p in trainable)
@@ -144,10 +145,11 @@ def test_a_frozen_llm_stays_unchanged_while_the_former_learns() -> None:
 def test_the_qdm_loss_falls_when_labels_follow_relevance() -> None:
     import torch
 
-    from rulerag.generation.r2ag.former import FormerConfig, R2Former, qdm_loss
+    from rulerag.generation.r2ag.former import R2Former, qdm_loss
+    from rulerag.generation.r2ag.settings import FormerSettings
 
     torch.manual_seed(0)
-    former = R2Former(FormerConfig(hidden_size=8, d_model=32, heads=4, max_docs=10))
+    former = R2Former(FormerSettings(d_model=32, heads=4), 8, max_docs=10)
     features = torch.rand(64, 10, 3)
     labels = (features[..., 0] > 0.6).float()  # answer-bearing = relevant enough
     optimizer = torch.optim.AdamW(former.parameters(), lr=3e-3)
@@ -282,9 +284,9 @@ def test_training_fits_the_former_keeps_the_best_dev_state_and_round_trips(tmp_p
     import torch
 
     from rulerag.generation.r2ag.data import R2AGExample
-    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.former import R2Former
     from rulerag.generation.r2ag.model import R2AGModel
-    from rulerag.generation.r2ag.settings import R2AGTrain
+    from rulerag.generation.r2ag.settings import FormerSettings, R2AGTrain
     from rulerag.generation.r2ag.training import load_former, save_r2ag, train_r2ag
 
     rng = np.random.default_rng(0)
@@ -299,7 +301,7 @@ def test_training_fits_the_former_keeps_the_best_dev_state_and_round_trips(tmp_p
 
     llm = tiny_llm()
     frozen = {name: p.detach().clone() for name, p in llm.named_parameters()}
-    former = R2Former(FormerConfig(hidden_size=32, d_model=16, heads=2, max_docs=4))
+    former = R2Former(FormerSettings(d_model=16, heads=2), 32, max_docs=4)
     model = R2AGModel(llm, former, PLACE)
     settings = R2AGTrain(
         samples=48, dev_samples=8, epochs=4, learning_rate=3e-3, batch_size=4,
@@ -371,10 +373,11 @@ def test_the_generator_answers_samples_through_the_placeholders() -> None:
 
     from rulerag.generation.models import load_tokenizer
     from rulerag.generation.prompts import PromptFormat
-    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.former import R2Former
     from rulerag.generation.r2ag.generator import R2AGGenerator
     from rulerag.generation.r2ag.model import R2AGModel
     from rulerag.generation.r2ag.prompting import add_placeholder
+    from rulerag.generation.r2ag.settings import FormerSettings
 
     tokenizer = load_tokenizer("smollm2")
     place = add_placeholder(tokenizer)
@@ -385,7 +388,7 @@ def test_the_generator_answers_samples_through_the_placeholders() -> None:
             num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=4,
         )
     )  # fmt: skip
-    model = R2AGModel(llm, R2Former(FormerConfig(32, d_model=16, heads=2)), place).eval()
+    model = R2AGModel(llm, R2Former(FormerSettings(d_model=16, heads=2), 32), place).eval()
 
     class Features:
         def features(self, sample):
@@ -420,3 +423,20 @@ def test_trained_folders_are_refused_with_another_model_style_or_template(tmp_pa
     with pytest.raises(ValueError, match="prompts would differ"):
         check_chat_template(tmp_path, meta, False)
     check_trained_with(tmp_path, {"base_model": "m"}, model="m", prompt_style="legacy", stage="x")
+
+
+def test_the_former_takes_the_sections_shape_and_records_it_as_before() -> None:
+    """No mirror of `r2ag.former`: R2Former takes `FormerSettings` and the LLM's width, and a
+    saved former's metadata keeps its keys and their order (r2ag_meta.json is an output)."""
+    pytest.importorskip("torch")
+    from rulerag.generation.r2ag.former import R2Former
+    from rulerag.generation.r2ag.settings import FormerSettings
+
+    former = R2Former(FormerSettings(d_model=16, heads=2), 32)
+    meta = former.meta()
+    assert list(meta.items()) == [
+        ("hidden_size", 32), ("d_model", 16), ("layers", 1), ("heads", 2), ("dropout", 0.1),
+        ("max_docs", 64), ("features", 3),
+    ]  # fmt: skip
+    again = R2Former.from_meta(meta)
+    assert again.meta() == meta and again.shape == FormerSettings(d_model=16, heads=2)

@@ -186,7 +186,7 @@ def fit_variant(
     from rulerag.generation.models import load_causal_lm, load_tokenizer
     from rulerag.generation.prompts import use_chat_template
     from rulerag.generation.r2ag.data import marked_prompt, training_examples
-    from rulerag.generation.r2ag.former import FormerConfig, R2Former
+    from rulerag.generation.r2ag.former import R2Former
     from rulerag.generation.r2ag.model import R2AGModel
     from rulerag.generation.r2ag.prompting import add_placeholder
     from rulerag.generation.r2ag.training import train_r2ag
@@ -204,8 +204,7 @@ def fit_variant(
     else:
         llm.eval()  # frozen: no dropout in the LLM either
     hidden = llm.get_input_embeddings().embedding_dim
-    shape = settings.former
-    former = R2Former(FormerConfig(hidden, shape.d_model, shape.layers, shape.heads, shape.dropout))
+    former = R2Former(settings.former, hidden)
     device = next(llm.parameters()).device
     model = R2AGModel(
         llm, former.to(device), placeholder, qdm_weight=settings.qdm_weight, freeze_llm=False

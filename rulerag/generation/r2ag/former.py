@@ -10,25 +10,18 @@ The defaults are the official code's: 1 layer, 4 heads, d = 256, dropout 0.1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
-__all__ = ["FormerConfig", "FormerOutput", "R2Former", "qdm_loss"]
+from rulerag.generation.r2ag.settings import FormerSettings
 
+__all__ = ["MAX_DOCS", "FormerOutput", "R2Former", "qdm_loss"]
 
-@dataclass(frozen=True)
-class FormerConfig:
-    """The R²-Former's shape; `hidden_size` is the LLM's token-embedding width."""
-
-    hidden_size: int
-    d_model: int = 256
-    layers: int = 1
-    heads: int = 4
-    dropout: float = 0.1
-    max_docs: int = 64  # rank embeddings (the paper's k is at most 30)
-    features: int = 3
+#: rank embeddings of an R²-Former (the paper's k is at most 30)
+MAX_DOCS = 64
 
 
 @dataclass
@@ -39,32 +32,58 @@ class FormerOutput:
 
 
 class R2Former(nn.Module):
-    """`forward(features (b, k, 3), mask (b, k) True = a real document)`."""
+    """`forward(features (b, k, 3), mask (b, k) True = a real document)`. Its shape is
+    params.yaml's `r2ag.former` (`FormerSettings`); `hidden_size` is the LLM's token-embedding
+    width."""
 
-    def __init__(self, config: FormerConfig) -> None:
+    def __init__(
+        self,
+        shape: FormerSettings,
+        hidden_size: int,
+        *,
+        max_docs: int = MAX_DOCS,
+        n_features: int = 3,
+    ) -> None:
         super().__init__()
-        self.config = config
-        self.embed = nn.Linear(config.features, config.d_model)
-        self.rank = nn.Embedding(config.max_docs, config.d_model)
+        self.shape, self.hidden_size = shape, hidden_size
+        self.max_docs, self.n_features = max_docs, n_features
+        self.embed = nn.Linear(n_features, shape.d_model)
+        self.rank = nn.Embedding(max_docs, shape.d_model)
         layer = nn.TransformerEncoderLayer(
-            d_model=config.d_model,
-            nhead=config.heads,
-            dim_feedforward=4 * config.d_model,
-            dropout=config.dropout,
+            d_model=shape.d_model,
+            nhead=shape.heads,
+            dim_feedforward=4 * shape.d_model,
+            dropout=shape.dropout,
             batch_first=True,
         )
         self.encoder = nn.TransformerEncoder(
-            layer, num_layers=config.layers, enable_nested_tensor=False
+            layer, num_layers=shape.layers, enable_nested_tensor=False
         )
-        self.relevance = nn.Linear(config.d_model, 1)
-        self.project = nn.Linear(config.d_model, config.hidden_size)
+        self.relevance = nn.Linear(shape.d_model, 1)
+        self.project = nn.Linear(shape.d_model, hidden_size)
+
+    def meta(self) -> dict[str, Any]:
+        """What a saved R²-Former records of its shape (`from_meta` reads it back)."""
+        return {
+            "hidden_size": self.hidden_size,
+            **asdict(self.shape),
+            "max_docs": self.max_docs,
+            "features": self.n_features,
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> R2Former:
+        """An (untrained) R²-Former of the shape `meta` records."""
+        values = dict(meta)
+        hidden, max_docs, n_features = (
+            values.pop(k) for k in ("hidden_size", "max_docs", "features")
+        )
+        return cls(FormerSettings(**values), hidden, max_docs=max_docs, n_features=n_features)
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor | None = None) -> FormerOutput:
         batch, k, _ = features.shape
-        if k > self.config.max_docs:
-            raise ValueError(
-                f"{k} documents per list, the R²-Former has {self.config.max_docs} ranks"
-            )
+        if k > self.max_docs:
+            raise ValueError(f"{k} documents per list, the R²-Former has {self.max_docs} ranks")
         ranks = torch.arange(k, device=features.device)
         x = self.embed(features) + self.rank(ranks)[None]
         padding = None

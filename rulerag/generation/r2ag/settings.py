@@ -62,7 +62,8 @@ def _default_variants() -> dict[str, R2AGVariant]:
 
 @dataclass
 class FormerSettings:
-    """The R²-Former's shape (`former.FormerConfig` less the LLM width)."""
+    """`r2ag.former`: the R²-Former's shape (`former.R2Former` takes it with the LLM's
+    width)."""
 
     d_model: Positive = 256
     layers: Positive = 1

@@ -17,14 +17,14 @@ import json
 import math
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rulerag.generation.r2ag.data import R2AGCollator, R2AGExample
-from rulerag.generation.r2ag.former import FormerConfig, R2Former
+from rulerag.generation.r2ag.former import R2Former
 from rulerag.generation.r2ag.model import R2AGModel
 from rulerag.generation.r2ag.settings import R2AGTrain
 
@@ -206,7 +206,7 @@ def save_r2ag(model: R2AGModel, folder: Path, meta: dict[str, Any], stats: dict[
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.former.state_dict().items()}
     save_file(state, str(folder / FORMER_FILE))
-    meta = {**meta, "former": asdict(model.former.config)}
+    meta = {**meta, "former": model.former.meta()}
     (folder / META_FILE).write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     if hasattr(model.llm, "peft_config"):
         model.llm.save_pretrained(str(folder / ADAPTER_DIR))
@@ -218,6 +218,6 @@ def load_former(folder: Path) -> tuple[R2Former, dict[str, Any]]:
     from safetensors.torch import load_file
 
     meta = json.loads((folder / META_FILE).read_text(encoding="utf-8"))
-    former = R2Former(FormerConfig(**meta["former"]))
+    former = R2Former.from_meta(meta["former"])
     former.load_state_dict(load_file(str(folder / FORMER_FILE)))
     return former.eval(), meta
