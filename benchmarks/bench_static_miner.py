@@ -42,7 +42,7 @@ def run_one(dataset: str, config: str, max_atoms: int) -> dict:
     """Load one KG, mine it once, and report timings, memory and rule counts (in a child)."""
     sys.path.insert(0, str(ROOT))
     from rulerag.kg.registry import DATASETS
-    from rulerag.rules.static_miner import mine_static
+    from rulerag.rules.static_miner import StaticMinerSettings, mine_static
 
     mirror = Path(os.environ.get("RULERAG_DATA_DIR", ROOT.parent / "shared" / "kg"))
     spec = DATASETS[dataset]
@@ -51,27 +51,14 @@ def run_one(dataset: str, config: str, max_atoms: int) -> dict:
     train = kg.split("train")[["head", "relation", "tail"]]
     load_s = time.perf_counter() - t0
     rss_loaded = _rss_mib()
+    settings = StaticMinerSettings(max_atoms=max_atoms, **CONFIGS[config])
     t1 = time.perf_counter()
-    rules = mine_static(
-        train,
-        len(kg.entities),
-        len(kg.relations),
-        max_atoms=max_atoms,
-        progress=False,
-        **CONFIGS[config],
-    )
+    rules = mine_static(train, len(kg.entities), len(kg.relations), settings, progress=False)
     mine_s = time.perf_counter() - t1
     peak_rss = _rss_mib()
     # the miner's own allocations (NumPy/SciPy report to tracemalloc), from a second, traced run
     tracemalloc.start()
-    mine_static(
-        train,
-        len(kg.entities),
-        len(kg.relations),
-        max_atoms=max_atoms,
-        progress=False,
-        **CONFIGS[config],
-    )
+    mine_static(train, len(kg.entities), len(kg.relations), settings, progress=False)
     traced_peak = tracemalloc.get_traced_memory()[1] / 2**20
     tracemalloc.stop()
     shapes = Counter(

@@ -33,7 +33,7 @@ def child(args: argparse.Namespace) -> None:
     """Load the KG, mine, and print one JSON line of measurements."""
     sys.path.insert(0, str(ROOT))
     from rulerag.kg.registry import DATASETS
-    from rulerag.rules.temporal_miner import mine_temporal
+    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
 
     spec = DATASETS[args.dataset]
     t0 = time.perf_counter()
@@ -45,12 +45,14 @@ def child(args: argparse.Namespace) -> None:
         train,
         len(kg.entities),
         len(kg.relations),
-        lengths=args.lengths,
-        walks_per_relation=args.walks,
-        transition=args.transition,
+        TemporalMinerSettings(
+            lengths=args.lengths,
+            walks_per_relation=args.walks,
+            transition=args.transition,
+            num_samples=args.num_samples,
+            exact=args.exact,
+        ),
         seed=args.seed,
-        num_samples=args.num_samples,
-        exact=args.exact,
         progress=args.progress,
     )
     t2 = time.perf_counter()

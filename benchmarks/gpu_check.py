@@ -150,7 +150,7 @@ def build_slice(mirror: Path, n_queries: int = 48, k: int = 5, seed: int = 12) -
     from rulerag.kg.readers import read_tlogic
     from rulerag.kg.schema import format_time
     from rulerag.kg.text import document_text, query_text
-    from rulerag.rules.temporal_miner import mine_temporal
+    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
 
     folder = Path(mirror) / DATASET
     if not (folder / "TLogic_icews14" / "train.txt").is_file():
@@ -161,9 +161,13 @@ def build_slice(mirror: Path, n_queries: int = 48, k: int = 5, seed: int = 12) -
     n_rel = len(kg.relations)
     train = kg.split("train")
     rules = mine_temporal(
-        train, len(kg.entities), n_rel, lengths=(1,), walks_per_relation=50, seed=seed,
+        train,
+        len(kg.entities),
+        n_rel,
+        TemporalMinerSettings(lengths=(1,), walks_per_relation=50),
+        seed=seed,
         progress=False,
-    )  # fmt: skip
+    )
     best: dict[int, Any] = {}
     for rule in rules:
         atoms = (rule.head, *rule.body)

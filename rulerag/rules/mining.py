@@ -2,8 +2,8 @@
 
 Static KGs go to the AMIE 3-style miner (`static_miner`), temporal ones to the TLogic-style one
 (`temporal_miner`); rules mined by the original tools can be imported instead (`amie_io`,
-`tlogic_io`). `MineRulesSettings` is params.yaml's `mine_rules` section; each miner's own
-settings class holds its defaults, which are also the defaults of its function's keywords.
+`tlogic_io`). `MineRulesSettings` is params.yaml's `mine_rules` section; each miner takes its
+own part of it (`StaticMinerSettings`, `TemporalMinerSettings`), which holds its defaults.
 """
 
 from __future__ import annotations
@@ -237,15 +237,10 @@ def mine(
     if temporal:
         from rulerag.rules.temporal_miner import mine_temporal
 
-        temporal = {  # field by field: asdict would turn `constants` into a dict
-            f.name: getattr(settings.temporal, f.name)
-            for f in dataclasses.fields(settings.temporal)
-        }
-        return mine_temporal(facts, n_entities, n_relations, seed=settings.seed, **temporal)
+        return mine_temporal(facts, n_entities, n_relations, settings.temporal, seed=settings.seed)
     from rulerag.rules.static_miner import mine_static
 
-    static = {f.name: getattr(settings.static, f.name) for f in dataclasses.fields(settings.static)}
-    return mine_static(facts, n_entities, n_relations, seed=settings.seed, **static)
+    return mine_static(facts, n_entities, n_relations, settings.static, seed=settings.seed)
 
 
 def import_rules(

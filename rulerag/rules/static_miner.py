@@ -215,26 +215,9 @@ class _Miner:
     """Mines one head relation at a time over shared edges and caches (body sizes are shared
     between heads, so a std body size is counted once however many heads use that body)."""
 
-    def __init__(
-        self,
-        edges: _Edges,
-        *,
-        max_atoms: int,
-        min_support: int,
-        min_head_coverage: float,
-        min_pca_confidence: float,
-        min_std_confidence: float,
-        min_initial_support: int,
-        skyline: bool,
-    ) -> None:
+    def __init__(self, edges: _Edges, settings: StaticMinerSettings) -> None:
         self.e = edges
-        self.max_atoms = max_atoms
-        self.min_support = min_support
-        self.min_hc = min_head_coverage
-        self.min_pca = min_pca_confidence
-        self.min_std = min_std_confidence
-        self.min_initial = min_initial_support
-        self.skyline = skyline
+        self.settings = settings
         self._std_cache: dict[tuple[int, int], int] = {}
         self._cooc: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._cooc_std: np.ndarray | None = None
@@ -268,9 +251,11 @@ class _Miner:
         e = self.e
         hx, hy = e.code_edges(2 * r)
         m = len(hx)
-        if m == 0 or m < self.min_initial:
+        if m == 0 or m < self.settings.min_initial_support:
             return []
-        thr = max(self.min_support, math.ceil(self.min_hc * m - 1e-9), 1)
+        thr = max(
+            self.settings.min_support, math.ceil(self.settings.min_head_coverage * m - 1e-9), 1
+        )
         if m < thr:
             return []
         subjects = np.zeros(e.n, dtype=bool)
@@ -302,7 +287,7 @@ class _Miner:
             single_pca[c] = sup / pca_body
             found.append(_Stats((_atom(c, 0, 1),), sup, e.code_size(c), pca_body))
 
-        if self.max_atoms >= 3:
+        if self.settings.max_atoms >= 3:
             found.extend(self._parallel(owner, codes, thr, subjects, objects, subject_functional))
             found.extend(self._paths(hx, hy, thr, subjects, objects, subject_functional))
 
@@ -310,13 +295,13 @@ class _Miner:
         for st in found:
             pca = st.support / st.pca_body_size
             std = st.support / st.body_size
-            if pca < self.min_pca or std < self.min_std:
+            if pca < self.settings.min_pca_confidence or std < self.settings.min_std_confidence:
                 continue
             parallel = _is_parallel(st.body)
             # skyline: only a rule on (x, y) refines closed rules (its one-atom sub-rules); a
             # path's parents r1(x, z) => r(x, y) are open and not compared, as in AMIE
             if (
-                self.skyline
+                self.settings.skyline
                 and parallel
                 and any(pca <= single_pca.get(_code_of(a), -1.0) for a in st.body)
             ):
@@ -433,10 +418,10 @@ class _Miner:
                 b = e.adj(int(seconds[k]))
                 fanout = np.diff(b.indptr)[a_rows.indices]
                 lower = int(np.maximum.reduceat(fanout, row_starts).sum()) if len(fanout) else 0
-                if sup < self.min_pca * lower:
+                if sup < self.settings.min_pca_confidence * lower:
                     continue  # PCA confidence <= support / lower bound < threshold
                 pca_body = _product_nnz(a_rows, b)
-                if sup < self.min_pca * pca_body:
+                if sup < self.settings.min_pca_confidence * pca_body:
                     continue
                 c1, c2 = int(c1s[k]), int(c2s[k])
                 std_body = self.std_body_path(c1, c2)
@@ -461,8 +446,7 @@ def _sort_key(rule: Rule) -> tuple:
 @dataclass(frozen=True)
 class StaticMinerSettings:
     """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults: pruning on
-    head coverage only, no absolute support floor), and the defaults of `mine_static`'s
-    keywords."""
+    head coverage only, no absolute support floor), as `mine_static` takes them."""
 
     #: head included: 2 = one body atom, 3 = up to two
     max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = 3
@@ -500,20 +484,13 @@ def mine_static(
     facts: pd.DataFrame,
     n_entities: int,
     n_relations: int,
+    settings: StaticMinerSettings = _DEFAULT,
     *,
-    max_atoms: int = _DEFAULT.max_atoms,
-    min_support: int = _DEFAULT.min_support,
-    min_head_coverage: float = _DEFAULT.min_head_coverage,
-    min_pca_confidence: float = _DEFAULT.min_pca_confidence,
-    min_std_confidence: float = _DEFAULT.min_std_confidence,
-    min_initial_support: int = _DEFAULT.min_initial_support,
-    skyline: bool = _DEFAULT.skyline,
-    constants: ConstantRuleSettings = _DEFAULT.constants,
-    long_cyclic: LongCyclicSettings = _DEFAULT.long_cyclic,
     seed: int = 12,
     progress: bool = True,
 ) -> list[Rule]:
-    """Mine closed Horn rules of up to `max_atoms` atoms (head included) from static facts.
+    """Mine closed Horn rules of up to `settings.max_atoms` atoms (head included) from static
+    facts, with params.yaml `mine_rules.static`'s thresholds (`settings`).
 
     `facts` are the training facts (columns head, relation, tail; any others are ignored),
     deduplicated here. Returns rules sorted by head relation, then PCA confidence (descending),
@@ -522,34 +499,23 @@ def mine_static(
     `extra["functional_variable"]` ("subject" or "object": the head end the PCA was taken on).
     See the module docstring for the exact semantics and how they relate to AMIE 3's flags.
 
-    With `constants.kinds`, AnyBURL's rules with constants of those kinds follow (each head
-    relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence; with
-    `long_cyclic.samples_per_head`, AnyBURL's cyclic rules of three body atoms (`long_cyclic`,
-    sampled with `seed`), scored the same way.
+    With `settings.constants.kinds`, AnyBURL's rules with constants of those kinds follow (each
+    head relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence;
+    with `settings.long_cyclic.samples_per_head`, AnyBURL's cyclic rules of three body atoms
+    (`long_cyclic`, sampled with `seed`), scored the same way.
     """
+    constants, long_cyclic = settings.constants, settings.long_cyclic
     check_long_cyclic(long_cyclic, constants)
-    if max_atoms not in (2, 3):
-        raise ValueError(f"max_atoms must be 2 or 3, got {max_atoms}")
-    for name, value in (
-        ("min_head_coverage", min_head_coverage),
-        ("min_pca_confidence", min_pca_confidence),
-        ("min_std_confidence", min_std_confidence),
-    ):
+    if settings.max_atoms not in (2, 3):
+        raise ValueError(f"max_atoms must be 2 or 3, got {settings.max_atoms}")
+    for name in ("min_head_coverage", "min_pca_confidence", "min_std_confidence"):
+        value = getattr(settings, name)
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {value}")
-    if min_support < 0 or min_initial_support < 0:
+    if settings.min_support < 0 or settings.min_initial_support < 0:
         raise ValueError("min_support and min_initial_support must be >= 0")
     edges = _build_edges(facts, n_entities, n_relations)
-    miner = _Miner(
-        edges,
-        max_atoms=max_atoms,
-        min_support=min_support,
-        min_head_coverage=min_head_coverage,
-        min_pca_confidence=min_pca_confidence,
-        min_std_confidence=min_std_confidence,
-        min_initial_support=min_initial_support,
-        skyline=skyline,
-    )
+    miner = _Miner(edges, settings)
     heads: Iterable[int] = range(n_relations)
     if progress:
         from tqdm.auto import tqdm

@@ -62,7 +62,7 @@ Deviations, all deliberate:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Annotated, Literal
 
@@ -668,8 +668,8 @@ def walk_uniforms(seed: int, rel: int, length: int, walks: int, n_relations: int
 
 @dataclass(frozen=True)
 class TemporalMinerSettings:
-    """params.yaml `mine_rules.temporal`: TLogic's knobs, and the defaults of `mine_temporal`'s
-    keywords (its seed is `mine_rules.seed`, default `SEED`)."""
+    """params.yaml `mine_rules.temporal`: TLogic's knobs, as `mine_temporal` takes them (its
+    seed is `mine_rules.seed`, default `SEED`)."""
 
     lengths: tuple[Annotated[int, STRICT_INT, Ge(1), Le(3)], ...] = (1, 2, 3)
     walks_per_relation: Positive = 200  # per relation and length
@@ -696,22 +696,14 @@ def mine_temporal(
     facts: pd.DataFrame,
     n_entities: int,
     n_relations: int,
+    settings: TemporalMinerSettings = _DEFAULT,
     *,
-    lengths: Sequence[int] = _DEFAULT.lengths,
-    walks_per_relation: int = _DEFAULT.walks_per_relation,
-    transition: str = _DEFAULT.transition,
     seed: int = SEED,
-    num_samples: int = _DEFAULT.num_samples,
-    exact: bool = _DEFAULT.exact,
-    length1: str = _DEFAULT.length1,
-    min_confidence: float = _DEFAULT.min_confidence,
-    min_rule_support: int = _DEFAULT.min_rule_support,
-    min_body_support: int = _DEFAULT.min_body_support,
-    constants: TemporalConstantSettings = _DEFAULT.constants,
     inverse_heads: bool = True,
     progress: bool = True,
 ) -> list[Rule]:
-    """Learn TLogic rules from temporal train facts (head, relation, tail, time as integers).
+    """Learn TLogic rules from temporal train facts (head, relation, tail, time as integers),
+    with params.yaml `mine_rules.temporal`'s knobs (`settings`).
 
     `lengths`: body lengths to learn; `walks_per_relation`: walks per (relation, length), for
     every relation with facts and, with `inverse_heads` (TLogic's behaviour), every inverse
@@ -728,31 +720,32 @@ def mine_temporal(
     Returns temporal `Rule`s with support = rule support, body_support, confidence, sorted by
     head relation, confidence (descending) and structure; an empty list is a valid result.
     """
-    if transition not in ("exp", "unif"):
-        raise ValueError(f"transition must be 'exp' or 'unif', not {transition!r}")
-    if length1 not in ("walks", "exact"):
-        raise ValueError(f"length1 must be 'walks' or 'exact', not {length1!r}")
-    if any(int(k) < 1 for k in lengths):
-        raise ValueError(f"rule lengths must be >= 1, got {list(lengths)}")
-    if num_samples < 1 and not exact:
+    s = settings
+    if s.transition not in ("exp", "unif"):
+        raise ValueError(f"transition must be 'exp' or 'unif', not {s.transition!r}")
+    if s.length1 not in ("walks", "exact"):
+        raise ValueError(f"length1 must be 'walks' or 'exact', not {s.length1!r}")
+    if any(int(k) < 1 for k in s.lengths):
+        raise ValueError(f"rule lengths must be >= 1, got {list(s.lengths)}")
+    if s.num_samples < 1 and not s.exact:
         raise ValueError("num_samples must be >= 1")
     g = build_temporal_graph(facts, n_entities, n_relations)
     counts = g.relation_edge_counts()
     heads = np.flatnonzero(counts[: 2 * n_relations if inverse_heads else n_relations] > 0)
     rules: dict[tuple, Rule] = {}
-    for length in sorted({int(k) for k in lengths}):
-        if len(heads) == 0 or walks_per_relation < 1:
+    for length in sorted({int(k) for k in s.lengths}):
+        if len(heads) == 0 or s.walks_per_relation < 1:
             break
         u = np.concatenate(
             [
-                walk_uniforms(seed, int(rel), length, walks_per_relation, n_relations)
+                walk_uniforms(seed, int(rel), length, s.walks_per_relation, n_relations)
                 for rel in heads
             ]
         )
-        ok, edges = sample_walks(g, np.repeat(heads, walks_per_relation), length, u, transition)
+        ok, edges = sample_walks(g, np.repeat(heads, s.walks_per_relation), length, u, s.transition)
         head, body, pat = walk_rules(g, edges[ok])
-        counted_exactly = exact or (length == 1 and length1 == "exact")
-        if length == 1 and length1 == "exact":
+        counted_exactly = s.exact or (length == 1 and s.length1 == "exact")
+        if length == 1 and s.length1 == "exact":
             extra_head, extra_body, extra_pat = enumerate_length1(g, heads)
             head = np.concatenate([head, extra_head])
             body = np.concatenate([body, extra_body])
@@ -766,15 +759,15 @@ def mine_temporal(
         ) as bar:
             body_supp, rule_supp = _confidences(
                 g, groups, rule_grp, head, pat,
-                exact=counted_exactly, num_samples=num_samples, seed=seed, bar=bar,
+                exact=counted_exactly, num_samples=s.num_samples, seed=seed, bar=bar,
             )  # fmt: skip
         conf = np.where(body_supp > 0, rule_supp / np.maximum(body_supp, 1), 0.0)
         if not counted_exactly:
             conf = np.round(conf, 6)
         keep = (
-            (rule_supp >= min_rule_support)
-            & (body_supp >= min_body_support)
-            & (conf >= min_confidence)
+            (rule_supp >= s.min_rule_support)
+            & (body_supp >= s.min_body_support)
+            & (conf >= s.min_confidence)
         )
         cache: dict[int, list[list[int]]] = {}
         for i in np.flatnonzero(keep):
@@ -796,7 +789,7 @@ def mine_temporal(
             ):
                 rules[rule.key] = _mark(rule, bool(head[i] >= n_relations))
     found = mine_temporal_constant_rules(
-        facts, n_entities, n_relations, constants, inverse_heads=inverse_heads
+        facts, n_entities, n_relations, s.constants, inverse_heads=inverse_heads
     )
     return sort_temporal_rules([*rules.values(), *found])
 

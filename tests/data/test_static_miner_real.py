@@ -101,7 +101,9 @@ def test_two_atom_mode_is_the_one_atom_subset(mined: tuple) -> None:
     name, train, rules, _names, _keys = mined
     n_entities = int(max(train["head"].max(), train["tail"].max())) + 1
     n_relations = int(train["relation"].max()) + 1
-    short = mine_static(train, n_entities, n_relations, max_atoms=2, progress=False)
+    short = mine_static(
+        train, n_entities, n_relations, StaticMinerSettings(max_atoms=2), progress=False
+    )
     assert [r.key for r in short] == [r.key for r in rules if r.length == 1], name
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import KnowledgeGraph
-from rulerag.rules.temporal_miner import mine_temporal
+from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
 from rulerag.rules.tlogic_io import read_tlogic_json, write_tlogic_json
 
 pytestmark = pytest.mark.data
@@ -27,7 +27,11 @@ def rules(icews14: KnowledgeGraph):
     train = icews14.split("train")
     # TLogic's defaults for ICEWS14 in the RuleRAG setting; ~8 s on two cores
     return mine_temporal(
-        train, len(icews14.entities), len(icews14.relations), lengths=(1, 2, 3), progress=False
+        train,
+        len(icews14.entities),
+        len(icews14.relations),
+        TemporalMinerSettings(lengths=(1, 2, 3)),
+        progress=False,
     )
 
 

@@ -13,7 +13,7 @@ import pytest
 from rulerag.rules.anyburl_miner import ConstantRuleSettings, mine_constant_rules
 from rulerag.rules.mining import MineRulesSettings, mine, mine_rules_settings
 from rulerag.rules.rule import Rule
-from rulerag.rules.static_miner import mine_static
+from rulerag.rules.static_miner import StaticMinerSettings, mine_static
 from rulerag.settings import SettingsError
 
 GENDER, PLAYS_FOR, KNOWS = 0, 1, 2
@@ -185,7 +185,9 @@ def test_kinds_switch_and_settings() -> None:
 
 def test_static_miner_adds_constant_rules_only_when_asked() -> None:
     facts = toy_facts()
-    plain = mine_static(facts, N_ENTITIES, N_RELATIONS, min_initial_support=0, progress=False)
+    plain = mine_static(
+        facts, N_ENTITIES, N_RELATIONS, StaticMinerSettings(min_initial_support=0), progress=False
+    )
     assert all(not r.constants for r in plain)
     settings = mine_rules_settings(
         {"static": {"min_initial_support": 0, "constants": {"kinds": ["ac1", "ac2", "zero"]}}}
@@ -200,7 +202,9 @@ def test_closed_rules_can_take_anyburls_confidence() -> None:
     facts = toy_facts()
     section = {"static": {"min_initial_support": 0, "constants": {"closed_confidence": "anyburl"}}}
     rules = mine(facts, N_ENTITIES, N_RELATIONS, False, mine_rules_settings(section))
-    plain = mine_static(facts, N_ENTITIES, N_RELATIONS, min_initial_support=0, progress=False)
+    plain = mine_static(
+        facts, N_ENTITIES, N_RELATIONS, StaticMinerSettings(min_initial_support=0), progress=False
+    )
     assert {r.key for r in rules} == {r.key for r in plain} and rules
     for rule in rules:
         assert rule.confidence == pytest.approx(rule.support / (rule.body_support + 5))

@@ -18,7 +18,7 @@ from rulerag.rules.application import (
 )
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
-from rulerag.rules.static_miner import mine_static
+from rulerag.rules.static_miner import StaticMinerSettings, mine_static
 from tests.unit.test_anyburl_miner import N_ENTITIES, N_RELATIONS, mine_toy, toy_facts
 
 ALL = ConstantRuleSettings(kinds=("ac1", "ac2", "zero"), min_body_constant_groundings=2)
@@ -27,9 +27,12 @@ ALL = ConstantRuleSettings(kinds=("ac1", "ac2", "zero"), min_body_constant_groun
 def rules_for(facts: pd.DataFrame) -> list[Rule]:
     constant = mine_toy(facts, ALL)
     closed = mine_static(
-        facts, N_ENTITIES, N_RELATIONS, min_initial_support=0, min_pca_confidence=0.0,
-        min_head_coverage=0.0, progress=False,
-    )  # fmt: skip
+        facts,
+        N_ENTITIES,
+        N_RELATIONS,
+        StaticMinerSettings(min_initial_support=0, min_pca_confidence=0.0, min_head_coverage=0.0),
+        progress=False,
+    )
     return closed + constant
 
 

@@ -134,11 +134,28 @@ def test_the_static_miner_adds_them_on_anyburls_scale_and_application_reads_them
     h, r, t = random_kg(4, n_facts=60)
     facts = pd.DataFrame({"head": h, "relation": r, "tail": t})
     anyburl = ConstantRuleSettings(closed_confidence="anyburl")
-    plain = mine_static(facts, N_ENT, N_REL, constants=anyburl, min_initial_support=0,
-                        min_head_coverage=0.0, min_pca_confidence=0.0, progress=False)  # fmt: skip
-    both = mine_static(facts, N_ENT, N_REL, constants=anyburl, long_cyclic=EXHAUSTIVE,
-                       min_initial_support=0, min_head_coverage=0.0, min_pca_confidence=0.0,
-                       progress=False)  # fmt: skip
+    plain = mine_static(
+        facts,
+        N_ENT,
+        N_REL,
+        StaticMinerSettings(
+            constants=anyburl, min_initial_support=0, min_head_coverage=0.0, min_pca_confidence=0.0
+        ),
+        progress=False,
+    )
+    both = mine_static(
+        facts,
+        N_ENT,
+        N_REL,
+        StaticMinerSettings(
+            constants=anyburl,
+            long_cyclic=EXHAUSTIVE,
+            min_initial_support=0,
+            min_head_coverage=0.0,
+            min_pca_confidence=0.0,
+        ),
+        progress=False,
+    )
     longer = [rule for rule in both if len(rule.body) == 3]
     assert longer and [rule for rule in both if len(rule.body) < 3] == plain
     by_head = applied_rules(both, N_REL, ApplySettings(temporal=False, min_confidence=0.0))
@@ -155,4 +172,6 @@ def test_they_refuse_a_pca_scale_beside_them() -> None:
         StaticMinerSettings(long_cyclic=LongCyclicSettings(samples_per_head=5))
     facts = pd.DataFrame({"head": [0], "relation": [0], "tail": [1]})
     with pytest.raises(ValueError, match="closed_confidence: anyburl"):
-        mine_static(facts, 2, 1, long_cyclic=LongCyclicSettings(samples_per_head=5))
+        mine_static(
+            facts, 2, 1, StaticMinerSettings(long_cyclic=LongCyclicSettings(samples_per_head=5))
+        )

@@ -12,7 +12,7 @@ import pytest
 
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv, write_amie_tsv
 from rulerag.rules.rule import Atom, Rule
-from rulerag.rules.static_miner import mine_static
+from rulerag.rules.static_miner import StaticMinerSettings, mine_static
 from tests.http_fixtures import mirror_dir
 from tests.support.planted_static import PlantSpec, make_planted_kg
 
@@ -109,7 +109,7 @@ THRESHOLDS = [
 def test_equals_brute_force(seed: int, thr_index: int, skyline: bool) -> None:
     facts = random_kg(seed)
     thr = dict(THRESHOLDS[thr_index], min_initial_support=0, skyline=skyline)
-    rules = mine_static(facts, 18, 4, progress=False, **thr)
+    rules = mine_static(facts, 18, 4, StaticMinerSettings(**thr), progress=False)
     expected = brute_force(facts, 4, **thr)
     assert {(r.head, r.body) for r in rules} == set(expected)
     assert len(rules) == len(expected)  # no duplicates
@@ -129,7 +129,7 @@ def test_equals_brute_force(seed: int, thr_index: int, skyline: bool) -> None:
 def test_max_atoms_two_equals_brute_force() -> None:
     facts = random_kg(11)
     thr = dict(THRESHOLDS[0], min_initial_support=0, skyline=True)
-    rules = mine_static(facts, 18, 4, max_atoms=2, progress=False, **thr)
+    rules = mine_static(facts, 18, 4, StaticMinerSettings(max_atoms=2, **thr), progress=False)
     expected = brute_force(facts, 4, max_atoms=2, **thr)
     assert rules
     assert {(r.head, r.body) for r in rules} == set(expected)
@@ -170,8 +170,11 @@ def test_planted_confidence_many_seeds(seed: int) -> None:
 def test_thresholds_are_respected() -> None:
     facts = random_kg(3, n=40, n_rel=5, facts=120)
     heads = facts.drop_duplicates().groupby("relation").size()
-    kw = dict(min_support=3, min_head_coverage=0.03, min_pca_confidence=0.15, min_initial_support=0)
-    rules = mine_static(facts, 40, 5, min_std_confidence=0.05, progress=False, **kw)
+    settings = StaticMinerSettings(
+        min_support=3, min_head_coverage=0.03, min_pca_confidence=0.15, min_initial_support=0,
+        min_std_confidence=0.05,
+    )  # fmt: skip
+    rules = mine_static(facts, 40, 5, settings, progress=False)
     assert rules
     for r in rules:
         assert r.support >= 3
@@ -187,7 +190,11 @@ def test_min_initial_support_skips_small_heads() -> None:
     sizes = facts.drop_duplicates().groupby("relation").size()
     cut = int(sizes.median())
     rules = mine_static(
-        facts, 18, 4, min_support=1, min_initial_support=cut, progress=False, min_head_coverage=0
+        facts,
+        18,
+        4,
+        StaticMinerSettings(min_support=1, min_initial_support=cut, min_head_coverage=0),
+        progress=False,
     )
     assert rules
     assert all(sizes[r.head.relation] >= cut for r in rules)
@@ -195,7 +202,7 @@ def test_min_initial_support_skips_small_heads() -> None:
 
 def test_deterministic_and_order() -> None:
     facts = random_kg(5)
-    kw = dict(min_support=2, min_initial_support=0, progress=False)
+    kw = dict(settings=StaticMinerSettings(min_support=2, min_initial_support=0), progress=False)
     first = mine_static(facts, 18, 4, **kw)
     shuffled = facts.sample(frac=1.0, random_state=1).reset_index(drop=True)
     second = mine_static(shuffled, 18, 4, **kw)
@@ -205,7 +212,7 @@ def test_deterministic_and_order() -> None:
 
 
 def test_edge_cases() -> None:
-    kw = dict(min_support=1, min_initial_support=0, progress=False)
+    kw = dict(settings=StaticMinerSettings(min_support=1, min_initial_support=0), progress=False)
     empty = pd.DataFrame({"head": [], "relation": [], "tail": []}, dtype="int64")
     assert mine_static(empty, 5, 3, **kw) == []
     # a relation with no facts (relation 1) and one relation only
@@ -220,7 +227,7 @@ def test_edge_cases() -> None:
     # no rule above the thresholds: an empty result, not an error
     assert mine_static(random_kg(0), 18, 4, progress=False) == []
     with pytest.raises(ValueError, match="max_atoms"):
-        mine_static(one, 3, 2, max_atoms=4)
+        mine_static(one, 3, 2, StaticMinerSettings(max_atoms=4))
     with pytest.raises(ValueError, match="outside"):
         mine_static(one, 2, 2)
 
@@ -235,7 +242,11 @@ def test_functional_variable_is_the_object_for_inverse_functional_heads() -> Non
         }
     )
     rules = mine_static(
-        facts, 10, 2, max_atoms=2, min_support=1, min_initial_support=0, progress=False
+        facts,
+        10,
+        2,
+        StaticMinerSettings(max_atoms=2, min_support=1, min_initial_support=0),
+        progress=False,
     )
     (rule,) = [r for r in rules if r.head.relation == 0 and r.body == (Atom(1, 0, 1),)]
     assert rule.extra["functional_variable"] == "object"
@@ -249,7 +260,9 @@ def test_functional_variable_is_the_object_for_inverse_functional_heads() -> Non
 
 def test_amie_tsv_round_trip(tmp_path: Path) -> None:
     facts = random_kg(2)
-    rules = mine_static(facts, 18, 4, min_support=2, min_initial_support=0, progress=False)
+    rules = mine_static(
+        facts, 18, 4, StaticMinerSettings(min_support=2, min_initial_support=0), progress=False
+    )
     assert any(r.length == 2 and r.head.object == 2 for r in rules)  # paths
     assert any(r.length == 2 and r.head.object == 1 for r in rules)  # parallel
     names = [f"<rel_{i}>" for i in range(4)]
@@ -334,7 +347,7 @@ def test_path_support_in_small_chunks_is_the_same(monkeypatch: pytest.MonkeyPatc
     import rulerag.rules.static_miner as miner
 
     facts = random_kg(7)
-    kw = dict(min_support=2, min_initial_support=0, progress=False)
+    kw = dict(settings=StaticMinerSettings(min_support=2, min_initial_support=0), progress=False)
     whole = mine_static(facts, 18, 4, **kw)
     monkeypatch.setattr(miner, "_FRONTIER_CHUNK", 7)
     assert mine_static(facts, 18, 4, **kw) == whole
@@ -349,3 +362,24 @@ def test_amie_tsv_without_header_or_stats(tmp_path: Path) -> None:
         Rule.path(1, [(0, False), (0, False)]).key,
     ]
     assert rules[0].support is None and rules[0].extra == {}
+
+
+def test_the_miners_take_their_settings_object_not_its_fields() -> None:
+    """mine_static / mine_temporal take `mine_rules.static` / `.temporal` whole: no keyword
+    re-declares one of their fields (and its default), and `mine` hands them over as read."""
+    import dataclasses
+    import inspect
+
+    from rulerag.rules.mining import MineRulesSettings, mine
+    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+
+    for function, settings in (
+        (mine_static, StaticMinerSettings),
+        (mine_temporal, TemporalMinerSettings),
+    ):
+        keywords = set(inspect.signature(function).parameters)
+        assert not keywords & {f.name for f in dataclasses.fields(settings)}, function.__name__
+    facts = random_kg(5)
+    static = StaticMinerSettings(min_support=2, min_initial_support=0)
+    mined = mine(facts, 18, 4, False, MineRulesSettings(static=static))
+    assert mined == mine_static(facts, 18, 4, static, progress=False)

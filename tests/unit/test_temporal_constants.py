@@ -26,7 +26,7 @@ from rulerag.rules.temporal_constants import (
     TemporalConstantSettings,
     mine_temporal_constant_rules,
 )
-from rulerag.rules.temporal_miner import mine_temporal
+from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
 from rulerag.rules.tlogic_io import write_tlogic_json
 from rulerag.settings import SettingsError
 
@@ -271,9 +271,10 @@ def test_no_body_fact_at_or_after_the_query_time_is_used() -> None:
 
 def test_the_other_rules_do_not_change() -> None:
     facts = toy_facts(3, n=120)
-    kw = dict(lengths=(1, 2), walks_per_relation=30, num_samples=50, progress=False)
-    plain = mine_temporal(facts, N_ENTITIES, N_RELATIONS, **kw)
-    both = mine_temporal(facts, N_ENTITIES, N_RELATIONS, constants=ALL, **kw)
+    settings = TemporalMinerSettings(lengths=(1, 2), walks_per_relation=30, num_samples=50)
+    plain = mine_temporal(facts, N_ENTITIES, N_RELATIONS, settings, progress=False)
+    with_constants = dataclasses.replace(settings, constants=ALL)
+    both = mine_temporal(facts, N_ENTITIES, N_RELATIONS, with_constants, progress=False)
     assert [r for r in both if not r.constants] == plain
     assert len(both) > len(plain)
     names = [f"r{i}" for i in range(N_RELATIONS)]

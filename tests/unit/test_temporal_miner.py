@@ -17,6 +17,7 @@ from rulerag.kg.schema import make_facts
 from rulerag.rules import temporal_miner
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.temporal_miner import (
+    TemporalMinerSettings,
     _sample_bodies,
     build_temporal_graph,
     mine_temporal,
@@ -207,9 +208,12 @@ def planted():
 @pytest.mark.parametrize("transition", ["exp", "unif"])
 def test_planted_rules_come_out_on_top_with_their_confidence(planted, transition):
     rules = mine_temporal(
-        planted.facts, planted.n_entities, planted.n_relations,
-        transition=transition, min_body_support=20, progress=False,
-    )  # fmt: skip
+        planted.facts,
+        planted.n_entities,
+        planted.n_relations,
+        TemporalMinerSettings(transition=transition, min_body_support=20),
+        progress=False,
+    )
     for p in planted.planted:
         for_head = [r for r in rules if r.head.relation == p.rule.head.relation]
         assert for_head and for_head[0].key == p.rule.key
@@ -220,7 +224,11 @@ def test_planted_rules_come_out_on_top_with_their_confidence(planted, transition
 
 def test_planted_rules_exact_confidence(planted):
     rules = mine_temporal(
-        planted.facts, planted.n_entities, planted.n_relations, exact=True, progress=False
+        planted.facts,
+        planted.n_entities,
+        planted.n_relations,
+        TemporalMinerSettings(exact=True),
+        progress=False,
     )
     by_key = {r.key: r for r in rules}
     for p in planted.planted:
@@ -231,11 +239,15 @@ def test_planted_rules_exact_confidence(planted):
 
 
 def test_thresholds_drop_exactly_the_rules_below_them(planted):
-    kw = dict(lengths=(1, 2, 3), seed=5, progress=False)
-    everything = mine_temporal(planted.facts, planted.n_entities, planted.n_relations, **kw)
+    everything = mine_temporal(
+        planted.facts, planted.n_entities, planted.n_relations,
+        TemporalMinerSettings(lengths=(1, 2, 3)), seed=5, progress=False,
+    )  # fmt: skip
     kept = mine_temporal(
         planted.facts, planted.n_entities, planted.n_relations,
-        min_confidence=0.7, min_body_support=50, min_rule_support=10, **kw,
+        TemporalMinerSettings(lengths=(1, 2, 3), min_confidence=0.7, min_body_support=50,
+                              min_rule_support=10),
+        seed=5, progress=False,
     )  # fmt: skip
     assert kept and len(kept) < len(everything)
     assert all(r.confidence >= 0.7 and r.body_support >= 50 and r.support >= 10 for r in kept)
@@ -262,9 +274,18 @@ def test_every_kept_rule_has_positive_confidence(planted):
 def test_exact_mode_equals_brute_force(seed):
     facts = random_kg(seed, n_entities=10, n_relations=3, n_facts=45, n_times=6)
     rules = mine_temporal(
-        facts, 10, 3, lengths=(1, 2, 3), walks_per_relation=100, exact=True,
-        transition="unif" if seed % 2 else "exp", seed=seed, progress=False,
-    )  # fmt: skip
+        facts,
+        10,
+        3,
+        TemporalMinerSettings(
+            lengths=(1, 2, 3),
+            walks_per_relation=100,
+            exact=True,
+            transition="unif" if seed % 2 else "exp",
+        ),
+        seed=seed,
+        progress=False,
+    )
     assert len(rules) > 10
     assert {r.length for r in rules} == {1, 2, 3}
     assert any(r.var_constraints for r in rules)
@@ -277,9 +298,18 @@ def test_exact_mode_equals_brute_force(seed):
 def test_walks_reach_every_rule_a_tlogic_walk_can_produce():
     facts = random_kg(11, n_entities=8, n_relations=2, n_facts=24, n_times=5)
     rules = mine_temporal(
-        facts, 8, 2, lengths=(1, 2, 3), walks_per_relation=20_000, exact=True,
-        transition="unif", min_rule_support=0, progress=False,
-    )  # fmt: skip
+        facts,
+        8,
+        2,
+        TemporalMinerSettings(
+            lengths=(1, 2, 3),
+            walks_per_relation=20_000,
+            exact=True,
+            transition="unif",
+            min_rule_support=0,
+        ),
+        progress=False,
+    )
     for length in (1, 2, 3):
         possible = all_walk_rules(facts, 2, length)
         assert {r.key for r in rules if r.length == length} == possible
@@ -287,9 +317,13 @@ def test_walks_reach_every_rule_a_tlogic_walk_can_produce():
 
 def test_sampled_confidence_equals_exact_when_samples_cover_the_population():
     facts = random_kg(4, n_entities=6, n_relations=2, n_facts=16, n_times=4)
-    kw = dict(lengths=(1, 2), walks_per_relation=300, seed=9, progress=False)
-    exact = mine_temporal(facts, 6, 2, exact=True, **kw)
-    sampled = mine_temporal(facts, 6, 2, num_samples=20_000, **kw)
+    kw = dict(lengths=(1, 2), walks_per_relation=300)
+    exact = mine_temporal(
+        facts, 6, 2, TemporalMinerSettings(exact=True, **kw), seed=9, progress=False
+    )
+    sampled = mine_temporal(
+        facts, 6, 2, TemporalMinerSettings(num_samples=20_000, **kw), seed=9, progress=False
+    )
     assert exact
     assert [(r.key, r.support, r.body_support) for r in exact] == [
         (r.key, r.support, r.body_support) for r in sampled
@@ -381,10 +415,14 @@ def test_no_rule_from_simultaneous_or_later_bodies():
         rows += [(x, 0, y, i), (x, 1, y, i), (x, 2, y, i), (x, 3, y, i + 1)]
     h, r, t, tm = zip(*rows, strict=True)
     facts = make_facts(list(h), list(r), list(t), list(tm), ["train"] * len(rows))
-    rules = mine_temporal(facts, 40, 4, lengths=(1,), walks_per_relation=500, progress=False)
+    rules = mine_temporal(
+        facts, 40, 4, TemporalMinerSettings(lengths=(1,), walks_per_relation=500), progress=False
+    )
     pairs = {(r.head.relation, r.body[0].relation) for r in rules}
     assert pairs == {(3, 0), (3, 1), (3, 2)}
-    exact = mine_temporal(facts, 40, 4, lengths=(1,), exact=True, progress=False)
+    exact = mine_temporal(
+        facts, 40, 4, TemporalMinerSettings(lengths=(1,), exact=True), progress=False
+    )
     assert exact
     assert all(r.confidence == 1.0 and r.support == 20 for r in exact)
 
@@ -395,42 +433,50 @@ def test_no_rule_from_simultaneous_or_later_bodies():
 
 def test_same_seed_same_rules_in_any_order():
     facts = random_kg(6, n_entities=30, n_relations=5, n_facts=400, n_times=10)
-    kw = dict(walks_per_relation=50, progress=False)
-    a = mine_temporal(facts, 30, 5, seed=1, **kw)
-    b = mine_temporal(facts.sample(frac=1.0, random_state=0), 30, 5, seed=1, **kw)
-    c = mine_temporal(facts, 30, 5, seed=2, **kw)
+    settings = TemporalMinerSettings(walks_per_relation=50)
+    kw = dict(progress=False)
+    a = mine_temporal(facts, 30, 5, settings, seed=1, **kw)
+    b = mine_temporal(facts.sample(frac=1.0, random_state=0), 30, 5, settings, seed=1, **kw)
+    c = mine_temporal(facts, 30, 5, settings, seed=2, **kw)
     stats = [(r.key, r.support, r.body_support, r.confidence) for r in a]
     assert stats == [(r.key, r.support, r.body_support, r.confidence) for r in b]
     assert stats != [(r.key, r.support, r.body_support, r.confidence) for r in c]
     # each (relation, length) has its own generator: length 2 alone = length 2 among others
-    only2 = mine_temporal(facts, 30, 5, seed=1, lengths=(2,), **kw)
+    only2 = mine_temporal(
+        facts, 30, 5, TemporalMinerSettings(walks_per_relation=50, lengths=(2,)), seed=1, **kw
+    )
     assert only2 == [r for r in a if r.length == 2]
 
 
 def test_relation_without_facts_and_single_relation_kg():
     facts = random_kg(2, n_entities=8, n_relations=1, n_facts=40, n_times=5)
-    rules = mine_temporal(facts, 8, 1, walks_per_relation=50, progress=False)
+    rules = mine_temporal(facts, 8, 1, TemporalMinerSettings(walks_per_relation=50), progress=False)
     assert rules and {r.head.relation for r in rules} == {0}
-    more = mine_temporal(facts, 8, 3, walks_per_relation=50, progress=False)
+    more = mine_temporal(facts, 8, 3, TemporalMinerSettings(walks_per_relation=50), progress=False)
     assert {r.head.relation for r in more} == {0}
     assert [r.key for r in more] == [r.key for r in rules]
 
 
 def test_empty_results_are_valid():
     facts = random_kg(2, n_entities=8, n_relations=2, n_facts=40, n_times=5)
-    assert mine_temporal(facts, 8, 2, min_confidence=1.1, progress=False) == []
+    assert (
+        mine_temporal(facts, 8, 2, TemporalMinerSettings(min_confidence=1.1), progress=False) == []
+    )
     chain = make_facts([0, 1, 2], [0, 1, 0], [1, 2, 3], [0, 1, 2], ["train"] * 3)
     assert mine_temporal(chain, 4, 2, progress=False) == []  # no cycles at all
     assert mine_temporal(chain.iloc[:0], 4, 2, progress=False) == []
-    assert mine_temporal(facts, 8, 2, walks_per_relation=0, progress=False) == []
+    assert (
+        mine_temporal(facts, 8, 2, TemporalMinerSettings(walks_per_relation=0), progress=False)
+        == []
+    )
 
 
 def test_bad_input_is_refused():
     facts = random_kg(2)
     with pytest.raises(ValueError, match="transition"):
-        mine_temporal(facts, 12, 3, transition="linear", progress=False)
+        mine_temporal(facts, 12, 3, TemporalMinerSettings(transition="linear"), progress=False)
     with pytest.raises(ValueError, match="lengths"):
-        mine_temporal(facts, 12, 3, lengths=(0,), progress=False)
+        mine_temporal(facts, 12, 3, TemporalMinerSettings(lengths=(0,)), progress=False)
     with pytest.raises(ValueError, match="relation ids"):
         mine_temporal(facts, 12, 2, progress=False)
     no_time = facts.copy()
@@ -476,7 +522,7 @@ def test_exp_on_times_far_apart_behaves_like_tlogic():
 def test_tlogic_json_round_trip(tmp_path: Path):
     facts = random_kg(3, n_entities=10, n_relations=3, n_facts=60, n_times=6)
     for exact in (False, True):
-        rules = mine_temporal(facts, 10, 3, exact=exact, progress=False)
+        rules = mine_temporal(facts, 10, 3, TemporalMinerSettings(exact=exact), progress=False)
         assert any(r.extra.get("inverse_head") for r in rules)  # renamed inverse-head rules
         path = tmp_path / f"rules_{exact}.json"
         write_tlogic_json(rules, path, 3)
@@ -542,16 +588,28 @@ def test_exact_length1_finds_every_one_atom_rule_without_walks(seed):
     self-loop rules still come from walks) with its exact confidence, however few walks run."""
     facts = random_kg(seed, n_entities=9, n_relations=3, n_facts=40, n_times=6)
     rules = mine_temporal(
-        facts, 9, 3, lengths=(1,), walks_per_relation=1, length1="exact",
-        min_rule_support=0, seed=seed, progress=False,
-    )  # fmt: skip
+        facts,
+        9,
+        3,
+        TemporalMinerSettings(
+            lengths=(1,), walks_per_relation=1, length1="exact", min_rule_support=0
+        ),
+        seed=seed,
+        progress=False,
+    )
     possible = {k for k in all_walk_rules(facts, 3, 1) if not k[3]}  # no var constraints
     assert possible <= {r.key for r in rules}
-    few_walks = mine_temporal(facts, 9, 3, lengths=(1,), walks_per_relation=1, seed=seed,
-                              min_rule_support=0, progress=False)  # fmt: skip
+    few_walks = mine_temporal(
+        facts,
+        9,
+        3,
+        TemporalMinerSettings(lengths=(1,), walks_per_relation=1, min_rule_support=0),
+        seed=seed,
+        progress=False,
+    )
     assert len(few_walks) < len(possible)  # what the option is for
     for rule in rules:
         body, supp = brute_force(facts, rule)
         assert (rule.body_support, rule.support) == (body, supp), rule
     with pytest.raises(ValueError, match="length1"):
-        mine_temporal(facts, 9, 3, length1="all", progress=False)
+        mine_temporal(facts, 9, 3, TemporalMinerSettings(length1="all"), progress=False)
