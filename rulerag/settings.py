@@ -19,6 +19,10 @@ or `10**100` fails like a wrong type does, and the Airflow run conf is checked w
 classes (`rulerag.orchestration.run_conf`, through `rulerag.params`). A test checks that every
 numeric knob has a range.
 
+A knob's help text lives once, in its field (peft's style: `field(default=..., metadata={"help":
+"..."})`, read by `settings_help`); params.yaml's comment on that key is the same text, written
+and checked by `tests/support/sync_params_help.py` (tests/unit/test_params_help.py).
+
 A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
 whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.
 
@@ -74,6 +78,7 @@ __all__ = [
     "param_key",
     "read_settings_yaml",
     "settings_fields",
+    "settings_help",
     "short_repr",
     "UniqueDatasetNames",
     "UniqueNames",
@@ -463,6 +468,17 @@ def settings_fields(cls: type) -> dict[str, Any]:
     extras = typing.get_type_hints(cls, include_extras=True)
     return {
         _alias(extras[f.name]) or f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init
+    }
+
+
+def settings_help(cls: type) -> dict[str, str]:
+    """params.yaml key -> help text of each field of a settings dataclass that has one
+    (`metadata={"help": ...}`)."""
+    extras = typing.get_type_hints(cls, include_extras=True)
+    return {
+        _alias(extras[f.name]) or f.name: f.metadata["help"]
+        for f in dataclasses.fields(cls)
+        if f.init and "help" in f.metadata
     }
 
 

@@ -10,7 +10,7 @@ and the prompt's documents and rules.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from rulerag.retrieval.configs import SPARSE_INDEXES, TRAINED_MODES
@@ -27,24 +27,46 @@ DocumentsMode = Literal["rgft", "ssft"]
 class ExportSettings:
     """params.yaml `export` (stage `export`, data/<dataset>/export/)."""
 
-    #: the datasets exported (each one of `datasets`); [] = the stage is off (`make export`
-    #: switches it on: an export costs minutes of encoding a `make run` need not pay)
-    datasets: UniqueDatasetNames = ()
-    #: the Hugging Face folder's data files: parquet (typed, small) or jsonl (JSON Lines)
-    format: ExportFormat = "parquet"
-    #: a dense encoder of retrieve.finetune: its index and untuned query encoder give DPR's
-    #: hard negatives, its fine-tuned one (`documents_mode`) the prompts' documents
-    retriever: Name = "minilm"
-    #: which fine-tuned query encoder fills the prompts: rgft (RuleRAG-FT's) or ssft
-    documents_mode: DocumentsMode = "rgft"
-    #: hard negatives per DPR record: the first of the untuned top list that are no positive
-    hard_negatives: Count = 10
-    #: documents searched per DPR question (the hard negatives come from these)
-    search_depth: Positive = 30
-    #: retrieved documents per prompt (the paper's profile: 10)
-    documents: Positive = 10
-    #: rules per prompt: the first n of each query's selected rules; null = all of them
-    max_rules: Positive | None = None
+    # [] = the stage is off: `make export` switches it on, as an export costs minutes of
+    # encoding that a `make run` need not pay
+    datasets: UniqueDatasetNames = field(
+        default=(),
+        metadata={
+            "help": "datasets exported (of `datasets`); [] = off. make export: EXPORT_DATASETS"
+        },
+    )
+    format: ExportFormat = field(
+        default="parquet", metadata={"help": "the Hugging Face folder's files: parquet or jsonl"}
+    )
+    # its index and untuned query encoder give DPR's hard negatives, its fine-tuned one
+    # (`documents_mode`) the prompts' documents
+    retriever: Name = field(
+        default="minilm",
+        metadata={
+            "help": "an encoder of retrieve.finetune: untuned -> hard negatives, tuned -> prompts"
+        },
+    )
+    documents_mode: DocumentsMode = field(
+        default="rgft",
+        metadata={
+            "help": "the fine-tuned query encoder of the prompts: rgft (RuleRAG-FT's) or ssft"
+        },
+    )
+    hard_negatives: Count = field(
+        default=10,
+        metadata={
+            "help": "per DPR record: the untuned top list minus the query's oracle documents"
+        },
+    )
+    search_depth: Positive = field(
+        default=30, metadata={"help": "documents searched per DPR question"}
+    )
+    documents: Positive = field(
+        default=10, metadata={"help": "documents per prompt (the paper profile's 10)"}
+    )
+    max_rules: Positive | None = field(
+        default=None, metadata={"help": "rules per prompt: the first n selected; null = all"}
+    )
 
     def __post_init__(self) -> None:
         if self.format not in EXPORT_FORMATS:

@@ -21,7 +21,7 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -39,14 +39,23 @@ if TYPE_CHECKING:
 class FaissConfig:
     """params.yaml `index.faiss`."""
 
-    kind: Literal["flat", "ivf", "hnsw"] = "flat"  # flat: exact inner product
-    nlist: Positive = 1024  # ivf: clusters (capped at n/39, FAISS's minimum points per centroid)
-    nprobe: Positive = 32  # ivf: clusters visited per query
-    hnsw_m: Positive = 32  # hnsw: graph degree
-    ef_construction: Positive = 200
-    ef_search: Positive = 128
-    gpu: str | bool = "auto"  # auto: use a GPU when faiss-gpu and a GPU are there; false: never
-    threads: Count = 0  # OpenMP threads for CPU search; 0 leaves FAISS's default
+    kind: Literal["flat", "ivf", "hnsw"] = field(
+        default="flat", metadata={"help": "flat (exact inner product) | ivf | hnsw"}
+    )
+    # ivf: clusters, capped at n/39 (FAISS's minimum points per centroid)
+    nlist: Positive = field(default=1024, metadata={"help": "ivf"})
+    nprobe: Positive = field(default=32, metadata={"help": "ivf"})  # clusters visited per query
+    hnsw_m: Positive = field(default=32, metadata={"help": "hnsw"})  # the graph's degree
+    ef_construction: Positive = field(
+        default=200, metadata={"help": "hnsw: candidates kept while building the graph"}
+    )
+    ef_search: Positive = field(default=128, metadata={"help": "hnsw"})
+    gpu: str | bool = field(
+        default="auto", metadata={"help": "faiss-gpu with a visible GPU; false = never"}
+    )
+    threads: Count = field(
+        default=0, metadata={"help": "OpenMP threads of CPU search; 0 = FAISS's default"}
+    )
 
 
 def corpus_key(model_fingerprint: str, texts: Sequence[str], **settings: object) -> str:

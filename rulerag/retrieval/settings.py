@@ -29,21 +29,35 @@ class SparseSettings:
     """`index.sparse`: the BM25 back end, its knobs (Pyserini's defaults) and the parity check
     between bm25s and Lucene."""
 
-    backend: SparseBackend = "bm25s"  # bm25s (fast default) | pyserini (Lucene, the paper's)
-    k1: NonNegative = 0.9
+    backend: SparseBackend = field(
+        default="bm25s",
+        metadata={"help": "bm25s (fast default) | pyserini (Lucene, the paper's tool)"},
+    )
+    k1: NonNegative = field(
+        default=0.9, metadata={"help": "Pyserini's BM25 defaults, used by both back ends"}
+    )
     b: Fraction = 0.4
     stemmer: str | None = "porter"
     threads: Count = 2
-    parity_check: bool = True  # also build the Lucene index and compare top-10s
-    parity_queries: Count = 200  # test queries (half alone, half as q ∘ r) for the check
+    parity_check: bool = field(
+        default=True, metadata={"help": "also build the Lucene index and compare top-10s"}
+    )
+    parity_queries: Count = field(
+        default=200,
+        metadata={"help": "test queries (half alone, half as q ∘ r) for the check"},
+    )
 
 
 @dataclass(frozen=True)
 class IndexSettings:
     """params.yaml `index`."""
 
-    threads: Count = 0  # torch threads; 0 = torch's default (all cores)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto: cuda when there, else cpu
+    threads: Count = field(
+        default=0, metadata={"help": "torch threads; 0 = torch's default (all cores)"}
+    )
+    device: Literal["auto", "cpu", "cuda"] = field(
+        default="auto", metadata={"help": "auto (cuda when there, else cpu) | cpu | cuda"}
+    )
     sparse: SparseSettings = field(default_factory=SparseSettings)
     #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)
     dense: dict[Name, EncoderSpec] = field(default_factory=dict)
