@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rulerag.gpu_libraries import quiet_gpu_libraries
 from rulerag.io import sha256_file
 from rulerag.model_cache import default_model_cache
 
@@ -227,6 +228,7 @@ def load_causal_lm(
     wherever the model is, so a model left on the CPU would run there on a GPU machine (the
     Trainer moves a model itself; a model already on its GPU is no different to it).
     """
+    quiet_gpu_libraries()
     import torch
     from transformers import AutoModelForCausalLM
 

@@ -47,6 +47,7 @@ from typing import Any, Literal
 import psutil
 
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
+from rulerag.gpu_libraries import quiet_gpu_libraries
 from rulerag.settings import Count, Fraction, NonNegative, Positive, PositiveReal, Seed
 
 logger = logging.getLogger(__name__)
@@ -327,6 +328,7 @@ def lora_model(
 ) -> Any:
     """`model` wrapped by peft with trainable LoRA adapters of `lora` (base weights frozen;
     a 4-bit base prepared for k-bit training first)."""
+    quiet_gpu_libraries()
     from peft import LoraConfig, TaskType, get_peft_model, prepare_model_for_kbit_training
 
     if quantization in ("nf4", "4bit"):
@@ -396,6 +398,7 @@ def train_lora(
     `metadata` (e.g. the prompt style) is stored in train_stats.json, so inference can check
     that it prompts the adapter the way it was trained.
     """
+    quiet_gpu_libraries()
     import torch
     from transformers import Trainer, TrainingArguments, set_seed
     from transformers.trainer_utils import get_last_checkpoint
@@ -608,6 +611,7 @@ def _work_dir(output_dir: Path, key: str) -> Path:
 
 def load_adapter_model(base: Any, adapter_dir: Path, merge: bool = False) -> Any:
     """The base model with a saved LoRA adapter on top (merged into the weights on request)."""
+    quiet_gpu_libraries()
     from peft import PeftModel
 
     model = PeftModel.from_pretrained(base, str(adapter_dir))

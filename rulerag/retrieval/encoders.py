@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
+from rulerag.gpu_libraries import quiet_gpu_libraries
 from rulerag.model_cache import default_model_cache
 from rulerag.settings import Positive
 
@@ -153,6 +154,7 @@ def load_encoder(
     `pooling` (cls / mean / max) builds the encoder from the plain transformer with that
     pooling instead of the model's own modules: SimCSE embeds with its [CLS] token, which
     sentence-transformers' default for a plain checkpoint (mean pooling) would not do."""
+    quiet_gpu_libraries()
     from sentence_transformers import SentenceTransformer
 
     resolved = resolve_model(name, cache_dir)

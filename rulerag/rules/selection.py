@@ -13,6 +13,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pandas as pd
 
+from rulerag.gpu_libraries import quiet_gpu_libraries
+
 Encoder = Callable[[Sequence[str]], np.ndarray]
 
 
@@ -57,6 +59,7 @@ def _normalise(x: np.ndarray) -> np.ndarray:
 
 def minilm_encoder(model: str = "minilm") -> Encoder:
     """A sentence-transformers encoder; `minilm` is the offline all-MiniLM-L6-v2 package."""
+    quiet_gpu_libraries()
     from sentence_transformers import SentenceTransformer
 
     if model == "minilm":
