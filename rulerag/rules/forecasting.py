@@ -46,17 +46,13 @@ import numpy as np
 import pandas as pd
 
 from rulerag.errors import InputError
-from rulerag.rules.application import (
-    ApplySettings,
-    ClusterLabels,
-    applied_rules,
-    apply_rules,
-    edges_with_inverses,
-    filtered_rank_span,
-    time_aware_filter,
-)
+from rulerag.rules.application import apply_rules
+from rulerag.rules.applied_rule import applied_rules
+from rulerag.rules.edge_index import edges_with_inverses
+from rulerag.rules.ranking import filtered_rank_span, time_aware_filter
 from rulerag.rules.rule import Rule
 from rulerag.rules.rule_clusters import rule_clusters
+from rulerag.rules.settings import ApplySettings, ClusterLabels
 
 __all__ = [
     "TIE_CONVENTIONS",

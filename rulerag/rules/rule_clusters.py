@@ -61,19 +61,13 @@ import pandas as pd
 from scipy.sparse import csr_matrix
 from scipy.sparse.csgraph import connected_components
 
-from rulerag.rules.application import (
-    NRNOISY_TEMPORAL,
-    AppliedRule,
-    ApplySettings,
-    EdgeIndex,
-    TieRank,
-    applied_rules,
-    apply_rules,
-    edges_with_inverses,
-    rule_predictions,
-)
+from rulerag.rules.application import apply_rules
+from rulerag.rules.applied_rule import AppliedRule, applied_rules
+from rulerag.rules.edge_index import EdgeIndex, edges_with_inverses
+from rulerag.rules.grounding import rule_predictions
 from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
+from rulerag.rules.settings import NRNOISY_TEMPORAL, ApplySettings, TieRank
 
 __all__ = [
     "RuleClusters",

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules import application
+from rulerag.rules import grounding
 from rulerag.rules.application import (
     ApplySettings,
     applied_rules,
@@ -205,7 +205,7 @@ PATH_RULES = (
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_multi_hop_scores_equal_a_brute_force_enumeration(seed, limit, monkeypatch) -> None:
     if limit is not None:  # every hop's expansion in blocks of about 3 rows
-        monkeypatch.setattr(application, "MAX_EXPANSION_ROWS", limit)
+        monkeypatch.setattr(grounding, "MAX_EXPANSION_ROWS", limit)
     rows = random_rows(seed, entities=6, n=40, times=8)
     kg = facts(rows)
     rules = [
@@ -391,10 +391,10 @@ def test_blocked_expansion_keeps_every_score_rule_and_explanation(seed, monkeypa
 
     whole = run()
     blocks = []
-    split = application.split_by_weight
-    monkeypatch.setattr(application, "MAX_EXPANSION_ROWS", 5)
+    split = grounding.split_by_weight
+    monkeypatch.setattr(grounding, "MAX_EXPANSION_ROWS", 5)
     monkeypatch.setattr(
-        application, "split_by_weight", lambda w, n: blocks.append(split(w, n)) or blocks[-1]
+        grounding, "split_by_weight", lambda w, n: blocks.append(split(w, n)) or blocks[-1]
     )
     assert run() == whole
     assert max(len(b) for b in blocks) > 10  # the hops really ran in many blocks
