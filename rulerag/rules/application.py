@@ -80,6 +80,8 @@ from __future__ import annotations
 import bisect
 import heapq
 from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -156,6 +158,22 @@ def _done(scores: dict[int, list[float]], top_k: int) -> bool:
     return len({tuple(x) for x in best}) >= top_k
 
 
+@dataclass
+class _Scores:
+    """What application gathers, per query key: the candidates (best rule, explanation; their
+    final scores at the end), each candidate's scores, one per rule, descending ([0] is the
+    best), and (nrnoisy_or, queries of a clustered head) each candidate's best score per
+    cluster."""
+
+    out: dict[int, Candidates]
+    lists: dict[int, dict[int, list[float]]]
+    maxima: dict[int, dict[int, dict[int, float]]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, keys: pd.Series) -> _Scores:
+        return cls({int(k): Candidates() for k in keys}, {int(k): {} for k in keys})
+
+
 def apply_rules(
     queries: pd.DataFrame,
     rules: dict[int, list[AppliedRule]],
@@ -181,92 +199,125 @@ def apply_rules(
             "aggregation nrnoisy_or needs the rules' clusters (rulerag.rules.rule_clusters)"
         )
     graph = EdgeIndex.build(edges)
-    out: dict[int, Candidates] = {int(k): Candidates() for k in queries["key"]}
-    # per query and candidate its scores, one per rule, descending: [0] is the best
-    lists: dict[int, dict[int, list[float]]] = {int(k): {} for k in queries["key"]}
-    # nrnoisy_or: per query of a clustered head and candidate, the best score of each cluster
-    maxima: dict[int, dict[int, dict[int, float]]] = {}
+    found = _Scores.of(queries["key"])
     groups = list(queries.groupby("rel", sort=False))
     total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
     for rel, group in groups:
+        head = rules.get(int(rel), [])
         key = group["key"].to_numpy(np.int64)
         sub = group["sub"].to_numpy(np.int64)
         tq = group["ts"].to_numpy(np.int64)
         labels = clusters.get(int(rel)) if nrnoisy and clusters is not None else None
         if labels is not None:
-            if len(labels) != len(rules.get(int(rel), [])):
+            if len(labels) != len(head):
                 raise ValueError(
                     f"clusters for head relation {rel}: {len(labels)} labels for "
-                    f"{len(rules.get(int(rel), []))} rules (computed for other rules?)"
+                    f"{len(head)} rules (computed for other rules?)"
                 )
-            maxima.update({int(k): {} for k in key})
-        constant = [r for r in rules.get(int(rel), []) if r.constant is not None]
+            found.maxima.update({int(k): {} for k in key})
+        constant = [r for r in head if r.constant is not None]
         if constant and nrnoisy:
             raise ValueError(
                 "aggregation nrnoisy_or does not take rules with constants "
                 "(mine_rules.static.constants.kinds): choose max or noisy_or for them"
             )
-        every_key, every_sub, every_tq = key, sub, tq
-        for position, rule in enumerate(rules.get(int(rel), [])):
-            if rule.constant is not None:
-                continue
-            bar.update(1)
-            if len(key) == 0:
-                continue
-            found = groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
-            if found is not None and settings.discrimination_bound and not settings.temporal:
-                found = bounded(found, settings.discrimination_bound)
-            if found is None:
-                continue
-            if settings.temporal:
-                recency = np.exp(settings.lmbda * (found.times[0] - found.tq))
-                scores = settings.a * rule.confidence + (1 - settings.a) * recency
-            else:
-                scores = np.full(len(found.key), rule.confidence)
-            if record is not None:
-                record.append(
-                    (int(rel), position, found.key, found.ents[-1], scores.astype(np.float32))
-                )
-            scores = scores.astype(np.float32).tolist()
-            keys, cands = found.key.tolist(), found.ents[-1].tolist()
-            for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
-                ranked = lists[k].setdefault(cand, [])
-                better = not ranked or score > ranked[0]
-                bisect.insort(ranked, score, key=_descending)
-                if better:
-                    out[k].rules[cand] = rule.index
-                    out[k].explanations[cand] = explanation(rule, found, row)
-                if labels is not None:
-                    best = maxima[k].setdefault(cand, {})
-                    cluster = labels[position]
-                    if score > best.get(cluster, -1.0):
-                        best[cluster] = score
-            finished = [k for k in set(keys) if _done(lists[k], settings.top_k)]
-            if finished:
-                active = ~np.isin(key, finished)
-                key, sub, tq = key[active], sub[active], tq[active]
-        # rules with constants: every firing at once, for every query of the relation (TLogic's
-        # stop compares score lists that these rules' equal confidences often tie), in chunks
-        # of queries whose firings merge into each candidate's list once
-        reverse = (
-            ReverseSets.build(constant, every_sub, graph, settings.discrimination_bound)
-            if constant and not settings.temporal
-            else None
+        _apply_closed_rules(
+            int(rel), head, (key, sub, tq), graph, settings, labels, found, record, bar
         )
-        for part in range(0, len(every_key) if constant else 0, CONSTANT_QUERY_CHUNK):
-            chunk = slice(part, part + CONSTANT_QUERY_CHUNK)
-            firings = list(
-                constant_firings(
-                    constant, every_key[chunk], every_sub[chunk], every_tq[chunk], graph, settings
-                )
-            )
-            if reverse is not None:
-                firings.append(reverse.firings(every_key[chunk], every_sub[chunk]))
-            merge_constant_rows(ConstantRows.concat(firings), constant, lists, out)
+        _apply_constant_rules(constant, (key, sub, tq), graph, settings, found)
         bar.update(len(constant))
     bar.close()
-    for k, candidates in lists.items():
+    _aggregate(found, settings)
+    return found.out
+
+
+def _apply_closed_rules(
+    rel: int,
+    head: Sequence[AppliedRule],
+    queries: tuple[np.ndarray, np.ndarray, np.ndarray],
+    graph: EdgeIndex,
+    settings: ApplySettings,
+    labels: Sequence[int] | None,
+    found: _Scores,
+    record: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] | None,
+    bar: Any,
+) -> None:
+    """The closed rules of head relation `rel`, in order, for its queries (key, sub, tq),
+    each query dropped once TLogic's stop says its top_k are settled."""
+    key, sub, tq = queries
+    lists, out, maxima = found.lists, found.out, found.maxima
+    for position, rule in enumerate(head):
+        if rule.constant is not None:
+            continue
+        bar.update(1)
+        if len(key) == 0:
+            continue
+        paths = groundings(rule, key, sub, tq, graph, settings.window, settings.temporal)
+        if paths is not None and settings.discrimination_bound and not settings.temporal:
+            paths = bounded(paths, settings.discrimination_bound)
+        if paths is None:
+            continue
+        if settings.temporal:
+            recency = np.exp(settings.lmbda * (paths.times[0] - paths.tq))
+            scores = settings.a * rule.confidence + (1 - settings.a) * recency
+        else:
+            scores = np.full(len(paths.key), rule.confidence)
+        if record is not None:
+            record.append((rel, position, paths.key, paths.ents[-1], scores.astype(np.float32)))
+        scores = scores.astype(np.float32).tolist()
+        keys, cands = paths.key.tolist(), paths.ents[-1].tolist()
+        for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
+            ranked = lists[k].setdefault(cand, [])
+            better = not ranked or score > ranked[0]
+            bisect.insort(ranked, score, key=_descending)
+            if better:
+                out[k].rules[cand] = rule.index
+                out[k].explanations[cand] = explanation(rule, paths, row)
+            if labels is not None:
+                best = maxima[k].setdefault(cand, {})
+                cluster = labels[position]
+                if score > best.get(cluster, -1.0):
+                    best[cluster] = score
+        finished = [k for k in set(keys) if _done(lists[k], settings.top_k)]
+        if finished:
+            active = ~np.isin(key, finished)
+            key, sub, tq = key[active], sub[active], tq[active]
+
+
+def _apply_constant_rules(
+    constant: Sequence[AppliedRule],
+    queries: tuple[np.ndarray, np.ndarray, np.ndarray],
+    graph: EdgeIndex,
+    settings: ApplySettings,
+    found: _Scores,
+) -> None:
+    """Rules with constants: every firing at once, for every query of the relation (TLogic's
+    stop compares score lists that these rules' equal confidences often tie), in chunks of
+    queries whose firings merge into each candidate's list once."""
+    if not constant:
+        return
+    key, sub, tq = queries
+    reverse = (
+        ReverseSets.build(constant, sub, graph, settings.discrimination_bound)
+        if not settings.temporal
+        else None
+    )
+    for part in range(0, len(key), CONSTANT_QUERY_CHUNK):
+        chunk = slice(part, part + CONSTANT_QUERY_CHUNK)
+        firings = list(
+            constant_firings(constant, key[chunk], sub[chunk], tq[chunk], graph, settings)
+        )
+        if reverse is not None:
+            firings.append(reverse.firings(key[chunk], sub[chunk]))
+        merge_constant_rows(ConstantRows.concat(firings), constant, found.lists, found.out)
+
+
+def _aggregate(found: _Scores, settings: ApplySettings) -> None:
+    """Each candidate's final score and rank key from its score list (`settings.aggregation`)."""
+    nrnoisy = settings.aggregation == "nrnoisy_or"
+    out, maxima = found.out, found.maxima
+    for k, candidates in found.lists.items():
         if settings.aggregation == "max" or (nrnoisy and k not in maxima):
             # nrnoisy_or: a head whose search chose SAFRAN's max approach ranks by maxplus
             out[k].scores = {c: s[0] for c, s in candidates.items()}
@@ -282,7 +333,6 @@ def apply_rules(
             out[k].rank_keys = {c: rank_key for c, (_, rank_key) in aggregated.items()}
         else:
             out[k].scores = {c: noisy_or(s) for c, s in candidates.items()}
-    return out
 
 
 def apply_rule_list(
