@@ -12,10 +12,10 @@ from rulerag.orchestration.dvc_graph import (
     build_graph,
     cmd_param_keys,
     stage_edges,
-    task_id_for,
     topological_order,
 )
 from rulerag.orchestration.run_conf import RunConf, apply_run_conf, validate_run_conf
+from rulerag.orchestration.task_names import task_id_for
 
 __all__ = [
     "CycleError",

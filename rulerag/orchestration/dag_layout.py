@@ -33,7 +33,6 @@ __all__ = [
     "build_layout",
     "dag_layout",
     "selected_instances",
-    "task_placement",
     "unselected_task_ids",
 ]
 
@@ -43,6 +42,7 @@ LAYOUT_FILE = Path(".dvc") / "tmp" / "airflow-dag-layout.json"
 _CODE = (
     "rulerag/orchestration/dag_layout.py",
     "rulerag/orchestration/dvc_graph.py",
+    "rulerag/orchestration/task_names.py",
     "rulerag/orchestration/assets.py",
     "rulerag/kg/registry.py",
 )
@@ -168,9 +168,10 @@ def dag_layout(project: Path, env: Mapping[str, str] | None = None) -> DagLayout
 
 def build_layout(project: Path, env: Mapping[str, str], key: str = "") -> DagLayout:
     """Work the layout out from the project's dvc.yaml and params.yaml (`dvc_graph`, every
-    known dataset), its assets from `assets.py`, its task names from `placement`."""
+    known dataset), its assets from `assets.py`, its task names from `task_names.py`."""
     from rulerag.orchestration.assets import mirror_folder, root_stages, stage_assets
     from rulerag.orchestration.dvc_graph import build_graph, load_yaml, stage_edges
+    from rulerag.orchestration.task_names import task_placement
     from rulerag.params import parse_params, read_params_file
 
     params = read_params_file(project / "params.yaml")
@@ -200,39 +201,6 @@ def build_layout(project: Path, env: Mapping[str, str], key: str = "") -> DagLay
     mirrors = {name: str(folder) for name, folder in folders.items() if folder is not None}
     roots = tuple(root_stages(instances))
     return DagLayout(tasks, tuple(sorted(datasets)), stages, roots, mirrors, key)
-
-
-def task_placement(instances: Any) -> dict[str, tuple[tuple[str, ...], str]]:
-    """Instance name -> (TaskGroup path, task id inside it), so Airflow's graph reads as
-    datasets > stages > items instead of a flat list of every stage instance.
-
-    A group per dataset; inside it, a group per stage that has several instances for that
-    dataset (`generate`: one per grid row) whose tasks are named by the rest of the item
-    (`icews14` > `generate` > `rulerag_ft`); a stage with one instance is the task `stage`
-    (`icews14` > `ingest`). Instances without a dataset stay at the top (`task_id_for`).
-    Raises StageGraphError when two instances would get one task id.
-    """
-    from rulerag.orchestration.dvc_graph import StageGraphError, task_id_for, task_word
-
-    counts: dict[tuple[str, str | None], int] = {}
-    for inst in instances:
-        counts[(inst.stage, inst.dataset)] = counts.get((inst.stage, inst.dataset), 0) + 1
-    placed: dict[str, tuple[tuple[str, ...], str]] = {}
-    for inst in instances:
-        if inst.dataset is None:
-            placed[inst.name] = ((), task_id_for(inst.name))
-            continue
-        group = task_word(inst.dataset)
-        if counts[(inst.stage, inst.dataset)] == 1:
-            placed[inst.name] = ((group,), task_word(inst.stage))
-            continue
-        item = str(inst.item or inst.name)
-        rest = item.removeprefix(f"{inst.dataset}-") if item != inst.dataset else item
-        placed[inst.name] = ((group, task_word(inst.stage)), task_word(rest))
-    full = [".".join((*path, leaf)) for path, leaf in placed.values()]
-    if len(set(full)) != len(full):
-        raise StageGraphError(f"stage instances collide as Airflow task ids: {sorted(full)}")
-    return placed
 
 
 def selected_instances(dvc_yaml: Path, params: Mapping[str, Any]) -> set[str]:

@@ -9,13 +9,16 @@ scheduler and must stay cheap, must not take DVC's repository lock, and must exp
 that any dataset a user picks in a run's conf already has its tasks.
 
 Naming follows DVC exactly (``ingest@icews14``; matrix ``stage@a-b``, composite values as
-``<axis><index>``) because each task runs ``dvc repro --single-item <name>``.
+``<axis><index>``) because each task runs ``dvc repro --single-item <name>``; what Airflow
+calls each instance is `task_names`'s business.
 """
 
 from __future__ import annotations
 
 import bisect
 import copy
+import graphlib
+import heapq
 import itertools
 import posixpath
 import re
@@ -35,8 +38,6 @@ __all__ = [
     "cmd_param_keys",
     "load_yaml",
     "stage_edges",
-    "task_id_for",
-    "task_word",
     "topological_order",
 ]
 
@@ -45,7 +46,6 @@ _INTERP_RE = re.compile(r"(?<!\\)\$\{(?P<inner>.*?)\}")
 # "a.b[0].c": a first word, then ".word" or "[word]" parts.
 _EXPR_RE = re.compile(r"^(?P<head>[^.\[\]\s]+)(?P<rest>(?:\.[^.\[\]\s]+|\[[^.\[\]\s]+\])*)$")
 _PART_RE = re.compile(r"\.([^.\[\]\s]+)|\[([^.\[\]\s]+)\]")
-_TASK_ID_BAD = re.compile(r"[^A-Za-z0-9_.-]")
 # Keys of a stage definition whose values are file paths an edge can be drawn through.
 _OUT_KEYS = ("outs", "metrics", "plots")
 _DEFAULT_PARAMS_FILE = "params.yaml"
@@ -504,77 +504,33 @@ def stage_edges(instances: Sequence[StageInstance]) -> list[tuple[str, str]]:
     return edges
 
 
-def _find_cycle(nodes: set[str], edges: Sequence[tuple[str, str]]) -> list[str]:
-    """One cycle among ``nodes`` (all of which lie on or behind a cycle), for the error."""
-    succ: dict[str, list[str]] = {n: [] for n in nodes}
-    for a, b in edges:
-        if a in nodes and b in nodes:
-            succ[a].append(b)
-    path: list[str] = []
-    on_path: set[str] = set()
-    node = sorted(nodes)[0]
-    while node not in on_path:  # every remaining node has a remaining successor
-        path.append(node)
-        on_path.add(node)
-        node = succ[node][0]
-    return path[path.index(node) :] + [node]
-
-
 def topological_order(
     instances: Sequence[StageInstance],
     edges: Sequence[tuple[str, str]] | None = None,
 ) -> list[StageInstance]:
-    """Instances ordered so each comes after its upstreams (stable: dvc.yaml order on ties).
+    """Instances ordered so each comes after its upstreams (stable: dvc.yaml order on ties,
+    the earliest ready instance first).
 
     Raises CycleError naming the loop, e.g. ``a@x -> b@x -> a@x``.
     """
     if edges is None:
         edges = stage_edges(instances)
     position = {inst.name: i for i, inst in enumerate(instances)}
-    indegree = dict.fromkeys(position, 0)
-    succ: dict[str, list[str]] = {n: [] for n in position}
-    for a, b in edges:
-        succ[a].append(b)
-        indegree[b] += 1
-    ready = sorted((n for n, d in indegree.items() if d == 0), key=position.__getitem__)
-    order: list[str] = []
+    sorter = graphlib.TopologicalSorter({name: () for name in position})
+    for up, down in edges:
+        sorter.add(down, up)
+    try:
+        sorter.prepare()
+    except graphlib.CycleError as err:
+        cycle = err.args[1]  # [a, b, ..., a], each an upstream of the next
+        raise CycleError("dvc.yaml stages form a cycle: " + " -> ".join(cycle)) from None
+    ready = [position[name] for name in sorter.get_ready()]
+    heapq.heapify(ready)
+    order: list[StageInstance] = []
     while ready:
-        node = ready.pop(0)
-        order.append(node)
-        for nxt in succ[node]:
-            indegree[nxt] -= 1
-            if indegree[nxt] == 0:
-                ready.append(nxt)
-                ready.sort(key=position.__getitem__)
-    if len(order) < len(instances):
-        # Nodes left over form cycles or sit downstream of one; strip the latter first.
-        left = set(position) - set(order)
-        changed = True
-        while changed:
-            changed = False
-            for n in list(left):
-                if not any(b in left for b in succ[n]):
-                    left.discard(n)
-                    changed = True
-        cycle = _find_cycle(left, edges)
-        raise CycleError("dvc.yaml stages form a cycle: " + " -> ".join(cycle))
-    by_name = {inst.name: inst for inst in instances}
-    return [by_name[n] for n in order]
-
-
-def task_word(text: str) -> str:
-    """`text` as a part of an Airflow task or group id: letters, digits, `_`, `.` and `-`
-    stay, anything else becomes `_`."""
-    return _TASK_ID_BAD.sub("_", text)
-
-
-def task_id_for(name: str) -> str:
-    """Airflow task id for a stage instance: ``ingest@icews14`` -> ``ingest__icews14``.
-
-    Airflow allows only letters, digits, ``_``, ``.`` and ``-`` (max 250); anything else
-    becomes ``_``. Callers must check the ids stay unique (the DAG file does).
-    """
-    task_id = task_word(name.replace("@", "__"))
-    if len(task_id) > 250:
-        raise StageGraphError(f"stage name too long for an Airflow task id: '{name}'")
-    return task_id
+        inst = instances[heapq.heappop(ready)]
+        order.append(inst)
+        sorter.done(inst.name)
+        for name in sorter.get_ready():
+            heapq.heappush(ready, position[name])
+    return order

@@ -17,10 +17,9 @@ from rulerag.orchestration.dag_layout import (
     DagLayout,
     build_layout,
     dag_layout,
-    task_placement,
     unselected_task_ids,
 )
-from rulerag.orchestration.dvc_graph import StageGraphError, StageInstance, build_graph
+from rulerag.orchestration.dvc_graph import build_graph
 from rulerag.params import parse_params, read_params_file
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -129,15 +128,6 @@ def test_unselected_tasks_are_the_ones_dvc_would_not_generate_or_of_other_stages
 
 def test_the_mirror_variable_is_the_kg_codes() -> None:
     assert layout_module._MIRROR_ENV == MIRROR_ENV
-
-
-def test_two_instances_that_would_share_a_task_id_are_refused() -> None:
-    a = StageInstance(name="s@x-a_b", stage="s", item="x-a_b", dataset="x")
-    b = StageInstance(name="s@x-a.b", stage="s", item="x-a.b", dataset="x")
-    assert task_placement([a])["s@x-a_b"] == (("x",), "s")
-    c = StageInstance(name="s@x-a?b", stage="s", item="x-a?b", dataset="x")
-    with pytest.raises(StageGraphError, match="collide"):
-        task_placement([a, b, c])
 
 
 def test_known_datasets_match_params(project: Path) -> None:

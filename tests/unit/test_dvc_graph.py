@@ -22,7 +22,6 @@ from rulerag.orchestration.dvc_graph import (
     cmd_param_keys,
     load_yaml,
     stage_edges,
-    task_id_for,
     topological_order,
 )
 
@@ -336,12 +335,6 @@ def test_topological_order_is_stable() -> None:
     c = StageInstance(name="c", stage="c", outs=["c"], deps=["a"])
     d = StageInstance(name="d", stage="d")
     assert names(topological_order([b, a, c, d])) == ["a", "c", "b", "d"]
-
-
-def test_task_ids_are_airflow_safe() -> None:
-    assert task_id_for("ingest@icews14") == "ingest__icews14"
-    assert task_id_for("m@x-cfg0-true") == "m__x-cfg0-true"
-    assert task_id_for("m@a/b c") == "m__a_b_c"
 
 
 def test_cmd_param_keys(tmp_path: Path) -> None:
