@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import os
 import signal
 import sys
@@ -29,6 +28,7 @@ from rulerag.errors import InputError
 from rulerag.layout import DataLayout
 from rulerag.model_cache import CACHE_ENV
 from rulerag.params import Params, load_params, read_params_file
+from rulerag.prctl import set_parent_death_signal
 from rulerag.settings import SettingsError, check_dataset_name, check_name
 from rulerag.tracking import (
     TAG_STAGE_INSTANCE,
@@ -246,18 +246,6 @@ def _running_dataset(argv: Sequence[str]) -> str | None:
 
 #: shells that may run DVC's `$SHELL -c <cmd>` without exec'ing the command (dash does not)
 _SHELLS = frozenset({"sh", "dash", "bash", "zsh", "ksh", "mksh", "ash", "busybox", "fish"})
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-
-
-def _set_parent_death_signal(sig: int) -> bool:
-    """Linux: the kernel sends `sig` to this process when its parent dies (0: never). False
-    where that cannot be asked (another system, a libc without prctl)."""
-    if not sys.platform.startswith("linux"):
-        return False
-    try:
-        return ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
 
 
 def _is_shell(pid: int) -> bool:
@@ -277,7 +265,7 @@ def _exits_with_dvc() -> Iterator[None]:
     containers) stays in between, alive, so a thread watches the shell's parent (dvc) and
     signals when it changes. If dvc died before this was armed (while the stage imported), the
     stage stops at once. Elsewhere than Linux, or run by hand, nothing changes."""
-    if DVC_STAGE_ENV not in os.environ or not _set_parent_death_signal(signal.SIGTERM):
+    if DVC_STAGE_ENV not in os.environ or not set_parent_death_signal(signal.SIGTERM):
         yield
         return
     parent, grandparent = STARTED_BY
@@ -293,7 +281,7 @@ def _exits_with_dvc() -> Iterator[None]:
         yield
     finally:
         done.set()
-        _set_parent_death_signal(0)
+        set_parent_death_signal(0)
 
 
 def _watch_shell(shell: int, dvc: int, done: threading.Event) -> None:

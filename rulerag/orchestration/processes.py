@@ -19,11 +19,9 @@ then SIGKILL to what is left (`stop_group`). Who started it:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,12 +30,16 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import psutil
+
+from rulerag.prctl import parent_death_signal
+
 __all__ = [
     "GRACE_S",
     "Terminated",
     "group_alive",
-    "proc_table",
     "raise_on_sigterm",
+    "running",
     "start_group",
     "stop_group",
 ]
@@ -46,7 +48,6 @@ __all__ = [
 #: staging folder and record its MLflow run KILLED. (Airflow kills a task that has not exited
 #: 5 s after its SIGTERM; the group, already told to stop, then finishes stopping alone.)
 GRACE_S = 10.0
-_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class Terminated(RuntimeError):
@@ -55,19 +56,15 @@ class Terminated(RuntimeError):
 
 def _parent_death_signal() -> Callable[[], None] | None:
     """A `preexec_fn` that makes the child get SIGTERM when the thread that started it dies
-    (Linux `prctl(PR_SET_PDEATHSIG)`), and exit at once if that already happened; None where
-    the call does not exist. libc is resolved here, before the fork, so the child only makes
-    one foreign call between fork and exec."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl  # libc's, in the process's namespace
-    except (OSError, AttributeError):
+    (`rulerag.prctl`), and exit at once if that already happened; None where the call does not
+    exist. libc is resolved here, before the fork."""
+    set_signal = parent_death_signal()
+    if set_signal is None:
         return None
     parent = os.getpid()
 
     def arm() -> None:
-        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        set_signal(signal.SIGTERM)
         if os.getppid() != parent:  # the starter died before the signal was armed
             os._exit(143)
 
@@ -85,31 +82,24 @@ def start_group(
     )  # fmt: skip
 
 
-def proc_table() -> Iterator[tuple[int, str, int, int]]:
-    """(pid, state, parent pid, process group) of every process Linux's /proc shows."""
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as handle:
-                fields = handle.read().rpartition(b")")[2].split()
-        except OSError:  # it exited meanwhile
-            continue
-        yield int(entry.name), fields[0].decode(), int(fields[1]), int(fields[2])
+def running(proc: psutil.Process) -> bool:
+    """Whether `proc` still runs. A zombie does not: an orphan is reaped by whatever init the
+    machine has, and some (a container's) never do."""
+    try:  # is_running: not another process that got the same pid meanwhile
+        return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
+    except psutil.Error:  # gone meanwhile
+        return False
 
 
 def group_alive(pgid: int) -> bool:
-    """Whether a process of group `pgid` still runs. Zombies do not count: an orphan is reaped
-    by whatever init the machine has, some (a container's) never do."""
-    if os.path.isdir("/proc/self"):
-        return any(group == pgid and state not in "ZX" for _, state, _, group in proc_table())
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    """Whether a process of group `pgid` still runs (`running`)."""
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid and running(psutil.Process(pid)):
+                return True
+        except (OSError, psutil.Error):  # gone meanwhile
+            continue
+    return False
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> bool:

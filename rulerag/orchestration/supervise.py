@@ -29,7 +29,6 @@ AIRFLOW_HOME private and migrates the database):
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import signal
 import subprocess
@@ -43,11 +42,11 @@ from typing import BinaryIO
 
 import psutil
 
-from rulerag.orchestration.processes import GRACE_S, proc_table, start_group
+from rulerag.orchestration.processes import GRACE_S, running, start_group
+from rulerag.prctl import PR_SET_CHILD_SUBREAPER, prctl_setter
 
 __all__ = ["AND", "Watchdog", "descendants", "main", "split_commands", "supervise", "watchdog"]
 
-_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 _STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: separates the commands on this module's command line (`-- cmd1 ... --and cmd2 ...`); a
 #: command that has this word among its own arguments is for `supervise`'s list form only
@@ -72,25 +71,18 @@ def _label(cmd: Sequence[str]) -> str:
 
 
 def _become_subreaper() -> None:
-    if sys.platform.startswith("linux"):
-        with suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    set_subreaper = prctl_setter(PR_SET_CHILD_SUBREAPER)
+    if set_subreaper is not None:
+        set_subreaper(1)
 
 
 def descendants(root: int) -> set[int]:
     """The live processes (zombies left out) under `root` in the process tree."""
-    children: dict[int, list[int]] = {}
-    for pid, state, parent, _group in proc_table():
-        if state not in "ZX":
-            children.setdefault(parent, []).append(pid)
-    found: set[int] = set()
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), ()):
-            if child not in found:
-                found.add(child)
-                stack.append(child)
-    return found
+    try:
+        below = psutil.Process(root).children(recursive=True)
+    except psutil.Error:  # `root` is gone
+        return set()
+    return {proc.pid for proc in below if running(proc)}
 
 
 def _reap() -> None:
@@ -155,10 +147,15 @@ def stop_tree(
     _reap()
 
 
+def _started(proc: psutil.Process) -> str:
+    """When `proc` started, as the watchdog's lines say it (it tells a reused pid apart)."""
+    return f"{proc.create_time():.6f}"
+
+
 def _identity(pid: int) -> str | None:
-    """`pid start-time` of a live process (the start time tells a reused pid apart)."""
+    """`pid start-time` of a live process."""
     try:
-        return f"{pid} {psutil.Process(pid).create_time():.6f}"
+        return f"{pid} {_started(psutil.Process(pid))}"
     except psutil.Error:
         return None
 
@@ -209,11 +206,11 @@ def watchdog(grace: float = GRACE_S, stream: BinaryIO | None = None) -> int:
     for pid, created in known.items():
         with suppress(psutil.Error):
             proc = psutil.Process(pid)
-            if f"{proc.create_time():.6f}" == created:
+            if _started(proc) == created:
                 victims[pid] = proc
                 for child in proc.children(recursive=True):
                     victims.setdefault(child.pid, child)
-    alive = [p for p in victims.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    alive = [proc for proc in victims.values() if running(proc)]
     for proc in alive:
         with suppress(psutil.Error):
             proc.terminate()
