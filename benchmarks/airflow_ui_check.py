@@ -45,16 +45,14 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from checkout import copy_checkout, short_commit
+from checkout import short_commit
 from chromium import Browser, free_port
+
+from rulerag.orchestration.local_airflow import RestApi, wait_for_run
+from rulerag.orchestration.project_copy import copy_project, kg_mirror_dir
 
 PROJECT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
-
-
-def mirror_dir() -> str:
-    """The KG mirror `make` would use: RULERAG_DATA_DIR, else ../shared/kg."""
-    return os.environ.get("RULERAG_DATA_DIR") or str((PROJECT.parent / "shared" / "kg").resolve())
 
 
 class Api:
@@ -140,7 +138,7 @@ def make_airflow(project: Path, port: int, log: Path) -> Iterator[subprocess.Pop
     # the address as variables too: a Makefile older than AIRFLOW_PORT serves [api] port, and
     # its tasks reach the execution API through [api] base_url
     env.update(
-        RULERAG_DATA_DIR=mirror_dir(),
+        RULERAG_DATA_DIR=str(kg_mirror_dir().resolve()),
         AIRFLOW__API__PORT=str(port),
         AIRFLOW__API__BASE_URL=f"http://127.0.0.1:{port}",
     )
@@ -169,15 +167,6 @@ def left_behind(project: Path) -> list[psutil.Process]:
             if proc.environ().get("AIRFLOW_HOME") == home and proc.status() != "zombie":
                 found.append(proc)
     return found
-
-
-def wait_for_run(api: Api, run_id: str, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while True:
-        dag_run = api.call("GET", f"/api/v2/dags/rulerag/dagRuns/{run_id}")
-        if dag_run["state"] in ("success", "failed") or time.monotonic() > deadline:
-            return dag_run
-        time.sleep(2)
 
 
 #: page -> (how to open it, JavaScript true once it is drawn)
@@ -235,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{args.chromium!r} not found: apt-get install chromium, or --chromium PATH")
     source = args.project.resolve()
     scratch = Path(tempfile.mkdtemp(prefix="rulerag-airflow-ui-"))
-    project = copy_checkout(source, scratch / "project")
+    project = copy_project(scratch / "project", source, keep_lock=True)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     api = Api(base)
@@ -260,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             conf = {"datasets": [args.dataset], "stages": ["ingest"]}
             api.call("POST", "/api/v2/dags/rulerag/dagRuns",
                      {"dag_run_id": run_id, "logical_date": None, "conf": conf})  # fmt: skip
-            dag_run = wait_for_run(api, run_id, 900)
+            dag_run = wait_for_run(RestApi(base, api.token), run_id, 900)
             if dag_run["state"] != "success":
                 tis = api.call("GET", f"/api/v2/dags/rulerag/dagRuns/{run_id}/taskInstances")
                 failed = [t["task_id"] for t in tis["task_instances"] if t["state"] == "failed"]

@@ -8,7 +8,8 @@ Run by hand, never as a test:
 A scratch copy of `--project` (default: this checkout; another checkout, e.g. an older commit's
 `git worktree`, measures its DAG) with a throw-away Airflow home: api-server, scheduler and DAG
 processor as `make airflow` runs them (LocalExecutor, SQLite, one task at a time,
-tests/support/local_airflow.py), the KG mirror from RULERAG_DATA_DIR or ../shared/kg. The run
+rulerag/orchestration/local_airflow.py), the KG mirror from RULERAG_DATA_DIR or ../shared/kg.
+The run
 `{"datasets": [DATASET], "stages": STAGES}` is triggered through the REST API; printed: its
 wall time (the DAG run's start to end), the task instances, and those that started a process
 with their seconds. Figures depend on what else runs on the machine.
@@ -29,15 +30,13 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from checkout import copy_checkout  # noqa: E402
-
-from tests.http_fixtures import mirror_dir  # noqa: E402
-from tests.support.local_airflow import (  # noqa: E402
+from rulerag.orchestration.local_airflow import (  # noqa: E402
     running_airflow,
     started_a_process,
     task_instances,
     wait_for_run,
 )
+from rulerag.orchestration.project_copy import copy_project, kg_mirror_dir  # noqa: E402
 
 
 def seconds(stamp: str | None) -> float:
@@ -58,10 +57,11 @@ def main() -> int:
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     scratch = Path(tempfile.mkdtemp(prefix="rulerag-bench-airflow-"))
     try:
-        project = copy_checkout(source, scratch / "project")
+        project = copy_project(scratch / "project", source, keep_lock=True)
         conf = {"datasets": [args.dataset], "stages": args.stages}
         started = time.monotonic()
-        with running_airflow(project, scratch / "home", RULERAG_DATA_DIR=str(mirror_dir())) as api:
+        mirror = str(kg_mirror_dir())
+        with running_airflow(project, scratch / "home", RULERAG_DATA_DIR=mirror) as api:
             ready_s = time.monotonic() - started
             api.call("POST", "/dags/rulerag/dagRuns",
                      {"dag_run_id": "bench", "logical_date": None, "conf": conf})  # fmt: skip

@@ -7,7 +7,7 @@ Run by hand, never as a test:
     .venv/bin/python benchmarks/bench_cluster.py [--stages ingest mine_rules]
         [--datasets icews14 wiki] [--workers 2]
 
-Two scratch copies of the project (cut to the stages and datasets, tests.helpers.cut_project);
+Two scratch copies of the project (cut to the stages and datasets, project_copy.cut_project);
 the cluster's state in a temporary folder under /tmp, removed afterwards. Outputs of both runs
 are compared byte for byte. Figures depend on what else runs on the machine.
 """
@@ -29,9 +29,7 @@ PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
 from rulerag.orchestration.cluster import Cluster  # noqa: E402
-from tests.conftest import copy_project  # noqa: E402
-from tests.helpers import cut_project  # noqa: E402
-from tests.http_fixtures import mirror_dir  # noqa: E402
+from rulerag.orchestration.project_copy import copy_project, cut_project, kg_mirror_dir  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -53,7 +51,7 @@ def main() -> int:
     instances = [f"{s}@{d}" for s in args.stages for d in args.datasets]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "PYTHONPATH"))}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", DVC_NO_ANALYTICS="1",
-               RULERAG_DATA_DIR=str(mirror_dir()))  # fmt: skip
+               RULERAG_DATA_DIR=str(kg_mirror_dir()))  # fmt: skip
 
     scratch = Path(tempfile.mkdtemp(prefix="rulerag-bench-cluster-"))
     scratch.chmod(0o711)  # as root, Postgres runs as the user postgres and must reach state/

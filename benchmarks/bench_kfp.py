@@ -8,7 +8,7 @@ Run by hand, never as a test, after `make setup-kfp`:
         [--whole-graph]
 
 Two scratch copies of the project. By default both are cut to the stages and datasets
-(tests.helpers.cut_project), so the pipeline has only their tasks; `--whole-graph` keeps every
+(project_copy.cut_project), so the pipeline has only their tasks; `--whole-graph` keeps every
 stage of dvc.yaml in the pipeline and chooses the stages with its `stages` parameter (the others
 start and skip themselves), as a user would on the real graph. Figures depend on what else runs
 on the machine.
@@ -31,9 +31,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
-from tests.conftest import copy_project  # noqa: E402
-from tests.helpers import cut_project  # noqa: E402
-from tests.http_fixtures import mirror_dir  # noqa: E402
+from rulerag.orchestration.project_copy import copy_project, cut_project, kg_mirror_dir  # noqa: E402
 
 BIN = Path(sys.executable).parent
 KFP_PYTHON = Path(
@@ -89,7 +87,7 @@ def main() -> int:
     instances = [f"{s}@{d}" for s in args.stages for d in args.datasets]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "RULERAG_PIPELINE_RUN")}
     env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", DVC_NO_ANALYTICS="1",
-               RULERAG_DATA_DIR=str(mirror_dir()))  # fmt: skip
+               RULERAG_DATA_DIR=str(kg_mirror_dir()))  # fmt: skip
 
     scratch = Path(tempfile.mkdtemp(prefix="rulerag-bench-kfp-"))
     try:

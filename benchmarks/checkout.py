@@ -1,30 +1,12 @@
-"""A scratch copy of a checkout, for benchmarks that run the project somewhere it cannot harm:
-`source`'s tracked and untracked-but-not-ignored files, committed as a fresh repository (so git,
-DVC and the Airflow DAG see a clean work tree), without data, venvs or caches."""
+"""Which commit a benchmark measured (the scratch copy it runs is
+`rulerag.orchestration.project_copy.copy_project`'s)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
-__all__ = ["copy_checkout", "short_commit"]
-
-
-def copy_checkout(source: Path, dest: Path) -> Path:
-    """`source`'s tracked and untracked-but-not-ignored files as a fresh git repository."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=source, check=True, capture_output=True,
-    ).stdout.decode()  # fmt: skip
-    for rel in (p for p in listed.split("\0") if p and (source / p).is_file()):
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(source / rel, dest / rel)
-    git = ["git", "-c", "user.email=bench@rulerag", "-c", "user.name=bench"]
-    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
-    return dest
+__all__ = ["short_commit"]
 
 
 def short_commit(source: Path) -> str:

@@ -91,7 +91,7 @@ class Case:
 
 def scratch_project(into: Path) -> Path:
     """The project's tracked and untracked-but-not-ignored files, as a fresh git repository."""
-    from tests.conftest import copy_project
+    from rulerag.orchestration.project_copy import copy_project
 
     return copy_project(into / "project")
 

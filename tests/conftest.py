@@ -3,48 +3,22 @@ project folder to run stage scripts in-process."""
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from tests.helpers import StageProject, project_files
-from tests.http_fixtures import mirror_dir
-
-PROJECT_DIR = Path(__file__).resolve().parents[1]
+from rulerag.orchestration.project_copy import copy_project, kg_mirror_dir
+from tests.helpers import StageProject
 
 
 @pytest.fixture(scope="session")
 def kg_mirror() -> Path:
-    path = mirror_dir()
+    path = kg_mirror_dir()
     if not (path / "icews14").is_dir():
         pytest.skip(f"no KG mirror at {path} (set RULERAG_DATA_DIR)")
     return path
-
-
-def copy_project(dest: Path) -> Path:
-    """Copy the project's tracked and untracked-but-not-ignored files into `dest` as a fresh git
-    repository, so DVC and Airflow can run on it without touching the real workspace. Not
-    dvc.lock: a fresh clone has none, and the one a local `make run` left names outputs the
-    copy lacks (a `dvc push` in the copy then fails on them)."""
-    for rel in project_files():
-        if rel == "dvc.lock":
-            continue
-        target = dest / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(PROJECT_DIR / rel, target)
-    dvc_config = PROJECT_DIR / ".dvc" / "config"
-    if dvc_config.is_file():
-        (dest / ".dvc").mkdir(exist_ok=True)
-        shutil.copy2(dvc_config, dest / ".dvc" / "config")
-    git = ["git", "-c", "user.email=test@rulerag", "-c", "user.name=test"]
-    subprocess.run([*git, "init", "-q"], cwd=dest, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=dest, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "copy"], cwd=dest, check=True)
-    return dest
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import errno
 import os
-import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,18 +22,6 @@ from rulerag.retrieval.rule_guided import RUN_COLUMNS
 
 Row = tuple[str, str, int, str, float]
 PROJECT_DIR = Path(__file__).resolve().parents[1]
-
-
-def project_files() -> list[str]:
-    """The project's tracked and untracked-but-not-ignored files, relative to its root (what a
-    clone or a commit would hold), sorted. Raises CalledProcessError outside a git checkout."""
-    listed = subprocess.run(
-        ["git", "ls-files", "-co", "--exclude-standard", "-z"],
-        cwd=PROJECT_DIR,
-        check=True,
-        capture_output=True,
-    ).stdout.decode()
-    return sorted(p for p in listed.split("\0") if p and (PROJECT_DIR / p).is_file())
 
 
 def run_frame(rows: Sequence[Row]) -> pd.DataFrame:
@@ -219,27 +206,3 @@ def process_running(pid: int) -> bool:
             return handle.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
     except FileNotFoundError:
         return False
-
-
-def cut_project(project: Path, stages: Sequence[str], datasets: Sequence[str]) -> None:
-    """A project copy's dvc.yaml cut to `stages` and its params.yaml selecting `datasets`,
-    committed (workspaces clone HEAD). The cut keeps the Airflow DAG to these stages' tasks: a
-    run conf's `stages` would still start a task for every later stage, only for it to skip
-    itself (Airflow runs whatever is downstream of a branch's choice)."""
-    import re
-
-    dvc_yaml = project / "dvc.yaml"
-    data = yaml.safe_load(dvc_yaml.read_text(encoding="utf-8"))
-    data["stages"] = {name: data["stages"][name] for name in stages}
-    dvc_yaml.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    params = project / "params.yaml"
-    listed = "".join(f"  - {name}\n" for name in datasets)
-    text, count = re.subn(
-        r"(?m)^datasets:\n(  - .*\n)+", f"datasets:\n{listed}", params.read_text(encoding="utf-8")
-    )
-    if count != 1:
-        raise ValueError(f"{params}: no `datasets:` list")
-    params.write_text(text, encoding="utf-8")
-    git = ["git", "-c", "user.email=test@rulerag", "-c", "user.name=test"]
-    message = f"{', '.join(stages)} of {', '.join(datasets)}"
-    subprocess.run([*git, "commit", "-q", "-am", message], cwd=project, check=True)

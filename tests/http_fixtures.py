@@ -13,7 +13,6 @@ server in a thread and shuts it down on exit.
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import threading
@@ -163,11 +162,3 @@ def serve_directory(root: Path) -> Iterator[FileServer]:
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
-
-
-def mirror_dir() -> Path:
-    """The local KG mirror: ``$RULERAG_DATA_DIR`` or ``<repo>/../shared/kg``."""
-    configured = os.environ.get("RULERAG_DATA_DIR")
-    if configured:
-        return Path(configured)
-    return Path(__file__).resolve().parents[1].parent / "shared" / "kg"  # outside data/<dataset>/

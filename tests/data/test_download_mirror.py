@@ -13,11 +13,12 @@ import pytest
 import requests
 
 from rulerag.kg.download import DownloadError, RemoteFile, fetch
-from tests.http_fixtures import FileServer, mirror_dir, serve_directory
+from rulerag.orchestration.project_copy import kg_mirror_dir
+from tests.http_fixtures import FileServer, serve_directory
 
 pytestmark = pytest.mark.data
 
-MIRROR = mirror_dir()
+MIRROR = kg_mirror_dir()
 NELL_VALID = "nell-995/pp413_NELL-995/valid.txt"
 ICEWS_TEST = "icews14/TLogic_icews14/test.txt"
 

@@ -13,14 +13,14 @@ import pytest
 from rulerag.rule_retrieval.experiment import library_analysis
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.rulebench import load_set, rulebench_task
-from tests.http_fixtures import mirror_dir
+from rulerag.orchestration.project_copy import kg_mirror_dir
 
 pytestmark = pytest.mark.data
 
 
 @pytest.fixture(scope="module")
 def rulebench() -> Path:
-    root = mirror_dir().parent / "rulebench"
+    root = kg_mirror_dir().parent / "rulebench"
     if not root.is_dir():
         pytest.skip("no ../shared/rulebench")
     return root

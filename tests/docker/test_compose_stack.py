@@ -25,10 +25,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import copy_project
-from tests.helpers import cut_project
+from rulerag.orchestration.local_airflow import RestApi, task_instances, wait_for_run
+from rulerag.orchestration.project_copy import copy_project, cut_project
 from tests.support.compose_stack import docker, require_docker, running_stack
-from tests.support.local_airflow import RestApi, task_instances, wait_for_run
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.data,
               pytest.mark.xdist_group("docker")]  # fmt: skip

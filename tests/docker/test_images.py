@@ -18,8 +18,7 @@ import pytest
 import yaml
 
 from benchmarks.compare_runs import compare
-from tests.conftest import copy_project
-from tests.helpers import cut_project
+from rulerag.orchestration.project_copy import copy_project, cut_project
 from tests.support.compose_stack import docker, image_settings, require_docker, running_stack
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.xdist_group("docker")]

@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import copy_project
-from tests.helpers import cut_project
+from rulerag.orchestration.project_copy import copy_project, cut_project
 from tests.pipeline.test_kfp_pipeline import BIN, KFP_PYTHON, kfp, kfp_env, lock_entries, outputs
 from tests.support.compose_stack import require_docker
 

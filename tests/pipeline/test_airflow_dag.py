@@ -21,9 +21,9 @@ import pytest
 
 from rulerag.layout import DataLayout
 from rulerag.orchestration.dag_layout import build_layout
+from rulerag.orchestration.local_airflow import BIN, airflow_env, run
 from rulerag.orchestration.run_copy import branch_name
 from rulerag.params import parse_params, read_params_file
-from tests.support.local_airflow import BIN, airflow_env, run
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 

@@ -23,14 +23,14 @@ from typing import Any
 import pytest
 
 from rulerag.layout import DataLayout
-from tests.pipeline.test_airflow_dag import TRIVIAL_DVC_YAML
-from tests.support.local_airflow import (
+from rulerag.orchestration.local_airflow import (
     RestApi,
     running_airflow,
     started_a_process,
     task_instances,
     wait_for_run,
 )
+from tests.pipeline.test_airflow_dag import TRIVIAL_DVC_YAML
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("airflow")]
 

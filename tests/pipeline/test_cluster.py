@@ -28,8 +28,7 @@ import pytest
 import yaml
 
 from rulerag.orchestration.cluster import Cluster
-from tests.conftest import copy_project
-from tests.helpers import cut_project
+from rulerag.orchestration.project_copy import copy_project, cut_project
 
 pytestmark = [pytest.mark.slow, pytest.mark.data, pytest.mark.cluster,
               pytest.mark.xdist_group("airflow")]  # fmt: skip

@@ -21,8 +21,7 @@ import pytest
 import yaml
 
 from rulerag.orchestration.dag_settings import GPU_STAGES
-from tests.conftest import copy_project
-from tests.helpers import cut_project
+from rulerag.orchestration.project_copy import copy_project, cut_project
 
 PROJECT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent

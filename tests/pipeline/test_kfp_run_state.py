@@ -17,8 +17,8 @@ from rulerag.orchestration.kfp_tasks import (
     prepare,
     run_stage,
 )
+from rulerag.orchestration.project_copy import copy_project
 from rulerag.params import read_params_file
-from tests.conftest import copy_project
 
 pytestmark = pytest.mark.slow
 

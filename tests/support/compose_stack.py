@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.support.local_airflow import free_port
+from rulerag.orchestration.local_airflow import free_port
 
 PROJECT = Path(__file__).resolve().parents[2]
 COMPOSE = PROJECT / ".venv" / "lint" / "bin" / "docker-compose"

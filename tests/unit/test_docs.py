@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import helpers
+from rulerag.orchestration import project_copy
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 #: the design notes' file name, assembled so that this file does not cite it itself
@@ -36,7 +36,7 @@ _EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:|^//")
 def project_files() -> list[str]:
     """The files a clone or a commit would hold (skips outside a git checkout)."""
     try:
-        return helpers.project_files()
+        return project_copy.project_files()
     except (OSError, subprocess.CalledProcessError):
         pytest.skip("not a git checkout")
 

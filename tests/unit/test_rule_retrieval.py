@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from rulerag.generation.config import ApiSettings
+from rulerag.orchestration.project_copy import kg_mirror_dir
 from rulerag.rule_retrieval.evaluate import match, recall_at_k
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM, make_generator
@@ -26,7 +27,6 @@ from rulerag.rule_retrieval.prompts import (
 )
 from rulerag.rule_retrieval.rulebench import load_set, reasoning_prompt, shots_from
 from rulerag.rule_retrieval.search import BM25RuleIndex
-from tests.http_fixtures import mirror_dir
 from tests.support.fake_openai import FakeOpenAI, fake_rule_llm
 
 LIBRARY = RuleLibrary(
@@ -170,7 +170,7 @@ def test_formal_library_from_a_bank() -> None:
 
 @pytest.mark.data
 def test_rulebench_sets_load_with_their_counterfactual_rules() -> None:
-    root = mirror_dir().parent / "rulebench"
+    root = kg_mirror_dir().parent / "rulebench"
     if not root.is_dir():
         pytest.skip("no ../shared/rulebench")
     library, questions = load_set(root, "ulogic")

@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rulerag.orchestration.project_copy import kg_mirror_dir
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv, write_amie_tsv
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.static_miner import StaticMinerSettings, mine_static
-from tests.http_fixtures import mirror_dir
 from tests.support.planted_static import PlantSpec, make_planted_kg
 
-SAMPLE = mirror_dir() / "amie_output_sample.tsv"
+SAMPLE = kg_mirror_dir() / "amie_output_sample.tsv"
 
 
 def random_kg(seed: int, n: int = 18, n_rel: int = 4, facts: int = 45) -> pd.DataFrame:

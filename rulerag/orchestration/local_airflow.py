@@ -1,7 +1,8 @@
 """A local Airflow for tests and benchmarks: api-server (REST and execution API), scheduler
-and DAG processor on a project copy's dags/, with a throw-away home and SQLite database, as
-`make airflow` runs them (LocalExecutor, one task at a time). Everything Airflow runs is a
-subprocess with its own AIRFLOW_HOME: Airflow reads its configuration once per process.
+and DAG processor on a project copy's dags/ (`project_copy`), with a throw-away home and SQLite
+database, as `make airflow` runs them (LocalExecutor, one task at a time). Everything Airflow
+runs is a subprocess with its own AIRFLOW_HOME: Airflow reads its configuration once per
+process.
 """
 
 from __future__ import annotations
@@ -46,9 +47,11 @@ def airflow_env(project: Path, home: Path, **extra: str) -> dict[str, str]:
 def run(
     cmd: list[str], cwd: Path, env: dict[str, str], timeout: int = 120, check: bool = True
 ) -> subprocess.CompletedProcess[str]:
+    """Run an Airflow CLI command; with `check`, an exit status other than 0 raises
+    RuntimeError with the ends of its output."""
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, (
+    if check and done.returncode != 0:
+        raise RuntimeError(
             f"{cmd} exited {done.returncode}:\n{done.stdout[-6000:]}\n{done.stderr[-6000:]}"
         )
     return done
@@ -148,10 +151,11 @@ def running_airflow(
         deadline = time.monotonic() + 600
         while not all(api.ready(f"/dags/{dag_id}") for dag_id in unpause):
             for name, proc in servers.items():
-                assert proc.poll() is None, f"{name} exited:\n{tail(logs / f'{name}.log')}"
-            assert time.monotonic() < deadline, f"{unpause} not served after 600 s:\n" + "\n".join(
-                tail(logs / f"{name}.log") for name in servers
-            )
+                if proc.poll() is not None:
+                    raise RuntimeError(f"{name} exited:\n{tail(logs / f'{name}.log')}")
+            if time.monotonic() >= deadline:
+                logs_tails = "\n".join(tail(logs / f"{name}.log") for name in servers)
+                raise RuntimeError(f"{unpause} not served after 600 s:\n{logs_tails}")
             time.sleep(2)
         for dag_id in unpause:
             api.call("PATCH", f"/dags/{dag_id}", {"is_paused": False})
@@ -178,7 +182,8 @@ def wait_for_run(api: RestApi, run_id: str, timeout: float) -> dict[str, Any]:
 def task_instances(api: RestApi, run_id: str, dag_id: str = "rulerag") -> dict[str, dict[str, Any]]:
     """Every task instance of DAG run `run_id`, by task id, as the REST API describes it."""
     reply = api.call("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances?limit=1000")
-    assert reply.get("total_entries", len(reply["task_instances"])) == len(reply["task_instances"])
+    if reply.get("total_entries", len(reply["task_instances"])) != len(reply["task_instances"]):
+        raise RuntimeError(f"run {run_id}: more task instances than one page holds")
     return {ti["task_id"]: ti for ti in reply["task_instances"]}
 
 
