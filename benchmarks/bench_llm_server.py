@@ -41,7 +41,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.support.llm_server import LlmServer  # noqa: E402 - after the path is set
+from rulerag.orchestration.local_llm_server import LlmServer  # noqa: E402 - after the path is set
 
 
 def run(label: str, base: Path, dataset: str, grid: Any, settings: Any, factory: Any) -> dict:

@@ -199,8 +199,8 @@ def api_echo_case(tmp: Path) -> Outcome:
     key base64-encoded: neither may come back from the generator."""
     import base64
 
+    from rulerag.fake_openai import FakeOpenAI
     from rulerag.generation.api import ApiError, ApiGenerator
-    from tests.support.fake_openai import FakeOpenAI
 
     encoded = base64.b64encode(f"user:{SECRET}".encode()).decode()
     answer = {"choices": [{"message": {"content": f"Answer: Kabul {SECRET}"}}]}
@@ -677,7 +677,7 @@ _ANSWER = 'json.dumps({"choices": [{"message": {"content": "Kabul"}}]}).ljust(20
 API_TRICKLE = f"""
 import json, sys, time
 from rulerag.generation.api import ApiError, ApiGenerator
-from tests.support.fake_openai import FakeOpenAI, RawReply
+from rulerag.fake_openai import FakeOpenAI, RawReply
 reply = RawReply({_ANSWER}, trickle=2.0, trickle_headers=sys.argv[1] == "headers")
 with FakeOpenAI([], default=reply) as server:
     generator = ApiGenerator(base_url=server.url, model="m", api_key=sys.argv[2], timeout=5,
@@ -718,7 +718,7 @@ API_SIGTERM = f"""
 import json, threading, time
 from rulerag.generation.api import ApiGenerator
 from rulerag.tracking import StageTerminated, stop_on_sigterm
-from tests.support.fake_openai import FakeOpenAI, RawReply
+from rulerag.fake_openai import FakeOpenAI, RawReply
 with FakeOpenAI([], default=RawReply({_ANSWER}, trickle=2.0)) as server:
     generator = ApiGenerator(base_url=server.url, model="m", api_key="sk-k", timeout=120,
                              max_retries=3, concurrency=4)
@@ -1019,8 +1019,8 @@ def api_reply_case(script: list[Any], attempts: int) -> Callable[[Path], Outcome
     `content: null`), the key masked; an answer returned is `silent`."""
 
     def case(tmp: Path) -> Outcome:
+        from rulerag.fake_openai import FakeOpenAI
         from rulerag.generation.api import ApiError, ApiGenerator
-        from tests.support.fake_openai import FakeOpenAI
 
         logged = _Logged()
         logger = logging.getLogger("rulerag")
@@ -1084,7 +1084,7 @@ _NULL_CONTENT = {"choices": [{"message": {"role": "assistant", "content": None,
 
 
 def _raw(body: bytes, content_type: str = "application/json") -> Any:
-    from tests.support.fake_openai import RawReply
+    from rulerag.fake_openai import RawReply
 
     return RawReply(body, content_type=content_type)
 
