@@ -42,7 +42,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import psutil
 from checkout import short_commit
@@ -55,25 +54,13 @@ PROJECT = Path(__file__).resolve().parents[1]
 GIB = 1024**3
 
 
-class Api:
-    """Airflow's REST API with a token of the generated admin user."""
+class Api(RestApi):
+    """Airflow's REST API with a token of the generated admin user (`log_in_as_admin`)."""
 
     def __init__(self, base: str) -> None:
-        self.base = base
-        self.token = ""
+        super().__init__(base, timeout=300)
 
-    def call(self, method: str, path: str, body: Any = None, timeout: float = 300) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        request = urllib.request.Request(
-            f"{self.base}{path}", data=data, method=method, headers=headers
-        )
-        with urllib.request.urlopen(request, timeout=timeout) as reply:
-            return json.loads(reply.read().decode() or "null")
-
-    def login(self, passwords: Path, timeout: float) -> None:
+    def log_in_as_admin(self, passwords: Path, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while not passwords.is_file():
             if time.monotonic() > deadline:
@@ -83,7 +70,7 @@ class Api:
         body = {"username": user, "password": password}
         while True:  # the file is written before the server listens
             try:
-                self.token = self.call("POST", "/auth/token", body)["access_token"]
+                self.token = self.request("POST", "/auth/token", body)["access_token"]
                 return
             except OSError:
                 if time.monotonic() > deadline:
@@ -236,25 +223,26 @@ def main(argv: list[str] | None = None) -> int:
         with make_airflow(project, port, scratch / "make-airflow.log") as proc:
             sampler = RssSampler(proc.pid)
             sampler.start()
-            api.login(project / ".airflow" / "simple_auth_manager_passwords.json.generated", 300)
+            passwords = project / ".airflow" / "simple_auth_manager_passwords.json.generated"
+            api.log_in_as_admin(passwords, 300)
             while True:
                 with contextlib.suppress(urllib.error.HTTPError, OSError):
-                    api.call("GET", "/api/v2/dags/rulerag")
+                    api.call("GET", "/dags/rulerag")
                     break
                 if time.monotonic() - started > 600 or proc.poll() is not None:
                     raise RuntimeError(f"the DAG was not served; see {scratch}/make-airflow.log")
                 time.sleep(1)
             parsed_s = time.monotonic() - started
-            api.call("PATCH", "/api/v2/dags/rulerag", {"is_paused": False})
+            api.call("PATCH", "/dags/rulerag", {"is_paused": False})
             conf = {"datasets": [args.dataset], "stages": ["ingest"]}
-            api.call("POST", "/api/v2/dags/rulerag/dagRuns",
+            api.call("POST", "/dags/rulerag/dagRuns",
                      {"dag_run_id": run_id, "logical_date": None, "conf": conf})  # fmt: skip
-            dag_run = wait_for_run(RestApi(base, api.token), run_id, 900)
+            dag_run = wait_for_run(api, run_id, 900)
             if dag_run["state"] != "success":
-                tis = api.call("GET", f"/api/v2/dags/rulerag/dagRuns/{run_id}/taskInstances")
+                tis = api.call("GET", f"/dags/rulerag/dagRuns/{run_id}/taskInstances")
                 failed = [t["task_id"] for t in tis["task_instances"] if t["state"] == "failed"]
                 print(f"run {run_id} {dag_run['state']}: failed tasks {failed}", flush=True)
-            tasks = api.call("GET", "/api/v2/dags/rulerag/tasks")["total_entries"]
+            tasks = api.call("GET", "/dags/rulerag/tasks")["total_entries"]
             browser = Browser(chromium)
             try:
                 browser.call("Network.setCookie", name="_token", value=api.token,
@@ -275,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
                             args.screenshots.mkdir(parents=True, exist_ok=True)
                             browser.screenshot(str(args.screenshots / f"{name}.png"))
                     t0 = time.monotonic()
-                    api.call("GET", "/ui/structure/structure_data?dag_id=rulerag")
+                    api.request("GET", "/ui/structure/structure_data?dag_id=rulerag")
                     structure.append(time.monotonic() - t0)
             finally:
                 browser.close()

@@ -65,33 +65,34 @@ def free_port() -> int:
 
 class RestApi:
     """Airflow 3's REST API at `base`: without `token` for the simple auth manager with every
-    user an admin, else with the token of a user (`login`)."""
+    user an admin, else with the token of a user (`login`); `timeout` seconds per request."""
 
-    def __init__(self, base: str, token: str | None = None) -> None:
+    def __init__(self, base: str, token: str | None = None, timeout: float = 30) -> None:
         self.base = base.rstrip("/")
         self.token = token
+        self.timeout = timeout
 
     @classmethod
     def login(cls, base: str, user: str, password: str) -> RestApi:
         """The API as `user` of the simple auth manager (its generated password)."""
-        body = json.dumps({"username": user, "password": password}).encode()
-        request = urllib.request.Request(
-            f"{base.rstrip('/')}/auth/token", data=body, method="POST",
-            headers={"Content-Type": "application/json"},
-        )  # fmt: skip
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return cls(base, json.loads(reply.read().decode())["access_token"])
+        body = {"username": user, "password": password}
+        return cls(base, cls(base).request("POST", "/auth/token", body)["access_token"])
 
-    def call(self, method: str, path: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None) -> Any:
+        """`path` under the server's root (`/auth/token`, `/ui/...`), JSON both ways."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
         if self.token:
             headers["Authorization"] = f"Bearer {self.token}"
         request = urllib.request.Request(
-            f"{self.base}/api/v2{path}", data=data, method=method, headers=headers
+            f"{self.base}{path}", data=data, method=method, headers=headers
         )
-        with urllib.request.urlopen(request, timeout=30) as reply:
+        with urllib.request.urlopen(request, timeout=self.timeout) as reply:
             return json.loads(reply.read().decode() or "null")
+
+    def call(self, method: str, path: str, body: Any = None) -> Any:
+        """`path` of the REST API (`/dags/rulerag`: under /api/v2)."""
+        return self.request(method, f"/api/v2{path}", body)
 
     def ready(self, path: str) -> bool:
         try:
