@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from rulerag.orchestration.project_copy import copy_project
 from rulerag.orchestration.run_plan import (
     PIPELINE_RUN_ENV,
     plan_run,
@@ -18,7 +19,6 @@ from rulerag.orchestration.run_plan import (
     without_empty_fields,
 )
 from rulerag.params import read_params_file
-from tests.conftest import copy_project
 
 PROJECT = Path(__file__).resolve().parents[2]
 
