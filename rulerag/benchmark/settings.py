@@ -44,7 +44,9 @@ class CorpusSettings:
     """`build_benchmark.corpus`: which links become documents."""
 
     #: never a test link: the test queries' answers would be in the corpus as documents
-    splits: tuple[Literal["train", "valid"], ...] = ("train",)
+    splits: tuple[Literal["train", "valid"], ...] = field(
+        default=("train",), metadata={"help": "links that become documents (never a test link)"}
+    )
     #: once or by dataset (`{default: ..., <dataset>: ...}`)
     filter: CorpusFilter | dict[DatasetName, CorpusFilter] = "none"
 
@@ -89,13 +91,26 @@ class RuleSelectionSettings:
     """
 
     method: SelectionMethod = "head"
-    top_n: Positive = 3  # rules kept per query
-    threshold: Fraction = 0.7  # similarity only
-    encoder: str = "minilm"  # sentence-transformers id or path (similarity only)
-    retriever: str = "bm25"  # retrieval methods: bm25, or a dense encoder alias / path / HF id
-    query_form: Literal["si", "si_input"] = "si_input"  # SIAR's search text
-    rule_form: Literal["natural", "formal"] = "natural"  # the rules' text searched and ranked
-    candidates: Positive = 10  # R³ re-ranks this many search results (the paper: 20)
+    top_n: Positive = field(default=3, metadata={"help": "rules kept per query (N)"})
+    threshold: Fraction = field(default=0.7, metadata={"help": "similarity only"})
+    encoder: str = field(
+        default="minilm",
+        metadata={"help": "any sentence-transformers id or path (similarity only)"},
+    )
+    retriever: str = field(
+        default="bm25",
+        metadata={"help": "rule retrievers: bm25, or a dense encoder alias / path / HF id"},
+    )
+    query_form: Literal["si", "si_input"] = field(
+        default="si_input",
+        metadata={"help": "siar*: search with the self-induced rule alone (si) or + query"},
+    )
+    rule_form: Literal["natural", "formal"] = field(
+        default="natural", metadata={"help": "rule text searched and shown to R³: natural | formal"}
+    )
+    candidates: Positive = field(
+        default=10, metadata={"help": "*_r3: search results R³ re-ranks (the paper: 20)"}
+    )
 
     def __post_init__(self) -> None:
         if self.candidates < self.top_n:
@@ -112,10 +127,15 @@ class BuildBenchmarkSettings:
     corpus: CorpusSettings = field(default_factory=CorpusSettings)
     #: paper = the paper's |Q| for the KG (all queries for a KG the paper has no row of); an
     #: integer; None = all
-    test_size: Positive | Literal["paper"] | None = "paper"
+    test_size: Positive | Literal["paper"] | None = field(
+        default="paper",
+        metadata={"help": "paper = the paper's |Q| for the KG; an integer; null = all"},
+    )
     strata: StrataSettings = field(default_factory=StrataSettings)
     rule_selection: RuleSelectionSettings = field(default_factory=RuleSelectionSettings)
-    max_oracle_docs: Positive = 5  # oracle documents kept per F_R item, answer-bearing first
+    max_oracle_docs: Positive = field(
+        default=5, metadata={"help": "oracle documents kept per F_R item, answer-bearing first"}
+    )
     #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
     finetune_from_train: Count | dict[DatasetName, Count] = 0
 

@@ -14,7 +14,7 @@ the heat map); `pipeline_steps/generalisation.py` trains and answers.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +28,25 @@ from rulerag.settings import Count, Positive, Seed, UniqueDatasetNames, load_set
 class GeneralisationSettings:
     """params.yaml `generalisation` (stage `generalisation`, `make exp-generalisation`)."""
 
-    datasets: UniqueDatasetNames = ()  # the RuleQA sets to run it on; () = off
-    banks: Positive = 4  # disjoint rule banks (the paper: 4)
+    datasets: UniqueDatasetNames = field(
+        default=(), metadata={"help": "RuleQA sets to run it on; [] = the stage is off"}
+    )
+    # disjoint rule banks (the paper: 4)
+    banks: Positive = field(default=4, metadata={"help": "R_1..R_4 (the paper: 4)"})
     seed: Seed = 12
-    retriever_steps: Positive = 40  # RGFT steps per bank (train_retriever's other knobs)
-    generator_samples: Positive = 48  # F_G samples per bank (generation.train's other knobs)
-    dev_samples: Count = 8  # held-out F_G samples per bank for the adapter's best checkpoint
-    test_queries: Positive | None = 25  # per bank, seeded; None = all of the bank's
+    retriever_steps: Positive = field(
+        default=40, metadata={"help": "RGFT steps per bank (train_retriever's other knobs)"}
+    )
+    generator_samples: Positive = field(
+        default=48,
+        metadata={"help": "F_G training samples per bank (generation.train's other knobs)"},
+    )
+    dev_samples: Count = field(
+        default=8, metadata={"help": "held-out F_G samples per bank (best adapter checkpoint)"}
+    )
+    test_queries: Positive | None = field(
+        default=25, metadata={"help": "test queries per bank (seeded); null = all of the bank's"}
+    )
 
 
 def generalisation_settings(section: Mapping[str, Any] | None) -> GeneralisationSettings:

@@ -107,8 +107,10 @@ class ChainSettings:
     temperature: PositiveReal = 0.7
     ve_threshold: Fraction = 0.6  # verify when the majority's share is below
     cok_threshold: Fraction = 0.5
-    max_new_tokens: Positive = 144  # a rationale with its answer
-    step_max_new_tokens: Positive = 70  # a question, an answer sentence, an edit
+    max_new_tokens: Positive = field(default=144, metadata={"help": "a rationale and its answer"})
+    step_max_new_tokens: Positive = field(
+        default=70, metadata={"help": "a verifying question, its answer, an edit"}
+    )
     documents: Positive = 3  # retrieved per verifying question / query
 
 
@@ -125,7 +127,10 @@ class VariantSpec:
 class ApiSettings:
     """An OpenAI-compatible chat API as generator (see `rulerag.generation.api`)."""
 
-    base_url: str | None = None
+    base_url: str | None = field(
+        default=None,
+        metadata={"help": "e.g. https://api.openai.com/v1 or http://127.0.0.1:8000/v1"},
+    )
     model: str = "gpt-4o-mini"
     # where the key may come from: only these two variables, in the order given (api.py)
     key_env: tuple[ApiKeyVariable, ...] = DEFAULT_KEY_ENV
@@ -164,8 +169,12 @@ def _default_variants() -> dict[str, VariantSpec]:
 class TrainSection(TrainerSettings):
     """params' `generation.train`: the Trainer's knobs plus what data it trains on."""
 
-    samples: Positive = 2048  # F_G training samples (the paper's 2,048)
-    dev_samples: Count = 128
+    samples: Positive = field(
+        default=2048, metadata={"help": "F_G training samples (paper: 2,048)"}
+    )
+    dev_samples: Count = field(
+        default=128, metadata={"help": "held-out F_G slice evaluated every eval_steps; best kept"}
+    )
     variants: dict[Name, VariantSpec] = field(default_factory=_default_variants)
 
 
@@ -177,14 +186,29 @@ class GenerationSettings(ModelSettings):
     model: str = "smollm2"
     prompt_style: PromptStyle = "paper"
     retriever: str = "minilm"
-    num_documents: Count = 5
+    num_documents: Count = field(
+        default=5, metadata={"help": "retrieved documents in the prompt (best first)"}
+    )
     max_rules: Positive | None = None
-    max_new_tokens: Positive = 10
+    max_new_tokens: Positive = field(
+        default=10, metadata={"help": "answer length; decoding also stops at the first line break"}
+    )
     #: generate (greedy) or rank (score the candidate set, `ranking.py`); a row may override
     decoding: Decoding = "generate"
-    batch_size: Positive = 8
-    recall_k: tuple[Positive, ...] = (10,)
-    test_queries: Positive | None = 100
+    batch_size: Positive = field(
+        default=8, metadata={"help": "prompts per batch (greedy decoding, left padding)"}
+    )
+    recall_k: tuple[Positive, ...] = field(
+        default=(10,), metadata={"help": "Recall@k reported beside EM / T-F1"}
+    )
+    test_queries: Positive | None = field(
+        default=100,
+        metadata={
+            "help": (
+                "a seeded sample of the test queries, the same for every row; null = all of them"
+            )
+        },
+    )
     train: TrainSection = field(default_factory=TrainSection)
     api: ApiSettings = field(default_factory=ApiSettings)
     chains: ChainSettings = field(default_factory=ChainSettings)

@@ -99,10 +99,23 @@ class ModelSettings:
     """How the base model is loaded, prompted and seeded: shared by generator training and
     inference (params' top-level `generation` keys), so both read one value."""
 
-    dtype: str | None = None  # base weights' dtype when not quantised; None = the checkpoint's
-    quantization: Literal["nf4"] | None = None  # nf4: QLoRA (GPU, or slowly on CPU)
-    chat_template: bool | str | None = "auto"
-    max_prompt_tokens: Positive | None = 768  # longer prompts are cut from the left
+    # base weights' dtype when not quantised; None = the checkpoint's
+    dtype: str | None = field(
+        default=None, metadata={"help": "float32 / bfloat16 / float16; null = the checkpoint's own"}
+    )
+    # nf4: QLoRA (GPU, or slowly on CPU)
+    quantization: Literal["nf4"] | None = field(
+        default=None,
+        metadata={"help": "null, or nf4 (4-bit QLoRA base through bitsandbytes; GPU only)"},
+    )
+    chat_template: bool | str | None = field(
+        default="auto",
+        metadata={"help": "wrap prompts in the model's chat template when it has one"},
+    )
+    max_prompt_tokens: Positive | None = field(
+        default=768,
+        metadata={"help": "longer prompts are cut from the left (keeps Query / Answer:)"},
+    )
     seed: Seed = 12
 
 
@@ -112,20 +125,35 @@ class TrainerSettings:
     profile overrides them."""
 
     lora: LoraSettings = field(default_factory=LoraSettings)
-    deepspeed: str | None = None  # path to a ZeRO config (GPU)
+    deepspeed: str | None = field(
+        default=None, metadata={"help": "a ZeRO config path for GPU runs"}
+    )
     gpus: Positive | Literal["auto"] = "auto"  # processes on a multi-GPU worker (`launch.py`)
     epochs: PositiveReal = 1.0
-    learning_rate: PositiveReal = 3e-4
+    learning_rate: PositiveReal = field(
+        default=3e-4, metadata={"help": "few CPU steps; the paper (Table 7, LLAMA2_7B): 3e-4"}
+    )
     batch_size: Positive = 4
     gradient_accumulation: Positive = 1
-    warmup: NonNegative = 0.1  # steps, or a ratio of all steps when < 1
+    warmup: NonNegative = field(
+        default=0.1, metadata={"help": "ratio of all steps (< 1) or a number of steps"}
+    )
     weight_decay: NonNegative = 0.0
-    adam_beta2: Fraction = 0.95
+    adam_beta2: Fraction = field(
+        default=0.95, metadata={"help": "Adam betas (0.9, 0.95) as the official script"}
+    )
     max_answer_tokens: Positive = 32
-    eval_steps: Positive = 20
+    eval_steps: Positive = field(
+        default=20, metadata={"help": "dev loss every N steps; the best checkpoint is kept"}
+    )
     logging_steps: Positive = 5
-    save_total_limit: Positive = 2
-    bf16: bool | str = "auto"  # auto: on CUDA with bf16 support
+    save_total_limit: Positive = field(
+        default=2, metadata={"help": "checkpoints kept on disk while training"}
+    )
+    bf16: bool | str = field(
+        default="auto",
+        metadata={"help": "bfloat16 mixed precision: auto = on a CUDA GPU that has it"},
+    )
     gradient_checkpointing: bool = False
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rulerag.settings import DatasetName, Name, SettingsError, UniqueDatasetNames, load_settings
@@ -12,16 +12,29 @@ from rulerag.settings import DatasetName, Name, SettingsError, UniqueDatasetName
 @dataclass(frozen=True)
 class QASettings:
     #: QA set names; each is a folder <dir>/<name>/ (questions.jsonl [+ corpus.jsonl])
-    datasets: UniqueDatasetNames = ()
+    datasets: UniqueDatasetNames = field(
+        default=(), metadata={"help": "QA set names: folders <dir>/<name>/; [] = the stage is off"}
+    )
     #: where the QA sets are; None = <RULERAG_DATA_DIR>/qa (the local mirror)
-    dir: str | None = None
+    dir: str | None = field(
+        default=None, metadata={"help": "null = $RULERAG_DATA_DIR/qa (the local mirror)"}
+    )
     #: the RuleQA dataset whose bank (data/<name>/rules/bank.parquet, from mine_rules) gives the
     #: rules matched to the questions; one name, so that dvc.yaml can declare the dependency
-    rule_bank: DatasetName = "icews14"
+    rule_bank: DatasetName = field(
+        default="icews14",
+        metadata={"help": "the RuleQA set whose bank (mine_rules) gives the rules"},
+    )
     #: bm25 or an index.dense encoder; None = generation.retriever
-    retriever: str | None = None
+    retriever: str | None = field(
+        default=None,
+        metadata={"help": "bm25 or an index.dense encoder; null = generation.retriever"},
+    )
     #: generation.grid rows to answer with (untrained retrieval: standard / rg, base generator)
-    rows: tuple[Name, ...] = ("standard_rag", "rulerag_icl")
+    rows: tuple[Name, ...] = field(
+        default=("standard_rag", "rulerag_icl"),
+        metadata={"help": "grid rows with untrained retrieval and the base / API generator"},
+    )
 
     def __post_init__(self) -> None:
         if self.rule_bank in self.datasets:

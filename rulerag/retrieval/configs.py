@@ -13,7 +13,7 @@ each stage instance finds its inputs by path:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 from rulerag.errors import InputError
@@ -63,9 +63,15 @@ class RetrieveSettings:
     """params.yaml `retrieve` (the `retrieve`, `retrieve_finetuned` and `retrieval_report`
     stages; dvc.yaml expands `indexes` and `finetune` into stage instances)."""
 
-    indexes: UniqueNames = ("bm25", "minilm")  # each searched standard and rule-guided
-    finetune: UniqueNames = ("minilm",)  # dense encoders that get RGFT / SSFT encoders
-    top_k: Positive = 50  # per (query, rule) search
+    # each searched standard and rule-guided
+    indexes: UniqueNames = field(
+        default=("bm25", "minilm"),
+        metadata={"help": "add mpnet for the second encoder (~40 min to encode on CPU)"},
+    )
+    finetune: UniqueNames = field(
+        default=("minilm",), metadata={"help": "dense encoders that get RGFT / SSFT query encoders"}
+    )
+    top_k: Positive = field(default=50, metadata={"help": "per (query, rule) search"})
     ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
     splits: tuple[RetrieveSplit, ...] = ("test", "f_g")
     #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all

@@ -37,10 +37,22 @@ ANALYZER_CHOICES: tuple[str, ...] = get_args(Analyzer)
 class LLMSettings:
     """The LLM that induces rules and re-ranks them."""
 
-    kind: Literal["local", "api"] = "local"  # api: generation.api's endpoint and key
-    model: str = "smollm2"  # alias, path or Hugging Face id (api: the served model's name)
-    max_new_tokens: Positive = 64  # the self-induced rule (a label line may come first)
-    rank_max_new_tokens: Positive = 64  # R³'s ranking `[3] > [1] > ...` (one line)
+    # api: generation.api's endpoint and key
+    kind: Literal["local", "api"] = field(
+        default="local",
+        metadata={"help": "local (a Hugging Face model) or api (generation.api's endpoint)"},
+    )
+    # alias, path or Hugging Face id (api: the served model's name)
+    model: str = field(
+        default="smollm2", metadata={"help": "the paper: Qwen2.5-7B/72B-Instruct, gpt-4o"}
+    )
+    max_new_tokens: Positive = field(
+        default=64,
+        metadata={"help": "the self-induced rule (small models may write a label line first)"},
+    )
+    rank_max_new_tokens: Positive = field(
+        default=64, metadata={"help": 'R³\'s ranking "[3] > [1] > ..." (one line)'}
+    )
     batch_size: Positive = 8
     dtype: str | None = None
     quantization: str | None = None
@@ -48,21 +60,51 @@ class LLMSettings:
 
 @dataclass(frozen=True)
 class RuleRetrievalSettings:
-    profile: str = "cpu"
-    queries: Positive | None = 16  # test queries evaluated (a seeded sample); null = all
+    profile: str = field(
+        default="cpu", metadata={"help": "cpu (this section) or a name under profiles"}
+    )
+    queries: Positive | None = field(
+        default=16,
+        metadata={
+            "help": "test queries evaluated, a seeded sample (null: all; 16 keeps make run short)"
+        },
+    )
     seed: Seed = 12
     methods: tuple[Method, ...] = ("vanilla", "vanilla_r3", "siar", "siar_r3")
-    retrievers: tuple[str, ...] = ("bm25", "minilm")  # bm25 or a dense encoder
-    query_forms: tuple[QueryForm, ...] = ("si", "si_input")
-    rule_forms: tuple[RuleForm, ...] = ("natural",)
+    retrievers: tuple[str, ...] = field(
+        default=("bm25", "minilm"),
+        metadata={"help": "bm25, or a dense encoder alias / path / Hugging Face id"},
+    )
+    query_forms: tuple[QueryForm, ...] = field(
+        default=("si", "si_input"),
+        metadata={"help": "SIAR's search text: the SI alone, or SI followed by the query"},
+    )
+    rule_forms: tuple[RuleForm, ...] = field(
+        default=("natural",),
+        metadata={"help": 'natural ("... leads to ...") and/or formal ("r2(X, Y) <- r1(X, Y)")'},
+    )
     ks: tuple[Positive, ...] = (1, 5, 10)
-    top_k: Positive = 10  # rules kept per query (the paper: 10)
-    top_n: Positive = 10  # candidates R³ re-ranks (the paper: 20)
-    shots: Count = 3  # self-induction demonstrations (F_R queries with their rule)
-    analyzer: Analyzer = "auto"  # BM25's text analysis
+    top_k: Positive = field(default=10, metadata={"help": "rules kept per query (the paper: 10)"})
+    top_n: Positive = field(
+        default=10,
+        metadata={"help": "candidates R³ re-ranks (the paper: 20; 10 keeps make run short)"},
+    )
+    shots: Count = field(
+        default=3, metadata={"help": "self-induction demonstrations: F_R queries with their rule"}
+    )
+    analyzer: Analyzer = field(
+        default="auto",
+        metadata={
+            "help": (
+                "BM25 analysis: auto (by the rules' script), english (Pyserini's), cjk (bigrams)"
+            )
+        },
+    )
     #: RuleRAG's own Sentence-BERT selection, as a row beside the others (θ and N of
     #: build_benchmark.rule_selection)
-    similarity: bool = True
+    similarity: bool = field(
+        default=True, metadata={"help": "report RuleRAG's similarity selection as a row"}
+    )
     llm: LLMSettings = field(default_factory=LLMSettings)
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 

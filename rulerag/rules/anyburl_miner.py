@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -81,17 +81,32 @@ _CHUNK_ROWS = 8_000_000
 class ConstantRuleSettings:
     """How constant rules are learned (params.yaml `mine_rules.static.constants`)."""
 
-    #: the kinds learned; empty = none (the static miner's path and pair rules only)
-    kinds: tuple[ConstantKind, ...] = ()
-    min_support: Positive = 2
-    min_confidence: Fraction = 0.0001
+    kinds: tuple[ConstantKind, ...] = field(
+        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = AMIE's closed rules only"}
+    )
+    min_support: Positive = field(
+        default=2, metadata={"help": "AnyBURL's THRESHOLD_CORRECT_PREDICTIONS"}
+    )
+    min_confidence: Fraction = field(
+        default=0.0001,
+        metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE (after the weights below)"},
+    )
     #: ac1 rules r(X, c) <= s(X, d) need d to have this many s-neighbours X (AnyBURL 2019's
     #: `AC_MIN_NUM_OF_LAST_ATOM_GROUNDINGS` = 5, its `isRedundantACRule`: a rule whose body
     #: constant has fewer is as well said by the few rules about those X themselves)
-    min_body_constant_groundings: Count = 5
-    unseen_negatives: Count = 5  # pc in support / (body groundings + pc)
-    zero_weight: Fraction = 0.01
-    ac2_weight: Fraction = 0.1
+    min_body_constant_groundings: Count = field(
+        default=5, metadata={"help": "ac1: d needs this many s-neighbours (AnyBURL 2019)"}
+    )
+    # pc in support / (body groundings + pc)
+    unseen_negatives: Count = field(
+        default=5, metadata={"help": "pc: AnyBURL's UNSEEN_NEGATIVE_EXAMPLES"}
+    )
+    zero_weight: Fraction = field(
+        default=0.01, metadata={"help": "AnyBURL's RULE_ZERO_WEIGHT on zero rules' confidence"}
+    )
+    ac2_weight: Fraction = field(
+        default=0.1, metadata={"help": "AnyBURL's RULE_AC2_WEIGHT on ac2 rules' confidence"}
+    )
     #: how the closed (path and pair) rules are scored beside them: `pca` keeps AMIE's PCA
     #: confidence, `anyburl` gives them AnyBURL's too, support / (body size + pc) with the
     #: standard body size (AnyBURL's cyclic rules count every body grounding (X, Y)), so that

@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -139,8 +139,18 @@ class BankConfig:
 
     lengths: tuple[Positive, ...] = (1,)
     min_confidence: Fraction = 0.0
-    min_support: NonNegative = 0.0
-    top_n_per_head: Positive | None = None
+    min_support: NonNegative = field(
+        default=0.0,
+        metadata={
+            "help": (
+                "head facts a rule must predict (2 keeps exact one-atom rules seen once out: "
+                "588 rules instead of 709 on ICEWS14)"
+            )
+        },
+    )
+    top_n_per_head: Positive | None = field(
+        default=None, metadata={"help": "best N rules per head relation; null keeps all"}
+    )
 
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:

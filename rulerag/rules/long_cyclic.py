@@ -29,7 +29,7 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -42,16 +42,24 @@ from rulerag.settings import Count, Fraction, Positive
 class LongCyclicSettings:
     """params.yaml `mine_rules.static.long_cyclic`: AnyBURL's cyclic rules of three body atoms."""
 
-    #: head facts sampled per head relation to find candidate paths; 0 = none are learned
-    samples_per_head: Count = 0
-    #: candidates counted per head relation (the most often seen first)
-    rules_per_head: Positive = 30
-    #: neighbours followed per entity and step (a random sample of a hub's edges)
-    neighbour_cap: Positive = 100
-    #: a candidate must be seen in this many of the sampled head facts
-    min_seen: Positive = 2
-    min_support: Positive = 2
-    min_confidence: Fraction = 0.0001
+    samples_per_head: Count = field(
+        default=0, metadata={"help": "head facts sampled per relation; 0 = none learned"}
+    )
+    rules_per_head: Positive = field(
+        default=30, metadata={"help": "candidates counted per head relation, most often seen first"}
+    )
+    neighbour_cap: Positive = field(
+        default=100, metadata={"help": "neighbours followed per entity and step (hubs sampled)"}
+    )
+    min_seen: Positive = field(
+        default=2, metadata={"help": "a candidate is seen in at least this many sampled facts"}
+    )
+    min_support: Positive = field(
+        default=2, metadata={"help": "AnyBURL's THRESHOLD_CORRECT_PREDICTIONS"}
+    )
+    min_confidence: Fraction = field(
+        default=0.0001, metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE"}
+    )
 
     @property
     def enabled(self) -> bool:

@@ -448,14 +448,20 @@ class StaticMinerSettings:
     """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults: pruning on
     head coverage only, no absolute support floor), as `mine_static` takes them."""
 
-    #: head included: 2 = one body atom, 3 = up to two
-    max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = 3
+    max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = field(
+        default=3, metadata={"help": "head included: 2 = one body atom, 3 = up to two"}
+    )
     min_support: Count = 0
     min_head_coverage: Fraction = 0.01
     min_pca_confidence: Fraction = 0.1
     min_std_confidence: Fraction = 0.0
-    min_initial_support: Count = 100  # head relations with fewer facts are skipped (AMIE's -mins)
-    skyline: bool = True  # keep a refined rule only if it beats its parents' PCA confidence
+    min_initial_support: Count = field(
+        default=100, metadata={"help": "head relations with fewer facts are skipped (AMIE's -mins)"}
+    )
+    skyline: bool = field(
+        default=True,
+        metadata={"help": "keep a refined rule only if it beats its parents' PCA conf"},
+    )
     #: AnyBURL's rules with constants (`anyburl_miner`), none by default
     constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
     #: AnyBURL's cyclic rules of three body atoms (`long_cyclic`), none by default

@@ -46,7 +46,7 @@ fire for every query, scored a * confidence (no body fact, no recency term).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import numpy as np
@@ -71,16 +71,23 @@ class TemporalConstantSettings:
     """How temporal rules with constants are learned (params.yaml
     `mine_rules.temporal.constants`)."""
 
-    #: the kinds learned; empty = none (TLogic's cyclic rules only)
-    kinds: tuple[ConstantKind, ...] = ()
+    kinds: tuple[ConstantKind, ...] = field(
+        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = TLogic's cyclic rules only"}
+    )
     min_support: Positive = 2
     min_confidence: Fraction = 0.01
-    unseen_negatives: Count = 0  # pc in support / (body groundings + pc)
+    # pc in support / (body groundings + pc)
+    unseen_negatives: Count = field(
+        default=0, metadata={"help": "pc: TLogic's score1 smoothing c (0); AnyBURL's is 5"}
+    )
     #: what a body grounding is: `facts` (TLogic: entities and times, so X counts once per
     #: body fact) or `entities` (AnyBURL: X counts once, however often the body holds for it,
     #: the "temporal redundancy" TR-Rules removes; it precedes a head when its first body
     #: fact does)
-    groundings: Literal["facts", "entities"] = "facts"
+    groundings: Literal["facts", "entities"] = field(
+        default="facts",
+        metadata={"help": "a body grounding is a fact (TLogic) or an entity X (AnyBURL)"},
+    )
     ac2_weight: Fraction = 1.0
     zero_weight: Fraction = 1.0
 

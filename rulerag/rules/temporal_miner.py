@@ -672,16 +672,26 @@ class TemporalMinerSettings:
     seed is `mine_rules.seed`, default `SEED`)."""
 
     lengths: tuple[Annotated[int, STRICT_INT, Ge(1), Le(3)], ...] = (1, 2, 3)
-    walks_per_relation: Positive = 200  # per relation and length
-    transition: Literal["exp", "unif"] = "exp"  # prefer recent edges, or uniform
-    num_samples: Positive = 500  # body groundings sampled per rule for its confidence
-    exact: bool = False  # count every body grounding instead of sampling
+    walks_per_relation: Positive = field(default=200, metadata={"help": "per relation and length"})
+    transition: Literal["exp", "unif"] = field(
+        default="exp", metadata={"help": "exp (prefer recent edges) or unif"}
+    )
+    num_samples: Positive = field(
+        default=500, metadata={"help": "body groundings sampled per rule for its confidence"}
+    )
+    exact: bool = field(
+        default=False, metadata={"help": "true: count every body grounding instead of sampling"}
+    )
     #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
     #: samples) or exact (every structure with a body fact before a head fact on the same
     #: entity pair, confidence over every grounding; longer rules still come from walks)
     length1: Literal["walks", "exact"] = "walks"
     min_confidence: Fraction = 0.0
-    min_rule_support: Count = 1  # 1 = TLogic's `conf > 0`
+    # 1 = TLogic's `conf > 0`
+    min_rule_support: Count = field(
+        default=1,
+        metadata={"help": "TLogic keeps rules whose sampled bodies predicted the head once"},
+    )
     min_body_support: Count = 1
     #: rules with constants (`temporal_constants`), none by default
     constants: TemporalConstantSettings = field(default_factory=TemporalConstantSettings)

@@ -11,15 +11,28 @@ import pytest
 
 from tests.support import sync_params_help as sync
 
-#: the sections whose every commented knob has its help in its field (the others keep their
-#: comments in params.yaml alone, for now: issue 46)
-HELPED_SECTIONS = ("export", "index")
+#: the sections whose every commented knob has its help in its field (train_retriever and
+#: apply_rules keep their comments in params.yaml alone until their settings classes move into
+#: settings.py files: issue 46)
+HELPED_SECTIONS = (
+    "ingest",
+    "mine_rules",
+    "build_benchmark",
+    "index",
+    "retrieve",
+    "generation",
+    "r2ag",
+    "rule_retrieval",
+    "qa",
+    "generalisation",
+    "export",
+)
 
 
 def test_every_help_comment_is_its_fields_help() -> None:
     changes, checked = sync.sync(write=False)
     assert changes == [], "run: python -m tests.support.sync_params_help"
-    assert checked >= 22
+    assert checked >= 112
 
 
 def knob_paths(cls: type, path: tuple[str, ...]) -> list[tuple[str, ...]]:

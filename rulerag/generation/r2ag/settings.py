@@ -103,16 +103,29 @@ class R2AGSettings:
     variants: dict[Name, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
     features: tuple[Feature, ...] = FEATURES
-    qdm_weight: NonNegative = 1.0  # 0 = without the QDM loss (Table 3)
+    # 0 = without the QDM loss (Table 3)
+    qdm_weight: NonNegative = field(
+        default=1.0, metadata={"help": "loss = LM + qdm_weight * QDM (BCE of the relevance head)"}
+    )
     #: QDM document labels. Only `answer` (names a gold answer, as Recall@k): R²AG trains on
     #: F_G, whose queries have no oracle documents (F_R and F_G are disjoint query sets)
-    labels: Literal["answer", "oracle"] = "answer"
+    labels: Literal["answer", "oracle"] = field(
+        default="answer",
+        metadata={"help": "QDM labels: the document names a gold answer (as Recall@k)"},
+    )
     #: dense index whose encoder and corpus embeddings give the features; None =
     #: generation.retriever (a BM25 run still needs one: R²AG reads dense representations)
-    encoder: str | None = None
-    former: FormerSettings = field(default_factory=FormerSettings)
+    encoder: str | None = field(
+        default=None,
+        metadata={
+            "help": "dense index giving BM25 runs their features; null = generation.retriever"
+        },
+    )
+    former: FormerSettings = field(
+        default_factory=FormerSettings, metadata={"help": "the official code's"}
+    )
     train: R2AGTrain = field(default_factory=R2AGTrain)
-    lora: LoraSettings = field(default_factory=_paper_lora)
+    lora: LoraSettings = field(default_factory=_paper_lora, metadata={"help": "App. A (RAFT)"})
     seed: Seed = 12
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
