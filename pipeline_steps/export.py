@@ -20,14 +20,20 @@ from rulerag.tracking.identity import git_commit
 def main(argv: list[str] | None = None) -> int:
     stage = stage_inputs("export", argv, __doc__)
     name, layout, params = stage.dataset, stage.layout, stage.params
-    # the card shows the export's knobs as resolved (defaults included), the benchmark's as written
+    # the card shows the export's knobs as resolved (defaults included; its rules per prompt are
+    # generation.max_rules, under the key they had there), the benchmark's as written
     sections = {
-        "export": asdict(params.export),
+        "export": {**asdict(params.export), "max_rules": params.generation.max_rules},
         "build_benchmark": params.section_values("build_benchmark"),
     }
     with stage.track({"export": params.section_values("export")}) as run:
         export = export_dataset(
-            layout, params.export, params.index, params.retrieve.rule_query, stage.model_cache
+            layout,
+            params.export,
+            params.index,
+            params.retrieve,
+            params.generation,
+            stage.model_cache,
         )
         build = {
             "command": f"make export (dvc repro export@{name})",

@@ -537,10 +537,13 @@ def _unknown_keys(cls: type, where: str, locations: list[tuple[Any, ...]]) -> st
     import difflib
 
     names = [str(loc[-1]) for loc in locations]
-    known = sorted(settings_fields(_class_at(cls, locations[0][:-1])))
+    target = _class_at(cls, locations[0][:-1])
+    known = sorted(settings_fields(target))
+    moved: Mapping[str, str] = getattr(target, "MOVED_KEYS", {})
     guesses = [
         (name, close[0])
         for name in names
+        if name not in moved
         for close in [difflib.get_close_matches(name, known, n=1, cutoff=0.75)]
         if close
     ]
@@ -548,6 +551,7 @@ def _unknown_keys(cls: type, where: str, locations: list[tuple[Any, ...]]) -> st
         hint = f"; did you mean {guesses[0][1]!r}?"
     else:
         hint = "".join(f"; {name!r}: did you mean {close!r}?" for name, close in guesses)
+    hint += "".join(f"; {name!r} is {moved[name]} now" for name in names if name in moved)
     return (
         f"{where}: unknown key {', '.join(short_repr(n) for n in names)} "
         f"(known: {', '.join(known)}){hint}"

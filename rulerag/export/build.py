@@ -37,11 +37,12 @@ from rulerag.export.huggingface import (
 )
 from rulerag.export.official import write_official
 from rulerag.export.settings import ExportSettings
+from rulerag.generation.config import GenerationSettings
 from rulerag.generation.prompts import Sample
 from rulerag.generation.samples import build_samples, selected_rules, united_lists
 from rulerag.io import read_jsonl, read_parquet, verify_output, write_json, write_manifest
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import parse_config
+from rulerag.retrieval.configs import RetrieveSettings, parse_config
 from rulerag.retrieval.data import Query, read_corpus, read_rule_items, read_rule_texts
 from rulerag.retrieval.rule_guided import Searcher, retrieve, rule_query_texts
 from rulerag.retrieval.runs import open_searcher
@@ -141,12 +142,15 @@ def export_dataset(
     layout: DataLayout,
     settings: ExportSettings,
     index: IndexSettings,
-    rule_query: str,
+    retrieve: RetrieveSettings,
+    generation: GenerationSettings,
     model_cache: Path | None = None,
 ) -> Export:
     """Read the dataset's benchmark, bank and entities, search for hard negatives and prompt
-    documents, and return what `Export.write` writes. `rule_query` is `retrieve.rule_query`
-    (the rule's form in searches and in RGFT questions, as training and retrieval use it)."""
+    documents, and return what `Export.write` writes. The rule's form in searches and in RGFT
+    questions is `retrieve.rule_query` (as training and retrieval use it), the rules per prompt
+    are `generation.max_rules` (as the generation grid shows them)."""
+    rule_query = retrieve.rule_query
     where = f"export@{layout.dataset}"
     stats_path = layout.benchmark / "stats.json"
     if not stats_path.is_file():
@@ -187,8 +191,12 @@ def export_dataset(
     prompts = _searcher(settings.fine_tuned, layout, index, model_cache, where)
     use_rules = parse_config(settings.fine_tuned).use_rules
     answered = [r for r in records["f_g"] if r.get("answers")]
-    train = _samples(answered, prompts, use_rules, bank, search_rules, contents, settings)
-    test = _samples(records["test"], prompts, use_rules, bank, search_rules, contents, settings)
+    train = _samples(
+        answered, prompts, use_rules, bank, search_rules, contents, settings, generation
+    )
+    test = _samples(
+        records["test"], prompts, use_rules, bank, search_rules, contents, settings, generation
+    )
     entities = read_parquet(layout.entities, columns=["id", "name"])
     names = dict(zip(entities["name"].astype(str), entities["id"].astype(int), strict=True))
     return Export(
@@ -231,10 +239,12 @@ def _samples(
     search_rules: Mapping[str, str],
     contents: Mapping[str, str],
     settings: ExportSettings,
+    generation: GenerationSettings,
 ) -> list[Sample]:
     """Prompt inputs of `records`: each query searched with the rules its prompt shows (the
-    first `max_rules` selected ones the bank holds), the lists united, the best `documents`."""
-    shown = {str(r["qid"]): selected_rules(r, bank, settings.max_rules) for r in records}
+    first `generation.max_rules` selected ones the bank holds), the lists united, the best
+    `documents`."""
+    shown = {str(r["qid"]): selected_rules(r, bank, generation.max_rules) for r in records}
     queries = [
         Query(str(r["qid"]), str(r["query"]), rule_ids=tuple(shown[str(r["qid"])])) for r in records
     ]
@@ -247,6 +257,6 @@ def _samples(
         documents=documents,
         corpus=contents,
         num_documents=settings.documents,
-        max_rules=settings.max_rules,
+        max_rules=generation.max_rules,
         keep_retrieved=settings.documents,
     )

@@ -4,14 +4,15 @@ The export is for people who will not run this pipeline, so its knobs are few: t
 of the Hugging Face folder, the dense retriever whose untuned top list gives DPR's hard
 negatives and whose fine-tuned query encoder fills the generator prompts (the paper: "we
 leverage the fine-tuned retrievers to retrieve relevant documents for each query in F_G"),
-and the prompt's documents and rules.
+and the prompt's documents (its rules per prompt are `generation.max_rules`, read from the
+generation settings).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.retrieval.configs import SPARSE_INDEXES, TRAINED_MODES
 from rulerag.settings import Count, Name, Positive, UniqueDatasetNames, load_settings
@@ -64,9 +65,9 @@ class ExportSettings:
     documents: Positive = field(
         default=10, metadata={"help": "documents per prompt (the paper profile's 10)"}
     )
-    max_rules: Positive | None = field(
-        default=None, metadata={"help": "rules per prompt: the first n selected; null = all"}
-    )
+    #: keys that other sections now say, for the unknown-key error: the rules per prompt are
+    #: the generator's (`export_dataset` reads them from the generation settings)
+    MOVED_KEYS: ClassVar[Mapping[str, str]] = {"max_rules": "generation.max_rules"}
 
     def __post_init__(self) -> None:
         if self.format not in EXPORT_FORMATS:

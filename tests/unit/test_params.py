@@ -164,6 +164,19 @@ def test_unknown_key_fails_naming_key_and_section(section: str) -> None:
             load(with_typo(PARAMS[section], path))
 
 
+def test_export_max_rules_is_generations_now() -> None:
+    """The export's rules per prompt are generation.max_rules: an export.max_rules left in a
+    params.yaml is an unknown key whose error names the key that says it now."""
+    from rulerag.export.settings import export_settings
+
+    with pytest.raises(
+        SettingsError,
+        match=r"export: unknown key 'max_rules' .*"
+        r"'max_rules' is generation\.max_rules now",
+    ):
+        export_settings({**PARAMS["export"], "max_rules": 2})
+
+
 def test_unknown_key_in_a_per_encoder_override_fails_naming_it() -> None:
     section = {**PARAMS["train_retriever"], "overrides": {"minilm": {"batch_sise": 8}}}
     assert train_retriever_settings(section, "mpnet") == train_retriever_settings(section)
