@@ -32,12 +32,13 @@ OPTIONS = {"encoder": "a dense encoder of index.dense", "mode": "what to train o
 def main(argv: list[str] | None = None) -> int:
     stage = stage_inputs("train_retriever", argv, __doc__, {"mode": TRAINED_MODES}, **OPTIONS)
     encoder, mode, params, layout = stage.args.encoder, stage.args.mode, stage.params, stage.layout
-    name, rule_query = f"{encoder}-{mode}", params.retrieve.rule_query
+    name = f"{encoder}-{mode}"
     logged = {
         "train_retriever": params.section_values("train_retriever"),
         "encoder": asdict(params.index.encoder(encoder)),
         "mode": mode,
-        "rule_query": rule_query,  # RGFT trains on the search text retrieval will use
+        # RGFT trains on the search text retrieval will use
+        "rule_query": params.retrieve.rule_query,
     }
     with stage.track(logged, instance=f"-{name}", tags={"rulerag.config": name}) as run:
         trained = train_retriever(
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             mode,
             params.train_retriever,
             params.index,
-            rule_query,
+            params.retrieve,
             stage.model_cache,
             on_log=run.log_metrics,
         )

@@ -359,12 +359,14 @@ def api_llm(generator: Any) -> ChainLLM:
 
 
 def chain_factory(
-    index: Any, rule_query: str = "rule", model_cache: Any = None
+    index: Any, retrieve: Any = None, model_cache: Any = None
 ) -> Callable[..., ChainGenerator]:
     """run_row's generator factory for chain rows: the row's model (base or API) as the LLM,
     the `generation.retriever` index over the corpus as the knowledge source (the base encoder
     or BM25, as Standard RAG searches), demonstrations from the dataset's F_R items.
-    `rule_query` is the form a rule takes in a search text (`retrieve.rule_query`)."""
+    A rule takes `retrieve.rule_query`'s form in a search text (`retrieve`: the
+    `RetrieveSettings`; None: the default form, `rule`)."""
+    rule_query = "rule" if retrieve is None else retrieve.rule_query
 
     def build(base: Any, grid: Any, settings: Any, retrieval: str | None) -> ChainGenerator:
         from rulerag.generation.generators import make_generator

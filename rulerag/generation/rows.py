@@ -149,7 +149,7 @@ def row_plan(
         factory = generator_factory(
             config,
             index,
-            retrieve.rule_query,
+            retrieve,
             encoder=r2ag.encoder or generation.retriever,
             model_cache=model_cache,
         )
@@ -160,7 +160,7 @@ def row_plan(
     if grid.method is not None:  # VE / CoK / RuleRAG-CoK: the chain searches the corpus
         from rulerag.generation.chains import chain_factory
 
-        factory = chain_factory(index, retrieve.rule_query, model_cache)
+        factory = chain_factory(index, retrieve, model_cache)
     return RowPlan("generate", grid, generation, _tracked(generation, grid), factory)
 
 

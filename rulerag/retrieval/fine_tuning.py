@@ -20,7 +20,7 @@ import pandas as pd
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, staged_dir, write_json
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import TRAINED_MODES
+from rulerag.retrieval.configs import TRAINED_MODES, RetrieveSettings
 from rulerag.retrieval.settings import IndexSettings
 from rulerag.retrieval.training import (
     FittedEncoder,
@@ -98,7 +98,7 @@ def train_retriever(
     mode: str,
     settings: TrainRetrieverSettings,
     index_settings: IndexSettings,
-    rule_query: str,
+    retrieve: RetrieveSettings,
     model_cache: Path | None = None,
     on_log: Callable[[dict[str, float], int], None] | None = None,
 ) -> TrainedRetriever:
@@ -106,8 +106,8 @@ def train_retriever(
     on the dataset's F_R items against its corpus index (`fit_query_encoder`), with the
     section's `overrides.<encoder>` applied (`TrainRetrieverSettings.for_encoder`).
 
-    `rule_query` is the form rules take in the RGFT inputs (`retrieve.rule_query`: the text
-    retrieval will search with); `on_log(metrics, step)` receives the training loss and
+    Rules take `retrieve.rule_query`'s form in the RGFT inputs (the text retrieval will search
+    with); `on_log(metrics, step)` receives the training loss and
     held-out figures as they come (MLflow).
     """
     from rulerag.retrieval.dense import DenseIndex
@@ -126,7 +126,7 @@ def train_retriever(
     set_torch_threads(settings.threads)
     index = DenseIndex.load(layout.index(encoder))
     items, dropped = training_items(
-        layout, index.doc_ids, mode == "rgft", settings.positives, rule_query
+        layout, index.doc_ids, mode == "rgft", settings.positives, retrieve.rule_query
     )
     fitted = fit_query_encoder(
         items,

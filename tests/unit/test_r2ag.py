@@ -218,7 +218,7 @@ def test_a_united_list_measures_each_document_against_the_text_that_found_it() -
     docs = {"D1": encode(["alice consult"])[0], "D2": encode(["alice visit"])[0]}
     rule_texts = {"r1": "[Entity1, Consult, Entity2] leads to [Entity1, Host, Entity2]"}
     features = list_features(
-        "alice visit", ["D1", "D2"], ["r1", NO_RULE], rule_texts=rule_texts, encode=encode,
+        "alice visit", ["D1", "D2"], ["r1", NO_RULE], search_rules=rule_texts, encode=encode,
         doc_vectors=docs,
     )  # fmt: skip
     q_r1 = encode(["alice visit " + rule_texts["r1"]])[0]
@@ -228,7 +228,7 @@ def test_a_united_list_measures_each_document_against_the_text_that_found_it() -
         cos(docs["D2"], docs["D1"]), abs=1e-6
     )
     with pytest.raises(ValueError, match="one rule"):
-        list_features("q", ["D1"], [], rule_texts={}, encode=encode, doc_vectors=docs)
+        list_features("q", ["D1"], [], search_rules={}, encode=encode, doc_vectors=docs)
 
 
 def test_a_prompt_cut_from_the_left_keeps_its_last_documents_vectors() -> None:

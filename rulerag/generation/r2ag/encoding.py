@@ -51,14 +51,13 @@ class FeatureEncoder:
         self,
         encode: Any,
         docs: Mapping[str, np.ndarray],
-        rule_texts: Mapping[str, str],
+        search_rules: Mapping[str, str],
         *,
-        rule_query: str = "rule",
         mask: Sequence[float] = (1.0, 1.0, 1.0),
         name: str = "",
     ) -> None:
-        self.encode, self.docs, self.rule_texts = encode, docs, rule_texts
-        self.rule_query, self.name = rule_query, name
+        self.encode, self.docs, self.search_rules = encode, docs, search_rules
+        self.name = name
         self.mask = np.asarray(mask, dtype=np.float32)
 
     def features(self, sample: Sample) -> np.ndarray:
@@ -72,10 +71,9 @@ class FeatureEncoder:
             sample.query,
             doc_ids,
             rules,
-            rule_texts=self.rule_texts,
+            search_rules=self.search_rules,
             encode=self.encode,
             doc_vectors=self.docs,
-            rule_query=self.rule_query,
         )
         return features * self.mask
 
@@ -84,15 +82,15 @@ def open_feature_encoder(
     root: Path,
     retrieval: str,
     index_settings: IndexSettings,
-    rule_texts: Mapping[str, str],
+    search_rules: Mapping[str, str],
     *,
     encoder: str,
-    rule_query: str = "rule",
     mask: Sequence[float] = (1.0, 1.0, 1.0),
     model_cache: Path | None = None,
 ) -> FeatureEncoder:
     """The encoder behind retrieval configuration `retrieval` under data/<dataset>/ (`root`);
-    `encoder` names the dense index a sparse configuration borrows."""
+    `encoder` names the dense index a sparse configuration borrows; `search_rules` are the
+    bank's rules in the form the retrieval searched with (`rule_query_texts`)."""
     from rulerag.retrieval.encoders import encode
     from rulerag.retrieval.runs import open_searcher
 
@@ -109,6 +107,4 @@ def open_feature_encoder(
         return encode(model, texts, batch, normalize, False)
 
     docs = DocVectors(searcher.index.doc_ids, searcher.index.embeddings)
-    return FeatureEncoder(
-        encode_texts, docs, rule_texts, rule_query=rule_query, mask=mask, name=config.name
-    )
+    return FeatureEncoder(encode_texts, docs, search_rules, mask=mask, name=config.name)

@@ -30,6 +30,7 @@ from rulerag.io import atomic_open, staged_outputs, write_json
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import RetrieveSettings
 from rulerag.retrieval.data import read_rule_texts
+from rulerag.retrieval.rule_guided import rule_query_texts
 from rulerag.retrieval.settings import IndexSettings
 
 __all__ = [
@@ -96,9 +97,8 @@ class R2AGPlan:
             layout.root,
             self.retrieval,
             index,
-            read_rule_texts(layout.rule_bank),
+            rule_query_texts(read_rule_texts(layout.rule_bank), retrieve.rule_query),
             encoder=settings.encoder or generation.retriever,
-            rule_query=retrieve.rule_query,
             mask=settings.feature_mask(),
             model_cache=model_cache,
         )
@@ -264,10 +264,9 @@ def open_generator(
     retrieval: str,
     generation: GenerationSettings,
     index_settings: IndexSettings,
-    rule_texts: Mapping[str, str],
+    search_rules: Mapping[str, str],
     *,
     encoder: str,
-    rule_query: str,
     model_cache: Path | None = None,
 ) -> Any:
     """The trained variant in `folder` as an `R2AGGenerator` for retrieval run `retrieval`
@@ -285,9 +284,8 @@ def open_generator(
         root,
         retrieval,
         index_settings,
-        rule_texts,
+        search_rules,
         encoder=encoder,
-        rule_query=rule_query,
         mask=meta.get("feature_mask", (1.0, 1.0, 1.0)),
         model_cache=model_cache,
     )
@@ -308,7 +306,7 @@ def open_generator(
 def generator_factory(
     variant: str,
     index_settings: IndexSettings,
-    rule_query: str,
+    retrieve: RetrieveSettings,
     *,
     encoder: str,
     model_cache: Path | None = None,
@@ -329,9 +327,8 @@ def generator_factory(
             retrieval_name(retrieval, settings.retriever),
             settings,
             index_settings,
-            read_rule_texts(layout.rule_bank),
+            rule_query_texts(read_rule_texts(layout.rule_bank), retrieve.rule_query),
             encoder=encoder,
-            rule_query=rule_query,
             model_cache=model_cache,
         )
 

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from rulerag.generation.r2ag.features import retrieval_features
-from rulerag.retrieval.rule_guided import NO_RULE, compose, rule_query_text
+from rulerag.retrieval.rule_guided import NO_RULE, compose
 
 __all__ = ["list_features"]
 
@@ -28,22 +28,19 @@ def list_features(
     doc_ids: Sequence[str],
     rules: Sequence[str],
     *,
-    rule_texts: Mapping[str, str],
+    search_rules: Mapping[str, str],
     encode: Callable[[list[str]], np.ndarray],
     doc_vectors: Mapping[str, np.ndarray],
-    rule_query: str = "rule",
 ) -> np.ndarray:
     """(k, 3) features of one query's documents in prompt order; `rules[i]` is the rule the
-    i-th document was retrieved with (`NO_RULE` for the query alone), `rule_query` the form
-    the retrieval stage composed it in (`retrieve.rule_query`)."""
+    i-th document was retrieved with (`NO_RULE` for the query alone), `search_rules` each
+    rule's text as the retrieval stage composed it (`rule_query_texts` of the bank in the
+    `retrieve.rule_query` form)."""
     if len(doc_ids) != len(rules):
         raise ValueError("one rule (or NO_RULE) per document is needed")
     if not doc_ids:
         return np.zeros((0, 3), dtype=np.float32)
-    texts = [
-        query if rule == NO_RULE else compose(query, rule_query_text(rule_texts[rule], rule_query))
-        for rule in rules
-    ]
+    texts = [query if rule == NO_RULE else compose(query, search_rules[rule]) for rule in rules]
     unique = list(dict.fromkeys(texts))
     vectors = np.asarray(encode(unique), dtype=np.float64)
     by_text = dict(zip(unique, vectors, strict=True))
