@@ -57,7 +57,7 @@ from rulerag.settings import (
 
 if TYPE_CHECKING:  # the section types, imported when a section is read (see the docstring)
     from rulerag.benchmark.settings import BuildBenchmarkSettings
-    from rulerag.experiments.generalisation import GeneralisationSettings
+    from rulerag.experiments.settings import GeneralisationSettings
     from rulerag.export.settings import ExportSettings
     from rulerag.generation.config import GenerationSettings
     from rulerag.generation.r2ag.settings import R2AGSettings
@@ -94,7 +94,7 @@ SECTIONS: dict[str, str] = {
     "apply_rules": "rulerag.rules.answers:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
     "qa": "rulerag.qa.settings:qa_settings",
-    "generalisation": "rulerag.experiments.generalisation:generalisation_settings",
+    "generalisation": "rulerag.experiments.settings:generalisation_settings",
     "export": "rulerag.export.settings:export_settings",
 }
 #: top-level keys that are not a stage's section

@@ -14,43 +14,11 @@ the heat map); `pipeline_steps/generalisation.py` trains and answers.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-
-from rulerag.settings import Count, Positive, Seed, UniqueDatasetNames, load_settings
-
-
-@dataclass(frozen=True)
-class GeneralisationSettings:
-    """params.yaml `generalisation` (stage `generalisation`, `make exp-generalisation`)."""
-
-    datasets: UniqueDatasetNames = field(
-        default=(), metadata={"help": "RuleQA sets to run it on; [] = the stage is off"}
-    )
-    # disjoint rule banks (the paper: 4)
-    banks: Positive = field(default=4, metadata={"help": "R_1..R_4 (the paper: 4)"})
-    seed: Seed = 12
-    retriever_steps: Positive = field(
-        default=40, metadata={"help": "RGFT steps per bank (train_retriever's other knobs)"}
-    )
-    generator_samples: Positive = field(
-        default=48,
-        metadata={"help": "F_G training samples per bank (generation.train's other knobs)"},
-    )
-    dev_samples: Count = field(
-        default=8, metadata={"help": "held-out F_G samples per bank (best adapter checkpoint)"}
-    )
-    test_queries: Positive | None = field(
-        default=25, metadata={"help": "test queries per bank (seeded); null = all of the bank's"}
-    )
-
-
-def generalisation_settings(section: Mapping[str, Any] | None) -> GeneralisationSettings:
-    return load_settings(GeneralisationSettings, section, "generalisation")
 
 
 def split_bank(bank: pd.DataFrame, parts: int, seed: int) -> dict[str, int]:

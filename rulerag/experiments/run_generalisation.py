@@ -23,7 +23,6 @@ import pandas as pd
 from rulerag.benchmark.sampling import sample_queries
 from rulerag.errors import InputError
 from rulerag.experiments.generalisation import (
-    GeneralisationSettings,
     assign_queries,
     gains_table,
     long_form,
@@ -32,6 +31,7 @@ from rulerag.experiments.generalisation import (
     summary,
     to_markdown,
 )
+from rulerag.experiments.settings import GeneralisationSettings
 from rulerag.generation.config import GenerationSettings, grid_config
 from rulerag.io import atomic_open, atomic_path, read_jsonl, read_parquet, write_json
 from rulerag.layout import DataLayout
