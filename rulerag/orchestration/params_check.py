@@ -24,7 +24,7 @@ from typing import Any
 from rulerag.params import Params, parse_params, read_params_file
 from rulerag.settings import SettingsError
 
-__all__ = ["api_users", "check_environment", "check_params", "main"]
+__all__ = ["api_users", "check_environment", "check_params", "environment_ready", "main"]
 
 
 def check_params(params: Mapping[str, Any], where: str = "params.yaml") -> Params:
@@ -95,13 +95,19 @@ def main(argv: list[str] | None = None) -> int:
     except (SettingsError, OSError) as err:
         print(f"{path}: invalid: {err}", file=sys.stderr)
         return 2
-    problems = check_environment(params)
-    if problems:
-        for problem in problems:
-            print(f"{path}: valid, but the environment is not ready: {problem}", file=sys.stderr)
+    if not environment_ready(params, str(path)):
         return 2
     print(f"{path}: valid")
     return 0
+
+
+def environment_ready(params: Params, where: str, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the run `params` describe can start in this environment (`check_environment`);
+    each problem printed to stderr, naming the file that is valid otherwise."""
+    problems = check_environment(params, environ)
+    for problem in problems:
+        print(f"{where}: valid, but the environment is not ready: {problem}", file=sys.stderr)
+    return not problems
 
 
 if __name__ == "__main__":

@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     and dataset name: a typo fails in seconds, not after the stages before the one that reads
     it), plan a run of the project (the empty conf unless --conf says otherwise), check the
     environment it would run in, and print the plan; exit 2 naming the problem."""
-    from rulerag.orchestration.params_check import check_environment, check_params
+    from rulerag.orchestration.params_check import check_params, environment_ready
     from rulerag.orchestration.run_conf import RunConf
     from rulerag.params import read_params_file
     from rulerag.settings import SettingsError
@@ -220,10 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, SettingsError, OSError) as err:
         print(f"{where}: invalid: {err}", file=sys.stderr)
         return 2
-    problems = check_environment(checked)
-    if problems:
-        for problem in problems:
-            print(f"{where}: valid, but the environment is not ready: {problem}", file=sys.stderr)
+    if not environment_ready(checked, where):
         return 2
     if args.json:
         print(json.dumps(plan.summary(), indent=1))
