@@ -28,6 +28,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.orchestration.cluster import Cluster  # noqa: E402
 from rulerag.orchestration.project_copy import copy_project, cut_project, kg_mirror_dir  # noqa: E402
 
@@ -101,13 +102,15 @@ def main() -> int:
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     print(f"{time.strftime('%Y-%m-%d', time.gmtime())}, commit {commit}, {platform.node()}, "
           f"{os.cpu_count()} CPUs; {', '.join(instances)}")  # fmt: skip
-    print("| run | seconds |\n|---|---|")
-    print(f"| serial `dvc repro --single-item` | {serial_s:.1f} |")
-    print(f"| cluster start (`up`, {args.workers} workers) | {up_s:.1f} |")
-    print(f"| Celery DAG run, {args.workers} workers (trigger to end) | {run_s:.1f} |")
-    print("\n| task | state | seconds |\n|---|---|---|")
-    for task, task_state, task_start, task_end in tasks:
-        print(f"| {task} | {task_state} | {(task_end - task_start).total_seconds():.1f} |")
+    print(markdown.table(["run", "seconds"], [
+        ["serial `dvc repro --single-item`", f"{serial_s:.1f}"],
+        [f"cluster start (`up`, {args.workers} workers)", f"{up_s:.1f}"],
+        [f"Celery DAG run, {args.workers} workers (trigger to end)", f"{run_s:.1f}"],
+    ]))  # fmt: skip
+    print("\n" + markdown.table(["task", "state", "seconds"], [
+        [task, task_state, f"{(task_end - task_start).total_seconds():.1f}"]
+        for task, task_state, task_start, task_end in tasks
+    ]))  # fmt: skip
     print(f"\noutputs identical to the serial run: {same}")
     shutil.rmtree(scratch, ignore_errors=True)
     return 0 if same else 1

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 import rulerag.io as io
+from rulerag import markdown
 from rulerag.io import (
     MANIFEST,
     iter_jsonl,
@@ -95,15 +96,17 @@ def main() -> None:
             (folder / f"file-{i}.txt").write_text("x")
         sweep_s = best_of(args.repeats, lambda: sweep_stale(folder))
     print(f"corpus: {len(rows):,} documents, {size / 2**20:.1f} MiB, manifest {manifest}")
-    print("| step | seconds |\n|---|---|")
-    print(f"| write corpus.jsonl staged, with manifest | {write_s:.3f} |")
-    print(f"| read it, manifest checked | {checked_s:.3f} |")
-    print(f"| read it, no manifest | {plain_s:.3f} |")
-    print(f"| verify_output (sha256 of the file) | {verify_s:.3f} |")
-    print(f"| read_parquet corpus.parquet, first read (hashed) | {first_read_s:.3f} |")
-    print(f"| read_parquet again in the same process | {parquet_checked_s:.3f} |")
-    print(f"| pd.read_parquet, no check | {parquet_plain_s:.3f} |")
-    print(f"| sweep_stale over 200 files | {sweep_s:.4f} |")
+    steps = [
+        ("write corpus.jsonl staged, with manifest", f"{write_s:.3f}"),
+        ("read it, manifest checked", f"{checked_s:.3f}"),
+        ("read it, no manifest", f"{plain_s:.3f}"),
+        ("verify_output (sha256 of the file)", f"{verify_s:.3f}"),
+        ("read_parquet corpus.parquet, first read (hashed)", f"{first_read_s:.3f}"),
+        ("read_parquet again in the same process", f"{parquet_checked_s:.3f}"),
+        ("pd.read_parquet, no check", f"{parquet_plain_s:.3f}"),
+        ("sweep_stale over 200 files", f"{sweep_s:.4f}"),
+    ]
+    print(markdown.table(["step", "seconds"], steps))
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from pathlib import Path
 PROJECT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(PROJECT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.orchestration.project_copy import copy_project, cut_project, kg_mirror_dir  # noqa: E402
 
 BIN = Path(sys.executable).parent
@@ -122,26 +123,28 @@ def main() -> int:
         same = outputs(project) == outputs(copies["serial"])
         summary = json.loads(timings.read_text())
 
-        print(f"| the same {len(instances)} stage instances ({', '.join(instances)}) | seconds |")
-        print("|---|---:|")
-        print(f"| serial `dvc repro --single-item` | {serial_s:.1f} |")
-        print(f"| `compile` (the project's interpreter reads the graph) | {compile_s:.1f} |")
-        print(f"| `run-local` ({len(spans)} tasks), start to end | {run_s:.1f} |")
         inner = summary["seconds"]
-        print(f"| of which the run itself (`run_local`, after the CLI starts) | {inner:.1f} |")
+        rows = [
+            ["serial `dvc repro --single-item`", f"{serial_s:.1f}"],
+            ["`compile` (the project's interpreter reads the graph)", f"{compile_s:.1f}"],
+            [f"`run-local` ({len(spans)} tasks), start to end", f"{run_s:.1f}"],
+            ["of which the run itself (`run_local`, after the CLI starts)", f"{inner:.1f}"],
+        ]
         for task in ("prepare", *(n.replace("@", "-").replace("_", "-") for n in instances),
                      "collect"):  # fmt: skip
             if task in spans:
-                print(f"| task `{task}` | {spans[task]:.1f} |")
+                rows.append([f"task `{task}`", f"{spans[task]:.1f}"])
         ours = {"prepare", "collect", *(n.replace("@", "-").replace("_", "-") for n in instances)}
         links = [s for t, s in spans.items() if re.fullmatch(r"collect-\d+", t)]
         skipped = [s for t, s in spans.items() if t not in ours and not re.match("collect-", t)]
         if links:
-            print(f"| {len(links)} earlier links of the collect chain, each (mean) | "
-                  f"{sum(links) / len(links):.1f} |")  # fmt: skip
+            rows.append([f"{len(links)} earlier links of the collect chain, each (mean)",
+                         f"{sum(links) / len(links):.1f}"])  # fmt: skip
         if skipped:
-            print(f"| {len(skipped)} tasks of unselected stages, each (mean) | "
-                  f"{sum(skipped) / len(skipped):.1f} |")  # fmt: skip
+            rows.append([f"{len(skipped)} tasks of unselected stages, each (mean)",
+                         f"{sum(skipped) / len(skipped):.1f}"])  # fmt: skip
+        header = [f"the same {len(instances)} stage instances ({', '.join(instances)})", "seconds"]
+        print(markdown.table(header, rows, align="lr"))
         print(f"\noutputs byte-identical to the serial run's: {same}")
         return 0 if same else 1
     finally:

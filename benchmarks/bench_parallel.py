@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.orchestration.dag_settings import DagSettings  # noqa: E402
 from rulerag.orchestration.dvc_graph import build_graph, stage_edges  # noqa: E402
 from rulerag.orchestration.schedule import critical_path, list_schedule, run_graph  # noqa: E402
@@ -81,14 +82,14 @@ def expected(args: argparse.Namespace) -> None:
     print(f"{len(durations)} stage instances of {', '.join(args.datasets)} with logged times"
           f" (+{args.overhead:g} s each); without one: {len(missing)}")  # fmt: skip
     print(f"critical path {length / 60:.1f} min: {' -> '.join(path)}\n")
-    print("| workers | wall time (min) | speed-up | busy |")
-    print("|---:|---:|---:|---:|")
+    rows = []
     for workers in args.workers:
         plan = list_schedule(durations, edges, workers)
         busy = total / (workers * plan.makespan) if plan.makespan else 0.0
-        print(f"| {workers} | {plan.makespan / 60:.1f} | {total / plan.makespan:.2f} | "
-              f"{busy:.0%} |")  # fmt: skip
-    print(f"| ∞ | {length / 60:.1f} | {total / length:.2f} | – |")
+        rows.append([workers, f"{plan.makespan / 60:.1f}", f"{total / plan.makespan:.2f}",
+                     f"{busy:.0%}"])  # fmt: skip
+    rows.append(["∞", f"{length / 60:.1f}", f"{total / length:.2f}", "–"])
+    print(markdown.table(["workers", "wall time (min)", "speed-up", "busy"], rows, align="rrrr"))
 
 
 def _sh(cmd: list[str], cwd: Path, env: dict[str, str]) -> None:

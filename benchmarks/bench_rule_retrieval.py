@@ -20,6 +20,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from rulerag import markdown
 from rulerag.generation.config import ApiSettings
 from rulerag.rule_retrieval.experiment import library_analysis, results_markdown, run_evaluation
 from rulerag.rule_retrieval.llm import LLMPool
@@ -116,9 +117,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         ):
             tops = [text[r[0]] if len(r) else None for r in group["rule_ids"]]
             rows[f"{retriever} {method} {form}".strip()] = tops
-        print("\n| top-1 rule | Match (%) |\n|---|---|")
-        for label, tops in rows.items():
-            print(f"| {label} | {100 * match_of(questions, tops, answer):.1f} |")
+        print("\n" + markdown.row(["top-1 rule", "Match (%)"]) + "\n" + markdown.rule("ll"))
+        for label, tops in rows.items():  # a line as soon as its LLM calls are done
+            print(markdown.row([label, f"{100 * match_of(questions, tops, answer):.1f}"]))
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.evaluation.claims import p_text, paired_em  # noqa: E402
 from rulerag.evaluation.grid_report import read_row  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
@@ -71,20 +72,24 @@ def _figure(metrics: dict, key: str) -> float | None:
 
 def to_markdown(records: list[dict]) -> str:
     """The comparison as the docs print it."""
-    lines = [
-        "| row | queries | EM before → after | only after / only before right, p "
-        "| T-F1 before → after | rank MRR before → after | gold among candidates (%) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    header = ["row", "queries", "EM before → after", "only after / only before right, p"]
+    header += ["T-F1 before → after", "rank MRR before → after", "gold among candidates (%)"]
+    rows = []
     for r in records:
         mrr = "–" if r["mrr_before"] is None else f"{r['mrr_before']} → {r['mrr_after']}"
         gold = "–" if r["gold_before"] is None else f"{r['gold_before']} → {r['gold_after']}"
-        lines.append(
-            f"| `{r['row']}` | {r['queries']} | {r['em_before']} → {r['em_after']} "
-            f"| {r['only_after']} / {r['only_before']}, p {p_text(r['p'])} "
-            f"| {r['tf1_before']} → {r['tf1_after']} | {mrr} | {gold} |"
+        rows.append(
+            [
+                f"`{r['row']}`",
+                r["queries"],
+                f"{r['em_before']} → {r['em_after']}",
+                f"{r['only_after']} / {r['only_before']}, p {p_text(r['p'])}",
+                f"{r['tf1_before']} → {r['tf1_after']}",
+                mrr,
+                gold,
+            ]
         )
-    return "\n".join(lines)
+    return markdown.table(header, rows, align="lrrrrrr")
 
 
 def main() -> int:

@@ -625,17 +625,23 @@ def _number(value: float | None, digits: int = 4) -> str:
 
 def table(rows: list[PartResult]) -> str:
     """The final table, as Markdown."""
-    lines = [
-        "| part | status | device | seconds | peak GPU MiB | loss before | loss after | why |",
-        "|---|---|---|---|---|---|---|---|",
+    from rulerag import markdown
+
+    header = ["part", "status", "device", "seconds", "peak GPU MiB", "loss before", "loss after"]
+    cells = [
+        [
+            r.part,
+            r.status,
+            r.device or "-",
+            f"{r.seconds:.1f}",
+            _number(r.peak_gpu_mib, 0) if r.peak_gpu_mib is not None else "-",
+            _number(r.loss_before),
+            _number(r.loss_after),
+            r.why.replace("|", "/"),
+        ]
+        for r in rows
     ]
-    for r in rows:
-        gpu = _number(r.peak_gpu_mib, 0) if r.peak_gpu_mib is not None else "-"
-        lines.append(
-            f"| {r.part} | {r.status} | {r.device or '-'} | {r.seconds:.1f} | {gpu} | "
-            f"{_number(r.loss_before)} | {_number(r.loss_after)} | {r.why.replace('|', '/')} |"
-        )
-    return "\n".join(lines)
+    return markdown.table([*header, "why"], cells)
 
 
 def environment() -> dict[str, Any]:

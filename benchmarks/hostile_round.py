@@ -1282,6 +1282,8 @@ CASES += ROUND_45
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rulerag import markdown
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("-k", default="", help="run the cases whose id contains this")
     parser.add_argument(
@@ -1292,7 +1294,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     counts: Counter[str] = Counter()
     began = time.monotonic()
-    print("| case | section | what | verdict | s | detail |\n|---|---|---|---|---|---|")
+    print(markdown.row(["case", "section", "what", "verdict", "s", "detail"]))
+    print(markdown.rule("llllll"))
     for case in CASES:
         if args.k not in case.id or args.round not in (None, case.round):
             continue
@@ -1310,9 +1313,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tmp, ignore_errors=True)
         seconds = time.monotonic() - started
         counts[outcome.verdict] += 1
-        detail = outcome.detail.replace("|", "\\|").replace("\n", " ")
-        print(f"| {case.id} | {case.section} | {case.what} | {outcome.verdict} | {seconds:.0f} "
-              f"| {detail} |", flush=True)  # fmt: skip
+        cells = [case.id, case.section, case.what, outcome.verdict, f"{seconds:.0f}"]
+        print(markdown.row([*cells, markdown.escape(outcome.detail)]), flush=True)
     print("\n" + ", ".join(f"{v}: {counts[v]}" for v in VERDICTS)
           + f" ({sum(counts.values())} cases, {time.monotonic() - began:.0f} s)")  # fmt: skip
     return 0 if set(counts) <= {"clear"} else 1

@@ -28,6 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 
@@ -72,11 +73,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--datasets", default="icews14,fb15k237,nell995")
     args = parser.parse_args()
-    print(
-        "| dataset | queries | same relation | rule body | either "
-        "| R@10 standard | R@10 rg | R@10 rgft |"
-    )
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    header = ["dataset", "queries", "same relation", "rule body", "either"]
+    print(markdown.row([*header, "R@10 standard", "R@10 rg", "R@10 rgft"]))
+    print(markdown.rule("lrrrrrrr"))
     for name in args.datasets.split(","):
         layout = DataLayout.of(ROOT / "data", name)
         if not layout.queries("test").is_file():
@@ -88,10 +87,8 @@ def main() -> int:
             path = layout.retrieval_metrics(config)
             value = json.loads(path.read_text())["recall_at_10"] if path.is_file() else None
             measured.append("–" if value is None else f"{100 * value:.1f}")
-        print(
-            f"| {name} | {share['queries']} | {share['same_relation']:.1f} | "
-            f"{share['rule_body']:.1f} | {share['either']:.1f} | " + " | ".join(measured) + " |"
-        )
+        shares = [f"{share[key]:.1f}" for key in ("same_relation", "rule_body", "either")]
+        print(markdown.row([name, share["queries"], *shares, *measured]))
     return 0
 
 

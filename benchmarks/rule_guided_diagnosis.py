@@ -40,6 +40,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rulerag import markdown  # noqa: E402
 from rulerag.evaluation.claims import paired_em  # noqa: E402
 from rulerag.io import iter_jsonl  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
@@ -160,12 +161,10 @@ def rule_reach(data: Path) -> float:
 
 
 def to_markdown(results: Mapping[str, Mapping[str, dict]]) -> str:
-    lines = [
-        "| dataset | index | "
-        + " | ".join(next(iter(next(iter(results.values())).values()))["variants"])
-        + " | subject share q / q∘r | cos(q∘r, q) / cos(q∘r, r) |",
-    ]
-    lines.append("|" + "---|" * (len(lines[0].split("|")) - 2))
+    variants = next(iter(next(iter(results.values())).values()))["variants"]
+    header = ["dataset", "index", *variants]
+    header += ["subject share q / q∘r", "cos(q∘r, q) / cos(q∘r, r)"]
+    rows = []
     for dataset, by_index in results.items():
         for index, rep in by_index.items():
             if index == "rule_body_reach":
@@ -177,12 +176,9 @@ def to_markdown(results: Mapping[str, Mapping[str, dict]]) -> str:
             share = rep["subject_share"]
             cos = rep.get("cosine")
             cos_text = f"{cos['q∘r vs q']} / {cos['q∘r vs r']}" if cos else ""
-            lines.append(
-                f"| {dataset} | {index} | "
-                + " | ".join(cells)
-                + f" | {share['standard']} / {share['q∘r lists']} | {cos_text} |"
-            )
-    return "\n".join(lines)
+            shares = f"{share['standard']} / {share['q∘r lists']}"
+            rows.append([dataset, index, *cells, shares, cos_text])
+    return markdown.table(header, rows)
 
 
 def main(argv: list[str] | None = None) -> int:

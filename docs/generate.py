@@ -48,6 +48,8 @@ from typing import Any
 
 import yaml
 
+from rulerag import markdown
+
 PROJECT = Path(__file__).resolve().parents[1]
 RESULTS_DOC = PROJECT / "docs" / "results.md"
 README = PROJECT / "README.md"
@@ -244,10 +246,8 @@ def benchmark_sizes(stats: Mapping[str, Any], dataset: str) -> str:
     paper = stats.get("paper") or {}
     columns = ("rules", "corpus", "f_r", "f_g", "test")
     cells = [f"{_number(stats[c])} ({_number(paper[c]) if c in paper else '–'})" for c in columns]
-    return (
-        "| | rules | corpus | F_R | F_G | test |\n|---|---:|---:|---:|---:|---:|\n"
-        f"| {dataset} (paper) | " + " | ".join(cells) + " |\n"
-    )
+    header = [None, "rules", "corpus", "F_R", "F_G", "test"]
+    return markdown.table(header, [[f"{dataset} (paper)", *cells]], align="lrrrrr") + "\n"
 
 
 def mining_summary(stats: Mapping[str, Any], dataset: str) -> str:
@@ -260,12 +260,15 @@ def mining_summary(stats: Mapping[str, Any], dataset: str) -> str:
     )
     covered = f"{stats.get('relations_covered', '–')} of {stats.get('relations_with_facts', '–')}"
     paper = stats.get("paper_bank_size")
-    return (
-        "| | miner | rules mined | bank (paper) | head relations with a bank rule |\n"
-        "|---|---|---|---:|---:|\n"
-        f"| {dataset} | {stats.get('miner', '–')} | {_number(stats['rules'])} ({by_length}) | "
-        f"{_number(stats['bank'])} ({_number(paper) if paper else '–'}) | {covered} |\n"
-    )
+    header = [None, "miner", "rules mined", "bank (paper)", "head relations with a bank rule"]
+    cells = [
+        dataset,
+        stats.get("miner", "–"),
+        f"{_number(stats['rules'])} ({by_length})",
+        f"{_number(stats['bank'])} ({_number(paper) if paper else '–'})",
+        covered,
+    ]
+    return markdown.table(header, [cells], align="lllrr") + "\n"
 
 
 def compact_grid(csv_text: str) -> str:
@@ -275,17 +278,16 @@ def compact_grid(csv_text: str) -> str:
     def cell(value: str) -> str:
         return f"{float(value):.1f}" if value.strip() else "–"
 
-    lines = [
-        "| row | R@10 | EM | T-F1 | paper R@10 / EM / T-F1 |",
-        "|---|---:|---:|---:|---:|",
+    cells = [
+        [
+            f"{row['group']}: {row['configuration']}",
+            *(cell(row[c]) for c in ("R@10", "EM", "T-F1")),
+            " / ".join(cell(row[f"paper {c}"]) for c in ("R@10", "EM", "T-F1")),
+        ]
+        for row in rows
     ]
-    for row in rows:
-        paper = " / ".join(cell(row[f"paper {c}"]) for c in ("R@10", "EM", "T-F1"))
-        lines.append(
-            f"| {row['group']}: {row['configuration']} | {cell(row['R@10'])} | "
-            f"{cell(row['EM'])} | {cell(row['T-F1'])} | {paper} |"
-        )
-    return "\n".join(lines) + "\n"
+    header = ["row", "R@10", "EM", "T-F1", "paper R@10 / EM / T-F1"]
+    return markdown.table(header, cells, align="lrrrr") + "\n"
 
 
 def stamped_markdown(markdown: str, stamp: str) -> str:

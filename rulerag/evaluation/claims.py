@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from rulerag import markdown
+
 __all__ = [
     "PAPER_CLAIMS",
     "R2AG_CLAIMS",
@@ -214,13 +216,23 @@ def claims_to_markdown(table: pd.DataFrame, alpha: float = 0.05) -> str:
         f"Exact McNemar test on the queries only one row answers; `holds` = higher EM with "
         f"p < {alpha}, `same direction` = higher EM without that evidence.",
         "",
-        "| claim | queries | EM | EM (other) | only this right | only other right | p | verdict |",
-        "|---|---:|---:|---:|---:|---:|---:|---|",
     ]
-    for r in table.to_dict("records"):
-        lines.append(
-            f"| {r['claim']} (`{r['better']}` vs `{r['worse']}`) | {r['queries']} | "
-            f"{r['EM better']:.1f} | {r['EM worse']:.1f} | {r['only better right']} | "
-            f"{r['only worse right']} | {p_text(r['p'])} | {r['verdict']} |"
-        )
+    lines += markdown.table_lines(
+        ["claim", "queries", "EM", "EM (other)", "only this right", "only other right", "p"]
+        + ["verdict"],
+        [
+            [
+                f"{r['claim']} (`{r['better']}` vs `{r['worse']}`)",
+                r["queries"],
+                f"{r['EM better']:.1f}",
+                f"{r['EM worse']:.1f}",
+                r["only better right"],
+                r["only worse right"],
+                p_text(r["p"]),
+                r["verdict"],
+            ]
+            for r in table.to_dict("records")
+        ],
+        align="lrrrrrrl",
+    )
     return "\n".join(lines) + "\n"

@@ -20,6 +20,8 @@ from typing import Any
 
 import pandas as pd
 
+from rulerag import markdown
+
 __all__ = [
     "EXTRA_ROWS",
     "METRIC_COLUMNS",
@@ -194,10 +196,7 @@ def to_markdown(table: pd.DataFrame, title: str, notes: Sequence[str] = ()) -> s
     """The table as GitHub Markdown (no extra dependency); a group's name is printed once."""
     headers = [c for c in table.columns if c != "config"]
     lines = [f"# {title}", ""]
-    lines.append("| " + " | ".join(headers) + " |")
-    lines.append(
-        "|" + "|".join("---" if h in {"group", "configuration"} else "---:" for h in headers) + "|"
-    )
+    rows = []
     previous = None
     for record in table.to_dict("records"):
         cells = []
@@ -206,7 +205,9 @@ def to_markdown(table: pd.DataFrame, title: str, notes: Sequence[str] = ()) -> s
             if header == "group":
                 value, previous = ("" if value == previous else value), value
             cells.append(_cell(value))
-        lines.append("| " + " | ".join(cells) + " |")
+        rows.append(cells)
+    align = "".join("l" if h in {"group", "configuration"} else "r" for h in headers)
+    lines += markdown.table_lines(headers, rows, align)
     if notes:
         lines.append("")
         lines += [f"- {note}" for note in notes]

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rulerag import markdown
+
 
 def split_bank(bank: pd.DataFrame, parts: int, seed: int) -> dict[str, int]:
     """rule_id -> bank (1..parts): disjoint, equal-size banks of whole head relations.
@@ -150,21 +152,24 @@ def to_markdown(
     """results.md: bank sizes, EM of every cell, the gains and their summary."""
     parts = sorted(baseline)
     lines = [f"# {dataset}: rule generalisation over {len(parts)} disjoint rule banks", ""]
-    lines += ["| bank | rules | head relations | F_R items | F_G queries | test queries |"]
-    lines += ["|---|---:|---:|---:|---:|---:|"]
-    for part in parts:
-        lines.append(f"| R{part} | " + " | ".join(str(v) for v in sizes[part]) + " |")
+    lines += markdown.table_lines(
+        ["bank", "rules", "head relations", "F_R items", "F_G queries", "test queries"],
+        [[f"R{part}", *sizes[part]] for part in parts],
+        align="lrrrrr",
+    )
     lines += ["", "EM in % (RuleRAG-FT trained on the row's bank, tested on the column's):", ""]
-    lines += ["| trained on | " + " | ".join(f"R{j}" for j in parts) + " |"]
-    lines += ["|---|" + "---:|" * len(parts)]
-    lines.append("| Standard RAG | " + " | ".join(f"{100 * baseline[j]:.1f}" for j in parts) + " |")
-    for i in parts:
-        lines.append(f"| R{i} | " + " | ".join(f"{100 * em[(i, j)]:.1f}" for j in parts) + " |")
+    lines += markdown.table_lines(
+        ["trained on", *(f"R{j}" for j in parts)],
+        [["Standard RAG", *(f"{100 * baseline[j]:.1f}" for j in parts)]]
+        + [[f"R{i}", *(f"{100 * em[(i, j)]:.1f}" for j in parts)] for i in parts],
+        align="l" + "r" * len(parts),
+    )
     lines += ["", "Gain over Standard RAG in points (the paper's Figure 5):", ""]
-    lines += ["| trained on | " + " | ".join(gains.columns) + " |"]
-    lines += ["|---|" + "---:|" * len(gains.columns)]
-    for name, row in gains.iterrows():
-        lines.append(f"| {name} | " + " | ".join(f"{v:+.1f}" for v in row) + " |")
+    lines += markdown.table_lines(
+        ["trained on", *gains.columns],
+        [[name, *(f"{v:+.1f}" for v in row)] for name, row in gains.iterrows()],
+        align="l" + "r" * len(gains.columns),
+    )
     stats = summary(gains)
     lines += [
         "",

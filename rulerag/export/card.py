@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rulerag import markdown
 from rulerag.export.huggingface import CHECKSUMS, ConfigTable, config_split
 
 __all__ = ["KG_SOURCES", "KGSource", "card_markdown", "kg_source"]
@@ -137,14 +138,22 @@ def card_markdown(
         "",
         "## Configs",
         "",
-        "| config | split | rows | file | what it holds |",
-        "|---|---|---:|---|---|",
     ]
-    for table in tables:
-        lines.append(
-            f"| `{table.name}` | {config_split(table.name)} | {table.rows:,} | "
-            f"`{table.filename(fmt)}` | {_CONFIG_TEXT.get(table.name, '')} |"
-        )
+    lines += markdown.table_lines(
+        ["config", "split", "rows", "file", "what it holds"],
+        [
+            [
+                f"`{table.name}`",
+                config_split(table.name),
+                f"{table.rows:,}",
+                f"`{table.filename(fmt)}`",
+                _CONFIG_TEXT.get(table.name, ""),
+            ]
+            for table in tables
+        ],
+        align="llrll",
+    )
+    paper = stats.get("paper") or {}
     lines += [
         "",
         "Features are in the YAML header above (`dataset_info`). "
@@ -152,15 +161,20 @@ def card_markdown(
         "",
         "## Sizes beside the paper's Table 1",
         "",
-        "| | this build | paper (Table 1) |",
-        "|---|---:|---:|",
-    ]
-    paper = stats.get("paper") or {}
-    for key, label in (("rules", "rules"), ("corpus", "corpus"), ("f_r", "F_R")):
-        lines.append(f"| {label} | {stats[key]:,} | {_number(paper.get(key))} |")
-    for key, label in (("f_g", "F_G"), ("test", "test")):
-        lines.append(f"| {label} | {stats[key]:,} | {_number(paper.get(key))} |")
-    lines += [
+        *markdown.table_lines(
+            [None, "this build", "paper (Table 1)"],
+            [
+                [label, f"{stats[key]:,}", _number(paper.get(key))]
+                for key, label in (
+                    ("rules", "rules"),
+                    ("corpus", "corpus"),
+                    ("f_r", "F_R"),
+                    ("f_g", "F_G"),
+                    ("test", "test"),
+                )
+            ],
+            align="lrr",
+        ),
         "",
         "Why sizes differ from the paper's: the project's docs/results.md (Benchmark sizes).",
         "",

@@ -22,6 +22,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rulerag import markdown
+
 #: Metric keys worth a line (a metric file's other numbers are counts, sizes and timings).
 HEADLINE = re.compile(r"(^|\.)(em|token_f1|recall_at_\d+|mrr|hits_at_\d+|accuracy|f1)$")
 
@@ -116,11 +118,14 @@ def describe(base: Row, experiment: Row) -> str:
     if not moved:
         lines.append("No headline metric moved.")
         return "\n".join(lines) + "\n"
-    lines += ["| metrics of | metric | commit | experiment |", "|---|---|---:|---:|"]
-    lines += [
-        f"| {short_file(file)} | {key} | {_number(before)} | {_number(after)} |"
-        for file, key, before, after in moved
-    ]
+    lines += markdown.table_lines(
+        ["metrics of", "metric", "commit", "experiment"],
+        [
+            [short_file(file), key, _number(before), _number(after)]
+            for file, key, before, after in moved
+        ],
+        align="llrr",
+    )
     return "\n".join(lines) + "\n"
 
 

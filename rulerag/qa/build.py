@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rulerag import markdown
 from rulerag.errors import InputError
 from rulerag.qa.reader import QAQuestion
 from rulerag.retrieval.data import Corpus, Query
@@ -185,19 +186,28 @@ def qa_report(
         f"({stats['mean_rules_when_any']} on average), {stats['distinct_rules_used']} distinct."
     )
     recall_names = [f"R@{k.rsplit('_', 1)[-1]}" for k in _recall_keys(metrics)]
-    lines += ["", "| row | EM | T-F1 | " + " | ".join(recall_names) + " |"]
-    lines.append("|---|---:|---:|" + "---:|" * len(_recall_keys(metrics)))
-    for row, m in metrics.items():
-        cells = [_pct(m.get("em")), _pct(m.get("token_f1"))]
-        cells += [_pct(m.get(key)) for key in _recall_keys(metrics)]
-        lines.append(f"| {row} ({m.get('generator')}) | " + " | ".join(cells) + " |")
+    lines += [""]
+    lines += markdown.table_lines(
+        ["row", "EM", "T-F1", *recall_names],
+        [
+            [f"{row} ({m.get('generator')})", _pct(m.get("em")), _pct(m.get("token_f1"))]
+            + [_pct(m.get(key)) for key in _recall_keys(metrics)]
+            for row, m in metrics.items()
+        ],
+        align="lrr" + "r" * len(recall_names),
+    )
     if claims:
         lines += ["", claims.strip()]
     lines += ["", "The paper's Table 3 (anonymous version), EM in %:", ""]
     sets = ["ASQA", "PopQA", "HotpotQA", "NQ"]
-    lines += ["| setting | row | " + " | ".join(sets) + " |", "|---|---|" + "---:|" * len(sets)]
-    for (setting, row), figures in PAPER_TABLE3.items():
-        lines.append(f"| {setting} | {row} | " + " | ".join(f"{figures[s]}" for s in sets) + " |")
+    lines += markdown.table_lines(
+        ["setting", "row", *sets],
+        [
+            [setting, row, *(figures[s] for s in sets)]
+            for (setting, row), figures in PAPER_TABLE3.items()
+        ],
+        align="ll" + "r" * len(sets),
+    )
     return "\n".join(lines) + "\n"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import pandas as pd
 
+from rulerag import markdown
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, atomic_path
 from rulerag.layout import DataLayout
@@ -82,12 +83,7 @@ def to_markdown(dataset: str, table: pd.DataFrame, ks: Sequence[int]) -> str:
         "paper R@10 (DPR)",
         "paper R@10 (Contriever)",
     ]
-    lines = [
-        f"# {dataset}: retrieval, Recall@k (%)",
-        "",
-        "| " + " | ".join(header) + " |",
-        "|---|" + "---:|" * (len(header) - 1),
-    ]
+    rows = []
     for config, group in table.groupby("config", sort=False):
         by_k = group.set_index("k")
         cells = [f"{100 * by_k.at[k, 'recall']:.1f}" if k in by_k.index else "–" for k in ks]
@@ -96,18 +92,16 @@ def to_markdown(dataset: str, table: pd.DataFrame, ks: Sequence[int]) -> str:
         refs = (
             [None, None] if parsed.sparse else [paper.get(parsed.mode), contriever.get(parsed.mode)]
         )
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    str(config),
-                    *cells,
-                    "–" if pd.isna(loose) else f"{100 * loose:.1f}",
-                    *("–" if ref is None else f"{ref:.1f}" for ref in refs),
-                ]
-            )
-            + " |"
+        rows.append(
+            [
+                config,
+                *cells,
+                "–" if pd.isna(loose) else f"{100 * loose:.1f}",
+                *("–" if ref is None else f"{ref:.1f}" for ref in refs),
+            ]
         )
+    lines = [f"# {dataset}: retrieval, Recall@k (%)", ""]
+    lines += markdown.table_lines(header, rows, align="l" + "r" * (len(header) - 1))
     lines += [
         "",
         "R@k: the united list of a query's (query, rule) searches ranked by score and cut at k,",

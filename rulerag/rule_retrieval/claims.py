@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from rulerag import markdown
 from rulerag.evaluation.claims import p_text, paired_em
 
 __all__ = ["RULE_CLAIMS", "claims_markdown", "rule_claims"]
@@ -87,13 +88,19 @@ def claims_markdown(claims: pd.DataFrame, k: int) -> str:
         "",
         f"Paired on the same queries (a gold rule in the top {k}; exact McNemar):",
         "",
-        "| retriever | claim | R@k | only this / only the other | p | verdict |",
-        "|---|---|---|---|---|---|",
     ]
-    for row in claims.to_dict("records"):
-        lines.append(
-            f"| {row['retriever']} ({row['rule_form']}) | {row['claim']} | "
-            f"{row[f'R@{k} better']:.1f} vs {row[f'R@{k} worse']:.1f} | "
-            f"{row['only better']} / {row['only worse']} | {p_text(row['p'])} | {row['verdict']} |"
-        )
+    lines += markdown.table_lines(
+        ["retriever", "claim", "R@k", "only this / only the other", "p", "verdict"],
+        [
+            [
+                f"{row['retriever']} ({row['rule_form']})",
+                row["claim"],
+                f"{row[f'R@{k} better']:.1f} vs {row[f'R@{k} worse']:.1f}",
+                f"{row['only better']} / {row['only worse']}",
+                p_text(row["p"]),
+                row["verdict"],
+            ]
+            for row in claims.to_dict("records")
+        ],
+    )
     return "\n".join(lines) + "\n"

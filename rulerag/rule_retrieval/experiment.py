@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from rulerag import markdown
 from rulerag.rule_retrieval.evaluate import recall_at_k
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM
@@ -160,22 +161,19 @@ def results_markdown(results: pd.DataFrame, title: str, ks: Sequence[int]) -> st
     """The results as the paper's Table 1 lays them out: a block per retriever (and rule
     form), vanilla first, then the LLM's SIAR / SIAR-R³ rows."""
     cols = [f"R@{k}" for k in ks]
-    lines = [
-        f"# {title}",
-        "",
-        "| | " + " | ".join(cols) + " | LLM calls |",
-        "|---" * (len(cols) + 2) + "|",
-    ]
+    rows: list[list[object]] = []
     for (retriever, rule_form), block in results.groupby(["retriever", "rule_form"], sort=False):
         if retriever == "-":
             head = "RuleRAG's own rule selection"
         else:
             kind = "sparse retrieval (BM25)" if retriever == "bm25" else f"dense ({retriever})"
             head = f"{kind}, {rule_form} rules"
-        lines.append(f"| **{head}** |" + " |" * (len(cols) + 1))
-        for row in block.to_dict("records"):
-            values = " | ".join(f"{row[c]:.2f}" for c in cols)
-            lines.append(f"| {row['row']} | {values} | {int(row['llm_calls'])} |")
+        rows.append([f"**{head}**", *[None] * (len(cols) + 1)])
+        rows += [
+            [row["row"], *(f"{row[c]:.2f}" for c in cols), int(row["llm_calls"])]
+            for row in block.to_dict("records")
+        ]
+    lines = [f"# {title}", "", *markdown.table_lines([None, *cols, "LLM calls"], rows)]
     return "\n".join(lines) + "\n"
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from rulerag import markdown
 from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_jsonl
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
@@ -275,30 +276,19 @@ def results_markdown(metrics: Mapping[str, Any], settings: ApplyRulesSettings) -
     """The stage's report: our link-forecasting figures beside the published ones."""
     published = metrics.get("published") or {}
     kind = "link forecasting" if metrics["temporal"] else "link prediction"
-    lines = [
-        f"# {metrics['dataset']}: rule application ({kind})",
-        "",
-        "| | MRR | Hits@1 | Hits@3 | Hits@10 | queries |",
-        "|---|---:|---:|---:|---:|---:|",
-        "| ours | "
-        + " | ".join(f"{metrics[k]:.4f}" for k in FIGURES)
-        + f" | {int(metrics['queries']):,} |",
+    queries = f"{int(metrics['queries']):,}"
+    rows = [["ours", *(f"{metrics[k]:.4f}" for k in FIGURES), queries]]
+    rows += [
+        [f"ours, {label}", *(f"{metrics[convention][k]:.4f}" for k in FIGURES), queries]
+        for convention, label in (("ties_average", "ties averaged"), ("ties_last", "ties last"))
+        if convention in metrics
     ]
-    for convention, label in (("ties_average", "ties averaged"), ("ties_last", "ties last")):
-        if convention in metrics:
-            lines.append(
-                f"| ours, {label} | "
-                + " | ".join(f"{metrics[convention][k]:.4f}" for k in FIGURES)
-                + f" | {int(metrics['queries']):,} |"
-            )
     if published:
-        lines.append(
-            f"| {published['source']} | "
-            + " | ".join(
-                f"{published[k]:.4f}" for k in ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
-            )
-            + " | all |"
-        )
+        rows.append([published["source"], *(f"{published[k]:.4f}" for k in FIGURES), "all"])
+    lines = [f"# {metrics['dataset']}: rule application ({kind})", ""]
+    lines += markdown.table_lines(
+        [None, "MRR", "Hits@1", "Hits@3", "Hits@10", "queries"], rows, align="lrrrrr"
+    )
     sample = settings.evaluate_facts
     lines += [
         "",
