@@ -467,72 +467,23 @@ def train_query_encoder(
     `on_log(metrics, step)` receives train loss and held-out figures as they come (MLflow).
     """
     import torch
-    from safetensors.torch import load_model, save_model
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    device = model.device
-    docs = torch.from_numpy(np.array(doc_embeddings, dtype=np.float32)).to(device)  # a copy
-    if config.normalize:
-        docs = torch.nn.functional.normalize(docs, dim=-1)
+    docs = _corpus_matrix(doc_embeddings, model.device, config.normalize)
     model.max_seq_length = config.max_length
-    train_items = list(train_items)
-    if config.max_items is not None and len(train_items) > config.max_items:
-        pick = np.random.default_rng(config.seed).permutation(len(train_items))
-        train_items = [train_items[i] for i in sorted(pick[: config.max_items])]
-    steps_per_epoch = max(1, math.ceil(len(train_items) / config.batch_size))
-    total = max(steps_per_epoch * config.epochs, config.min_steps)
-    if config.max_steps is not None:
-        total = min(total, config.max_steps)
-    metric, sign = {
-        "mrr": ("heldout_mrr", 1.0),
-        "recall": (f"heldout_recall_at_{config.eval_k}", 1.0),
-        "loss": ("heldout_loss", -1.0),
-    }[config.early_stopping]
-
+    train_items = _sample_items(train_items, config)
+    steps_per_epoch, total = _step_plan(len(train_items), config)
+    stopping = _EarlyStopping.of(config)
     params = [p for p in model.parameters() if p.requires_grad]
-    try:  # the fused kernel is ~8x faster on CPU (the optimiser step dominates small batches)
-        optimizer = torch.optim.AdamW(
-            params, lr=config.lr, weight_decay=config.weight_decay, fused=True
-        )
-    except (RuntimeError, TypeError):
-        optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    optimizer = _adamw(params, config)
     key = fingerprint(config, [*train_items, *heldout_items], resume_key)
     ckpt = Checkpoints(checkpoint_dir, key) if checkpoint_dir else None
-    work = Path(checkpoint_dir) if checkpoint_dir else None
-    best_file = work / "best.safetensors" if work else None
-    best_memory: dict[str, torch.Tensor] | None = None
-
-    state: dict[str, Any] = {
-        "step": 0,
-        "best_metric": None,
-        "best_step": 0,
-        "base_metric": None,
-        "bad_evals": 0,
-        "stopped": False,
-        "history": [],
-    }
-    resumed_from = None
-    latest = ckpt.latest() if ckpt else None
-    if latest is not None:
-        state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
-        load_model(model, str(latest / "query_encoder.safetensors"))
-        optimizer.load_state_dict(torch.load(latest / "optimizer.pt", weights_only=True))
-        if (latest / "best.safetensors").is_file() and best_file is not None:
-            best_file.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(latest / "best.safetensors", best_file)
-        resumed_from = int(state["step"])
-    elif best_file is not None:
-        best_file.unlink(missing_ok=True)  # a previous run's best must never be returned
-
-    def remember_best() -> None:
-        nonlocal best_memory
-        if best_file is not None:
-            best_file.parent.mkdir(parents=True, exist_ok=True)
-            save_model(model, str(best_file))
-        else:
-            best_memory = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    best = _BestWeights(
+        model, Path(checkpoint_dir) / "best.safetensors" if checkpoint_dir else None
+    )
+    state, resumed_from = _start_or_resume(ckpt, model, optimizer, best)
 
     def run_eval(step: int) -> None:
         figures = evaluate(model, heldout_items, docs, config)
@@ -541,22 +492,7 @@ def train_query_encoder(
         state["history"].append({"step": step, **figures})
         if on_log:
             on_log(figures, step)
-        value = figures[metric]
-        if state["base_metric"] is None:
-            state["base_metric"] = value
-        best = state["best_metric"]
-        if best is None or sign * (value - best) > config.min_delta:
-            state.update(best_metric=value, best_step=step, bad_evals=0)
-            remember_best()
-        else:
-            state["bad_evals"] += 1
-            if state["bad_evals"] >= config.patience:
-                state["stopped"] = True
-
-    def lr_at(step: int) -> float:
-        if config.warmup_steps and step < config.warmup_steps:
-            return config.lr * (step + 1) / config.warmup_steps
-        return config.lr
+        stopping.update(state, figures, step, best)
 
     if state["step"] == 0 and not state["history"]:
         run_eval(0)
@@ -567,49 +503,232 @@ def train_query_encoder(
     window: list[float] = []
     while state["step"] < total and not state["stopped"]:
         step = state["step"]
-        epoch, in_epoch = divmod(step, steps_per_epoch)
-        order = np.random.default_rng([config.seed, epoch]).permutation(len(train_items))
-        chosen = order[in_epoch * config.batch_size : (in_epoch + 1) * config.batch_size]
-        batch = [train_items[i] for i in chosen]
-        rng = np.random.default_rng([config.seed, epoch, step])
-        pool, pos, exc = batch_tensors(batch, rng, config.max_positives)
-        torch.manual_seed(config.seed * 1_000_003 + step)  # dropout, reproducible on resume
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(step)
-        q = _forward(model, [i.text for i in batch], config.normalize)
-        loss = contrastive_loss(
-            q,
-            docs[torch.from_numpy(pool).to(device)],
-            torch.from_numpy(pos).to(device),
-            torch.from_numpy(exc).to(device),
-            config.temperature,
-        )
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if config.grad_clip:
-            torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
-        optimizer.step()
-        value = float(loss.detach())
+        batch, rng = _batch_of_step(train_items, step, steps_per_epoch, config)
+        value = _optimiser_step(model, optimizer, params, docs, batch, rng, step, config)
         state["step"] = step + 1
-        state["history"].append({"step": step + 1, "train_loss": value, "lr": lr_at(step)})
+        state["history"].append({"step": step + 1, "train_loss": value, "lr": _lr_at(step, config)})
         window.append(value)
         bar.update(1)
-        best = state["best_metric"]
-        bar.set_postfix(loss=f"{np.mean(window[-20:]):.4f}", best=f"{best or 0:.3f}")
+        best_metric = state["best_metric"]
+        bar.set_postfix(loss=f"{np.mean(window[-20:]):.4f}", best=f"{best_metric or 0:.3f}")
         if on_log:
             on_log({"train_loss": value}, step + 1)
         last = state["step"] >= total
         if state["step"] % config.eval_every == 0 or last:
             run_eval(state["step"])
         if ckpt and (state["step"] % config.checkpoint_every == 0 or last or state["stopped"]):
-            ckpt.save(state["step"], model, optimizer, best_file, state)
+            ckpt.save(state["step"], model, optimizer, best.file, state)
     bar.close()
 
-    if best_file is not None and best_file.is_file():
-        load_model(model, str(best_file))
-    elif best_memory is not None:
-        model.load_state_dict(best_memory)
+    best.restore()
     model.eval()
+    counts = {"train_items": len(train_items), "heldout_items": len(heldout_items)}
+    return _train_result(state, total, stopping.metric, resumed_from, started, counts)
+
+
+def _corpus_matrix(doc_embeddings: np.ndarray, device: Any, normalize: bool) -> torch.Tensor:
+    """The frozen documents as one tensor on the encoder's device: a float32 copy (training
+    never writes into the index's matrix), L2-normalised when the queries are, so that a dot
+    product is the similarity the index searches with."""
+    import torch
+
+    docs = torch.from_numpy(np.array(doc_embeddings, dtype=np.float32)).to(device)  # a copy
+    if normalize:
+        docs = torch.nn.functional.normalize(docs, dim=-1)
+    return docs
+
+
+def _sample_items(items: Sequence[TrainItem], config: TrainConfig) -> list[TrainItem]:
+    """At most `max_items` of the items, a seeded sample kept in their order: a quick run on
+    a large F_R set trains on the same items every time (and so resumes its checkpoints)."""
+    items = list(items)
+    if config.max_items is not None and len(items) > config.max_items:
+        pick = np.random.default_rng(config.seed).permutation(len(items))
+        items = [items[i] for i in sorted(pick[: config.max_items])]
+    return items
+
+
+def _step_plan(n_items: int, config: TrainConfig) -> tuple[int, int]:
+    """Steps per epoch and in all: `epochs` passes, at least `min_steps` (a small F_R set
+    cycles through more epochs), at most `max_steps`."""
+    steps_per_epoch = max(1, math.ceil(n_items / config.batch_size))
+    total = max(steps_per_epoch * config.epochs, config.min_steps)
+    if config.max_steps is not None:
+        total = min(total, config.max_steps)
+    return steps_per_epoch, total
+
+
+def _adamw(params: list[Any], config: TrainConfig) -> torch.optim.Optimizer:
+    """AdamW, fused where torch has the kernel: about 8x faster on CPU, where the optimiser
+    step dominates small batches."""
+    import torch
+
+    try:
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay, fused=True)
+    except (RuntimeError, TypeError):
+        return torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+
+
+class _BestWeights:
+    """The best weights so far, in `file` when the run has a checkpoint folder (a checkpoint
+    carries them, so a resumed run still returns the best of the whole run), else in memory."""
+
+    def __init__(self, model: SentenceTransformer, file: Path | None) -> None:
+        self.model = model
+        self.file = file
+        self.memory: dict[str, torch.Tensor] | None = None
+
+    def remember(self) -> None:
+        from safetensors.torch import save_model
+
+        if self.file is not None:
+            self.file.parent.mkdir(parents=True, exist_ok=True)
+            save_model(self.model, str(self.file))
+        else:
+            self.memory = {k: v.detach().clone() for k, v in self.model.state_dict().items()}
+
+    def restore(self) -> None:
+        """Put the best weights back into the model (none kept: the model stays as it is)."""
+        from safetensors.torch import load_model
+
+        if self.file is not None and self.file.is_file():
+            load_model(self.model, str(self.file))
+        elif self.memory is not None:
+            self.model.load_state_dict(self.memory)
+
+
+def _start_or_resume(
+    ckpt: Checkpoints | None, model: SentenceTransformer, optimizer: Any, best: _BestWeights
+) -> tuple[dict[str, Any], int | None]:
+    """The run's state and the step it resumed from: a matching checkpoint's (weights,
+    optimiser, best weights and history restored), else a fresh one, in which case a previous
+    run's best weights are deleted, so that they can never be returned as this run's."""
+    import torch
+    from safetensors.torch import load_model
+
+    latest = ckpt.latest() if ckpt else None
+    if latest is None:
+        if best.file is not None:
+            best.file.unlink(missing_ok=True)
+        state = {
+            "step": 0,
+            "best_metric": None,
+            "best_step": 0,
+            "base_metric": None,
+            "bad_evals": 0,
+            "stopped": False,
+            "history": [],
+        }
+        return state, None
+    state = json.loads((latest / "state.json").read_text(encoding="utf-8"))
+    load_model(model, str(latest / "query_encoder.safetensors"))
+    optimizer.load_state_dict(torch.load(latest / "optimizer.pt", weights_only=True))
+    if (latest / "best.safetensors").is_file() and best.file is not None:
+        best.file.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(latest / "best.safetensors", best.file)
+    return state, int(state["step"])
+
+
+@dataclass(frozen=True)
+class _EarlyStopping:
+    """The held-out figure training keeps the best of (`metric`; `sign` -1 where lower is
+    better) and the rule that stops it: `patience` evaluations without a gain over `min_delta`."""
+
+    metric: str
+    sign: float
+    min_delta: float
+    patience: int
+
+    @classmethod
+    def of(cls, config: TrainConfig) -> _EarlyStopping:
+        metric, sign = {
+            "mrr": ("heldout_mrr", 1.0),
+            "recall": (f"heldout_recall_at_{config.eval_k}", 1.0),
+            "loss": ("heldout_loss", -1.0),
+        }[config.early_stopping]
+        return cls(metric, sign, config.min_delta, config.patience)
+
+    def update(
+        self, state: dict[str, Any], figures: dict[str, float], step: int, best: _BestWeights
+    ) -> None:
+        """One evaluation's figures into the run's state: the first is the base figure, a gain
+        keeps the weights as the best, too many evaluations without one stop the run."""
+        value = figures[self.metric]
+        if state["base_metric"] is None:
+            state["base_metric"] = value
+        best_metric = state["best_metric"]
+        if best_metric is None or self.sign * (value - best_metric) > self.min_delta:
+            state.update(best_metric=value, best_step=step, bad_evals=0)
+            best.remember()
+        else:
+            state["bad_evals"] += 1
+            if state["bad_evals"] >= self.patience:
+                state["stopped"] = True
+
+
+def _lr_at(step: int, config: TrainConfig) -> float:
+    """The learning rate of `step`: a linear warm-up over `warmup_steps`, then constant."""
+    if config.warmup_steps and step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    return config.lr
+
+
+def _batch_of_step(
+    items: Sequence[TrainItem], step: int, steps_per_epoch: int, config: TrainConfig
+) -> tuple[list[TrainItem], np.random.Generator]:
+    """The items of `step` and the generator that samples their positives, both seeded by the
+    step alone (an epoch's shuffled order, cut into batches), so that a resumed run trains on
+    the batches the uninterrupted run would have."""
+    epoch, in_epoch = divmod(step, steps_per_epoch)
+    order = np.random.default_rng([config.seed, epoch]).permutation(len(items))
+    chosen = order[in_epoch * config.batch_size : (in_epoch + 1) * config.batch_size]
+    return [items[i] for i in chosen], np.random.default_rng([config.seed, epoch, step])
+
+
+def _optimiser_step(
+    model: SentenceTransformer,
+    optimizer: Any,
+    params: list[Any],
+    docs: torch.Tensor,
+    batch: Sequence[TrainItem],
+    rng: np.random.Generator,
+    step: int,
+    config: TrainConfig,
+) -> float:
+    """One step of contrastive training on `batch`; its loss. Dropout is seeded by the step,
+    so that a resumed run repeats the uninterrupted run's steps."""
+    import torch
+
+    device = model.device
+    pool, pos, exc = batch_tensors(batch, rng, config.max_positives)
+    torch.manual_seed(config.seed * 1_000_003 + step)  # dropout, reproducible on resume
+    for group in optimizer.param_groups:
+        group["lr"] = _lr_at(step, config)
+    q = _forward(model, [i.text for i in batch], config.normalize)
+    loss = contrastive_loss(
+        q,
+        docs[torch.from_numpy(pool).to(device)],
+        torch.from_numpy(pos).to(device),
+        torch.from_numpy(exc).to(device),
+        config.temperature,
+    )
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    if config.grad_clip:
+        torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _train_result(
+    state: Mapping[str, Any],
+    total: int,
+    metric: str,
+    resumed_from: int | None,
+    started: float,
+    counts: dict[str, int],
+) -> TrainResult:
+    """What the run did, from its final state (NaN for a figure no evaluation produced)."""
     return TrainResult(
         steps=int(state["step"]),
         total_steps=total,
@@ -621,7 +740,7 @@ def train_query_encoder(
         resumed_from=resumed_from,
         seconds=time.perf_counter() - started,
         history=list(state["history"]),
-        counts={"train_items": len(train_items), "heldout_items": len(heldout_items)},
+        counts=counts,
     )
 
 
