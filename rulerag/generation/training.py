@@ -427,91 +427,28 @@ def train_lora(
     that it prompts the adapter the way it was trained.
     """
     quiet_gpu_libraries()
-    import torch
-    from transformers import Trainer, TrainingArguments, set_seed
-    from transformers.trainer_utils import get_last_checkpoint
+    from transformers import Trainer, set_seed
 
     if not train:
         raise ValueError("no training samples")
-    deepspeed = None
-    if settings.deepspeed:
-        deepspeed = deepspeed_config(settings.deepspeed, settings.warmup)
-        single_process_rendezvous()
-        deepspeed_arch_list()
+    deepspeed = _deepspeed_setup(settings)
     set_seed(settings.seed)
     output_dir = Path(output_dir)
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     chat = use_chat_template(tokenizer, settings.chat_template)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-
-    def encode(pairs: Sequence[tuple[str, str]]) -> _ListDataset:
-        return _ListDataset(
-            [
-                encode_example(
-                    tokenizer,
-                    prompt,
-                    answer,
-                    chat_template=chat,
-                    max_prompt_tokens=settings.max_prompt_tokens,
-                    max_answer_tokens=settings.max_answer_tokens,
-                )
-                for prompt, answer in pairs
-            ]
-        )
-
-    train_set, dev_set = encode(train), encode(dev) if dev else None
+    train_set = _encode_pairs(tokenizer, train, chat, settings)
+    dev_set = _encode_pairs(tokenizer, dev, chat, settings) if dev else None
     model = _peft_model(model, settings)
     trainable, total = model.get_nb_trainable_parameters()
-    bf16 = settings.bf16
-    if bf16 == "auto":
-        bf16 = _cuda() and torch.cuda.is_bf16_supported()
-    steps_per_epoch = math.ceil(
-        len(train_set) / (settings.batch_size * settings.gradient_accumulation)
-    )
-    total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
-    eval_steps = max(1, min(settings.eval_steps, total_steps))
+    bf16 = _use_bf16(settings)
+    eval_steps = _eval_steps(len(train_set), settings)
     key = _training_key(base_model, train, dev, settings, metadata)
     work = _work_dir(output_dir, key)
     main = True
     try:
-        args = TrainingArguments(
-            output_dir=str(work / "checkpoints"),
-            per_device_train_batch_size=settings.batch_size,
-            per_device_eval_batch_size=settings.batch_size,
-            gradient_accumulation_steps=settings.gradient_accumulation,
-            num_train_epochs=settings.epochs,
-            learning_rate=settings.learning_rate,
-            warmup_steps=settings.warmup,
-            weight_decay=settings.weight_decay,
-            adam_beta2=settings.adam_beta2,
-            lr_scheduler_type="linear",
-            logging_steps=settings.logging_steps,
-            logging_first_step=True,
-            eval_strategy="steps" if dev_set else "no",
-            eval_steps=eval_steps,
-            save_strategy="steps" if dev_set else "no",
-            save_steps=eval_steps,
-            save_total_limit=settings.save_total_limit,
-            # whole checkpoints (the optimizer, scheduler and random states too, a few MB for
-            # LoRA): a run killed midway resumes from its last one (`_work_dir`)
-            save_only_model=False,
-            load_best_model_at_end=bool(dev_set),
-            metric_for_best_model="eval_loss",
-            greater_is_better=False,
-            report_to="none",
-            disable_tqdm=True,
-            seed=settings.seed,
-            data_seed=settings.seed,
-            bf16=bool(bf16),
-            gradient_checkpointing=False,  # set on the model above (peft needs it first)
-            deepspeed=deepspeed,
-            optim="adamw_torch",
-            use_cpu=not _cuda(),
-            dataloader_num_workers=0,
-            remove_unused_columns=False,
-            label_names=["labels"],
-        )
+        args = _training_arguments(settings, work, bool(dev_set), eval_steps, bf16, deepspeed)
         log = _LossLog()
         trainer = Trainer(
             model=model,
@@ -524,11 +461,7 @@ def train_lora(
         # ZeRO-2 builds its engine in train(): evaluating before it is refused (stage 3 only)
         dev_before = trainer.evaluate()["eval_loss"] if dev_set and deepspeed is None else None
         started = time.perf_counter()
-        last = (
-            get_last_checkpoint(str(work / "checkpoints"))
-            if (work / "checkpoints").is_dir()
-            else None
-        )
+        last = _last_checkpoint(work / "checkpoints")
         if last is not None:
             logger.info("resuming the training of %s from %s", output_dir.name, Path(last).name)
         output = trainer.train(resume_from_checkpoint=last)
@@ -537,45 +470,187 @@ def train_lora(
         main = trainer.is_world_process_zero()
         if not main:  # another process of a multi-GPU launch: rank 0 saves
             return TrainResult(adapter_dir=output_dir, stats={}, model=trainer.model)
-        # load_best_model_at_end has put the best checkpoint back; its dev loss is recorded.
-        best = trainer.state.best_metric
-        dev_best = float(best) if dev_set and best is not None else None
         staging = work / "adapter"
         trainer.model.save_pretrained(str(staging))
-        samples_seen = len(train_set) * settings.epochs
-        stats = {
-            "base_model": base_model,
-            "train_samples": len(train_set),
-            "dev_samples": len(dev_set) if dev_set else 0,
-            "steps": int(output.global_step),
-            "train_seconds": round(seconds, 2),
-            "seconds_per_100_samples": round(100 * seconds / samples_seen, 2),
-            "train_loss": round(float(output.training_loss), 5),
-            "first_loss": log.train[0]["loss"] if log.train else None,
-            "last_loss": log.train[-1]["loss"] if log.train else None,
-            "dev_loss_before": dev_before,
-            "dev_loss_best": dev_best,
-            "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
-            if trainer.state.best_model_checkpoint
-            else None,
-            "trainable_parameters": int(trainable),
-            "total_parameters": int(total),
-            "chat_template": chat,
-            **dict(metadata or {}),
-            "settings": asdict(settings),
-            "loss_curve": log.train,
-            "dev_curve": log.eval,
-        }
-        (staging / TRAIN_STATS_FILE).write_text(
-            json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8"
-        )
-        if output_dir.exists():
-            os.replace(output_dir, work / "previous")  # removed with `work` below
-        os.replace(staging, output_dir)
+        stats = _train_stats(
+            trainer, output, log, train_set, dev_set, settings, seconds,
+            base_model=base_model, dev_before=dev_before, parameters=(trainable, total),
+            chat=chat, metadata=metadata,
+        )  # fmt: skip
+        _publish_adapter(staging, stats, output_dir, work)
     finally:
         if main:
             shutil.rmtree(work, ignore_errors=True)
     return TrainResult(adapter_dir=output_dir, stats=stats, model=trainer.model)
+
+
+def _deepspeed_setup(settings: TrainSettings) -> dict[str, Any] | None:
+    """DeepSpeed's config when `settings.deepspeed` names one (None: plain PyTorch), after
+    what it needs of the process: a rendezvous of one when no launcher set one, and the CUDA
+    architectures its extensions are built for."""
+    if not settings.deepspeed:
+        return None
+    deepspeed = deepspeed_config(settings.deepspeed, settings.warmup)
+    single_process_rendezvous()
+    deepspeed_arch_list()
+    return deepspeed
+
+
+def _encode_pairs(
+    tokenizer: Any, pairs: Sequence[tuple[str, str]], chat: bool, settings: TrainSettings
+) -> _ListDataset:
+    """(prompt, answer) pairs as the Trainer's dataset: token ids with the loss on the answer
+    only (`encode_example`), prompts and answers cut to the settings' lengths."""
+    return _ListDataset(
+        [
+            encode_example(
+                tokenizer,
+                prompt,
+                answer,
+                chat_template=chat,
+                max_prompt_tokens=settings.max_prompt_tokens,
+                max_answer_tokens=settings.max_answer_tokens,
+            )
+            for prompt, answer in pairs
+        ]
+    )
+
+
+def _use_bf16(settings: TrainSettings) -> bool:
+    """Whether to train in bfloat16: `bf16: auto` where the GPU supports it."""
+    import torch
+
+    bf16 = settings.bf16
+    if bf16 == "auto":
+        bf16 = _cuda() and torch.cuda.is_bf16_supported()
+    return bool(bf16)
+
+
+def _eval_steps(train_samples: int, settings: TrainSettings) -> int:
+    """Steps between evaluations (and checkpoints, saved with them): `eval_steps`, but at most
+    the run's length, so that a short run still evaluates and saves once."""
+    steps_per_epoch = math.ceil(
+        train_samples / (settings.batch_size * settings.gradient_accumulation)
+    )
+    total_steps = max(1, math.ceil(steps_per_epoch * settings.epochs))
+    return max(1, min(settings.eval_steps, total_steps))
+
+
+def _training_arguments(
+    settings: TrainSettings,
+    work: Path,
+    has_dev: bool,
+    eval_steps: int,
+    bf16: bool,
+    deepspeed: dict[str, Any] | None,
+) -> Any:
+    """The Trainer's arguments: the settings' optimisation, checkpoints in `work` (evaluated,
+    saved and the best put back at the end only with a dev set), no reporting of its own."""
+    from transformers import TrainingArguments
+
+    return TrainingArguments(
+        output_dir=str(work / "checkpoints"),
+        per_device_train_batch_size=settings.batch_size,
+        per_device_eval_batch_size=settings.batch_size,
+        gradient_accumulation_steps=settings.gradient_accumulation,
+        num_train_epochs=settings.epochs,
+        learning_rate=settings.learning_rate,
+        warmup_steps=settings.warmup,
+        weight_decay=settings.weight_decay,
+        adam_beta2=settings.adam_beta2,
+        lr_scheduler_type="linear",
+        logging_steps=settings.logging_steps,
+        logging_first_step=True,
+        eval_strategy="steps" if has_dev else "no",
+        eval_steps=eval_steps,
+        save_strategy="steps" if has_dev else "no",
+        save_steps=eval_steps,
+        save_total_limit=settings.save_total_limit,
+        # whole checkpoints (the optimizer, scheduler and random states too, a few MB for
+        # LoRA): a run killed midway resumes from its last one (`_work_dir`)
+        save_only_model=False,
+        load_best_model_at_end=has_dev,
+        metric_for_best_model="eval_loss",
+        greater_is_better=False,
+        report_to="none",
+        disable_tqdm=True,
+        seed=settings.seed,
+        data_seed=settings.seed,
+        bf16=bf16,
+        gradient_checkpointing=False,  # set on the model above (peft needs it first)
+        deepspeed=deepspeed,
+        optim="adamw_torch",
+        use_cpu=not _cuda(),
+        dataloader_num_workers=0,
+        remove_unused_columns=False,
+        label_names=["labels"],
+    )
+
+
+def _last_checkpoint(checkpoints: Path) -> str | None:
+    """The last checkpoint a killed run of the same training left (None: start afresh)."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    return get_last_checkpoint(str(checkpoints)) if checkpoints.is_dir() else None
+
+
+def _train_stats(
+    trainer: Any,
+    output: Any,
+    log: _LossLog,
+    train_set: _ListDataset,
+    dev_set: _ListDataset | None,
+    settings: TrainSettings,
+    seconds: float,
+    *,
+    base_model: str,
+    dev_before: float | None,
+    parameters: tuple[int, int],
+    chat: bool,
+    metadata: Mapping[str, Any] | None,
+) -> dict[str, Any]:
+    """train_stats.json: what the run did, its losses, what it was trained with (inference
+    checks the prompt style in it)."""
+    # load_best_model_at_end has put the best checkpoint back; its dev loss is recorded.
+    best = trainer.state.best_metric
+    dev_best = float(best) if dev_set and best is not None else None
+    samples_seen = len(train_set) * settings.epochs
+    trainable, total = parameters
+    return {
+        "base_model": base_model,
+        "train_samples": len(train_set),
+        "dev_samples": len(dev_set) if dev_set else 0,
+        "steps": int(output.global_step),
+        "train_seconds": round(seconds, 2),
+        "seconds_per_100_samples": round(100 * seconds / samples_seen, 2),
+        "train_loss": round(float(output.training_loss), 5),
+        "first_loss": log.train[0]["loss"] if log.train else None,
+        "last_loss": log.train[-1]["loss"] if log.train else None,
+        "dev_loss_before": dev_before,
+        "dev_loss_best": dev_best,
+        "best_checkpoint": Path(trainer.state.best_model_checkpoint).name
+        if trainer.state.best_model_checkpoint
+        else None,
+        "trainable_parameters": int(trainable),
+        "total_parameters": int(total),
+        "chat_template": chat,
+        **dict(metadata or {}),
+        "settings": asdict(settings),
+        "loss_curve": log.train,
+        "dev_curve": log.eval,
+    }
+
+
+def _publish_adapter(staging: Path, stats: Mapping[str, Any], output_dir: Path, work: Path) -> None:
+    """The staged adapter, its train_stats.json written, into `output_dir` by renames: a
+    reader sees the previous adapter or the new one, never a half-written folder (the
+    previous one goes into `work`, removed with it)."""
+    (staging / TRAIN_STATS_FILE).write_text(
+        json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8"
+    )
+    if output_dir.exists():
+        os.replace(output_dir, work / "previous")  # removed with `work` below
+    os.replace(staging, output_dir)
 
 
 def _training_key(
