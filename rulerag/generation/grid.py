@@ -81,27 +81,12 @@ def run_row(
     """
     retrieval = retrieval_name(grid.retrieval, settings.retriever) if grid.retrieval else None
     if queries is None:
-        test = read_jsonl(DataLayout(Path(base)).queries(query_set))
-        queries = sample_queries(test, settings.test_queries, settings.seed)
-    samples = load_samples(base, queries, retrieval, run_file, grid.rules, settings)
-    if grid.evidence:
-        from rulerag.generation.symbolic import add_evidence, read_answers
-
-        samples = add_evidence(samples, read_answers(base), grid.evidence)
+        queries = _sampled_queries(base, query_set, settings)
+    samples = _row_samples(base, queries, retrieval, run_file, grid, settings)
     started = time.perf_counter()
-    if grid.generator == "symbolic" and generator_factory is None:
-        from rulerag.generation.symbolic import SymbolicGenerator, read_answers
-
-        generator: Any = SymbolicGenerator(read_answers(base))
-    else:
-        generator = (generator_factory or make_generator)(base, grid, settings, retrieval)
+    generator = _row_generator(base, grid, settings, retrieval, generator_factory)
     loaded = time.perf_counter()
-    formats = [prompt_format(settings, s) for s in samples]
-    render = getattr(generator, "render", None)
-    prompts = [
-        render(f, grid.prompt, s) if render else f.render_sample(grid.prompt, s)
-        for f, s in zip(formats, samples, strict=True)
-    ]
+    formats, prompts = _prompts(generator, grid, settings, samples)
     decoding = grid.decoding or settings.decoding
     ranked: list[dict[str, Any]] = []
     if decoding == "rank":
@@ -112,13 +97,105 @@ def run_row(
         generations = generator.generate(prompts)
     seconds = time.perf_counter() - loaded
     ks = settings.recall_k
+    records = _scored_records(samples, prompts, generations, ranked, bool(retrieval), ks)
+    metrics: dict[str, Any] = aggregate(
+        records, ["em", "token_f1", *[f"recall_at_{k}" for k in ks]]
+    )
+    if ranked:
+        metrics.update(_ranking_metrics(ranked))
+    metrics.update(
+        {
+            "dataset": dataset,
+            "config": grid.name,
+            "retrieval": retrieval,
+            "generator": generator.name,
+            "prompt": grid.prompt,
+            "decoding": decoding,
+            "prompt_style": settings.prompt_style,
+            "max_rules": settings.max_rules,
+            "profile": settings.profile,
+            "seed": settings.seed,
+            "load_seconds": round(loaded - started, 2),
+            "generate_seconds": round(seconds, 2),
+            "prompts_per_second": round(len(prompts) / seconds, 3) if seconds else None,
+            **_throughput(generator),
+        }
+    )
+    return RowResult(records, metrics)
+
+
+def _sampled_queries(base: Path, query_set: str, settings: GenerationSettings) -> list[Any]:
+    """The row's queries: the same seeded sample of the query set for every row, so that rows
+    are compared on the same queries."""
+    test = read_jsonl(DataLayout(Path(base)).queries(query_set))
+    return sample_queries(test, settings.test_queries, settings.seed)
+
+
+def _row_samples(
+    base: Path,
+    queries: Sequence[Mapping[str, Any]],
+    retrieval: str | None,
+    run_file: str | Path | pd.DataFrame,
+    grid: GridConfig,
+    settings: GenerationSettings,
+) -> list[Any]:
+    """Each query with what its prompt shows: the retrieval run's documents, united over the
+    lists of its rules, and the rules' answers as evidence where the row asks for them."""
+    samples = load_samples(base, queries, retrieval, run_file, grid.rules, settings)
+    if grid.evidence:
+        from rulerag.generation.symbolic import add_evidence, read_answers
+
+        samples = add_evidence(samples, read_answers(base), grid.evidence)
+    return samples
+
+
+def _row_generator(
+    base: Path,
+    grid: GridConfig,
+    settings: GenerationSettings,
+    retrieval: str | None,
+    generator_factory: Callable[..., Any] | None,
+) -> Any:
+    """The row's generator: the factory's, else the symbolic row's (the rules' answers, no
+    model), else `make_generator`'s (a local model, an API, R²AG)."""
+    if grid.generator == "symbolic" and generator_factory is None:
+        from rulerag.generation.symbolic import SymbolicGenerator, read_answers
+
+        return SymbolicGenerator(read_answers(base))
+    return (generator_factory or make_generator)(base, grid, settings, retrieval)
+
+
+def _prompts(
+    generator: Any, grid: GridConfig, settings: GenerationSettings, samples: Sequence[Any]
+) -> tuple[list[Any], list[str]]:
+    """Each sample's prompt format and prompt: the generator's own `render` where it has one
+    (R²AG), else the format's."""
+    formats = [prompt_format(settings, s) for s in samples]
+    render = getattr(generator, "render", None)
+    prompts = [
+        render(f, grid.prompt, s) if render else f.render_sample(grid.prompt, s)
+        for f, s in zip(formats, samples, strict=True)
+    ]
+    return formats, prompts
+
+
+def _scored_records(
+    samples: Sequence[Any],
+    prompts: Sequence[str],
+    generations: Sequence[str],
+    ranked: Sequence[dict[str, Any]],
+    retrieved: bool,
+    ks: Sequence[int],
+) -> list[dict[str, Any]]:
+    """predictions.jsonl: each query's answer scored (EM, T-F1, and Recall@k where the row
+    retrieved), with what its prompt showed and, for `decoding: rank`, its candidates."""
     records = []
     rows = zip(samples, prompts, generations, strict=True)
     for i, (sample, prompt, generation) in enumerate(rows):
         scores = score_prediction(
             generation,
             sample.answers,
-            sample.extra.get("retrieved") if retrieval else None,
+            sample.extra.get("retrieved") if retrieved else None,
             ks,
         )
         records.append(
@@ -135,38 +212,28 @@ def run_row(
                 "prompt": prompt,
             }
         )
-    metrics: dict[str, Any] = aggregate(
-        records, ["em", "token_f1", *[f"recall_at_{k}" for k in ks]]
-    )
-    if ranked:
-        from rulerag.generation.ranking import rank_metrics
+    return records
 
-        metrics.update(rank_metrics([r["gold_rank"] for r in ranked]))
-        metrics["mean_candidates"] = round(
-            sum(r["candidate_count"] for r in ranked) / len(ranked), 1
-        )
-    metrics.update(
-        {
-            "dataset": dataset,
-            "config": grid.name,
-            "retrieval": retrieval,
-            "generator": generator.name,
-            "prompt": grid.prompt,
-            "decoding": decoding,
-            "prompt_style": settings.prompt_style,
-            "max_rules": settings.max_rules,
-            "profile": settings.profile,
-            "seed": settings.seed,
-            "load_seconds": round(loaded - started, 2),
-            "generate_seconds": round(seconds, 2),
-            "prompts_per_second": round(len(prompts) / seconds, 3) if seconds else None,
-        }
-    )
+
+def _ranking_metrics(ranked: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """`decoding: rank`'s figures: the gold answer's rank among the candidates, and how many
+    candidates a query had."""
+    from rulerag.generation.ranking import rank_metrics
+
+    metrics: dict[str, Any] = rank_metrics([r["gold_rank"] for r in ranked])
+    metrics["mean_candidates"] = round(sum(r["candidate_count"] for r in ranked) / len(ranked), 1)
+    return metrics
+
+
+def _throughput(generator: Any) -> dict[str, float]:
+    """A local generator's token figures (none for the others)."""
     stats = getattr(generator, "stats", None)
-    if stats is not None:
-        metrics["new_tokens_per_second"] = round(stats.new_tokens_per_second, 2)
-        metrics["mean_prompt_tokens"] = round(stats.prompt_tokens / max(1, stats.prompts), 1)
-    return RowResult(records, metrics)
+    if stats is None:
+        return {}
+    return {
+        "new_tokens_per_second": round(stats.new_tokens_per_second, 2),
+        "mean_prompt_tokens": round(stats.prompt_tokens / max(1, stats.prompts), 1),
+    }
 
 
 def _ranked(
