@@ -375,12 +375,8 @@ def part_rgft_retriever(ctx: Context) -> dict[str, Any]:
     from rulerag.retrieval.data import RuleItem
     from rulerag.retrieval.dense import encode_corpus
     from rulerag.retrieval.encoders import DualEncoder
-    from rulerag.retrieval.training import (
-        TrainConfig,
-        make_items,
-        split_heldout,
-        train_query_encoder,
-    )
+    from rulerag.retrieval.settings import TrainRetrieverSettings
+    from rulerag.retrieval.training import make_items, split_heldout, train_query_encoder
 
     data = ctx.load_slice()
     doc_model, spec = _encoder(ctx)
@@ -395,7 +391,7 @@ def part_rgft_retriever(ctx: Context) -> dict[str, Any]:
     ]  # fmt: skip
     items, _counts = make_items(rule_items, {d: i for i, d in enumerate(ids)}, use_rules=True)
     train, heldout = split_heldout(items, 0.25, None, seed=12)
-    config = TrainConfig(
+    config = TrainRetrieverSettings(
         lr=1e-4, batch_size=ctx.sizes.rgft_batch, epochs=100, max_steps=ctx.sizes.rgft_steps,
         eval_every=ctx.sizes.rgft_steps, eval_k=5, patience=10**6,
     )  # fmt: skip

@@ -64,8 +64,7 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.kg.registry import IngestSettings
     from rulerag.qa.settings import QASettings
     from rulerag.retrieval.configs import RetrieveSettings
-    from rulerag.retrieval.settings import IndexSettings
-    from rulerag.retrieval.training import TrainRetrieverSettings
+    from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
     from rulerag.rule_retrieval.settings import RuleRetrievalSettings
     from rulerag.rules.answers import ApplyRulesSettings
     from rulerag.rules.mining import MineRulesSettings
@@ -87,7 +86,7 @@ SECTIONS: dict[str, str] = {
     "mine_rules": "rulerag.rules.mining:mine_rules_settings",
     "build_benchmark": "rulerag.benchmark.settings:build_benchmark_settings",
     "index": "rulerag.retrieval.settings:index_settings",
-    "train_retriever": "rulerag.retrieval.training:train_retriever_settings",
+    "train_retriever": "rulerag.retrieval.settings:train_retriever_settings",
     "retrieve": "rulerag.retrieval.configs:retrieve_settings",
     "generation": "rulerag.generation.config:generation_settings",
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",

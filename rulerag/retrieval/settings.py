@@ -1,5 +1,6 @@
 """params.yaml's `index` section as typed settings (read strictly), shared by the stages that
-build an index (`index`), train on one (`train_retriever`) and search one (`retrieve`).
+build an index (`index`), train on one (`train_retriever`) and search one (`retrieve`); and
+the `train_retriever` section, what the query encoder's training runs with.
 
 The parts live next to the code they configure: `EncoderSpec` (encoders.py), `FaissConfig`
 (dense.py); `SparseSettings` is here, and the BM25 indexes (`sparse`) take it as it is, so
@@ -10,15 +11,35 @@ depend on it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
 from rulerag.retrieval.configs import DEFAULT_ENCODERS
 from rulerag.retrieval.dense import FaissConfig
 from rulerag.retrieval.encoders import EncoderSpec
-from rulerag.settings import Count, Fraction, Name, NonNegative, SettingsError, load_settings
+from rulerag.settings import (
+    Count,
+    Fraction,
+    Name,
+    NonNegative,
+    Positive,
+    PositiveReal,
+    Seed,
+    SettingsError,
+    load_settings,
+    settings_fields,
+)
 
-__all__ = ["SPARSE_BACKENDS", "IndexSettings", "SparseSettings", "index_settings"]
+__all__ = [
+    "EARLY_STOPPING",
+    "POSITIVES",
+    "SPARSE_BACKENDS",
+    "IndexSettings",
+    "SparseSettings",
+    "TrainRetrieverSettings",
+    "index_settings",
+    "train_retriever_settings",
+]
 
 SparseBackend = Literal["bm25s", "pyserini"]
 SPARSE_BACKENDS: tuple[str, ...] = get_args(SparseBackend)
@@ -76,3 +97,96 @@ class IndexSettings:
 def index_settings(section: Mapping[str, Any] | None) -> IndexSettings:
     """params.yaml's `index` section as typed settings, strictly."""
     return load_settings(IndexSettings, section, "index")
+
+
+EarlyStopping = Literal["mrr", "recall", "loss"]
+EARLY_STOPPING: tuple[str, ...] = get_args(EarlyStopping)
+Positives = Literal["oracle", "answer"]
+POSITIVES: tuple[str, ...] = get_args(Positives)
+#: knobs of the stage around the training, not of its steps: they stay out of a checkpoint's
+#: key (`training.fingerprint`; `positives` shapes the items, which the key hashes)
+STAGE_KNOBS = ("positives", "threads", "log_model", "overrides")
+
+
+@dataclass(frozen=True)
+class TrainRetrieverSettings:
+    """params.yaml `train_retriever`: what `training.train_query_encoder` runs with (paper
+    defaults for lr, batch size and temperature), plus the stage's own knobs. `max_length`
+    and `normalize` None take the encoder's and the index's own (`train_config`)."""
+
+    lr: PositiveReal = 1e-5
+    batch_size: Positive = 32
+    temperature: PositiveReal = 0.01
+    epochs: Positive = 3
+    min_steps: Count = 0  # train at least this long: small F_R sets cycle through more epochs
+    max_steps: Positive | None = None  # stop after this many steps even within an epoch
+    max_items: Positive | None = None  # train on at most this many F_R items (a seeded sample)
+    max_positives: Positive = 4  # oracle documents per item put in the batch pool each step
+    heldout_fraction: Fraction = 0.1  # of the F_R items (whole queries), for early stopping
+    heldout_max: Count = 500  # items
+    eval_every: Positive = 50  # steps
+    eval_k: Positive = 10  # the k of the held-out Recall@k
+    early_stopping: EarlyStopping = "mrr"  # the held-out figure to keep the best of
+    patience: Positive = 3  # evaluations without improvement before stopping
+    min_delta: NonNegative = 0.0  # the least change that counts as an improvement
+    checkpoint_every: Positive = 50
+    weight_decay: NonNegative = 0.0  # AdamW
+    warmup_steps: Count = 0  # linear learning-rate warm-up
+    grad_clip: NonNegative = 1.0  # gradient norm clipping; 0 = none
+    max_length: Positive | None = None  # tokens of a query (`q ∘ r`); None: the encoder's
+    normalize: bool | None = None  # L2-normalise embeddings; None: as the index was built
+    seed: Seed = 12
+    positives: Positives = "oracle"  # oracle = every oracle document; answer = answer-bearing
+    threads: Count = 0  # torch threads; 0 = torch's default (all cores)
+    log_model: bool = True  # the trained encoder as an MLflow artifact
+    #: any of the keys above for one encoder only, by encoder name
+    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.early_stopping not in EARLY_STOPPING:
+            raise ValueError(
+                f"early_stopping must be one of {EARLY_STOPPING}, not {self.early_stopping!r}"
+            )
+        if self.positives not in POSITIVES:
+            raise ValueError(f"positives must be one of {POSITIVES}, not {self.positives!r}")
+
+    def train_config(
+        self,
+        max_length: int = EncoderSpec.max_length,
+        normalize: bool = EncoderSpec.normalize,
+    ) -> TrainRetrieverSettings:
+        """The settings a training run takes: `max_length` / `normalize` where these are None
+        (by default an encoder's defaults)."""
+        return replace(
+            self,
+            max_length=max_length if self.max_length is None else self.max_length,
+            normalize=normalize if self.normalize is None else self.normalize,
+        )
+
+    def for_encoder(self, name: str) -> TrainRetrieverSettings:
+        """The settings one encoder trains with: `overrides.<name>` merged over the others,
+        checked as strictly as the section (an unknown key or a bad value names
+        `train_retriever.overrides.<name>`). The result has no overrides left; an encoder
+        without any gets these settings unchanged."""
+        override = self.overrides.get(name)
+        if not override:
+            return self
+        where = f"train_retriever.overrides.{name}"
+        known = set(settings_fields(TrainRetrieverSettings)) - {"overrides"}
+        unknown = sorted(str(key) for key in override if key not in known)
+        if unknown:
+            raise SettingsError(
+                f"params.yaml: {where}: unknown key {', '.join(repr(k) for k in unknown)} "
+                f"(known: {', '.join(sorted(known))})"
+            )
+        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overrides"}
+        return load_settings(type(self), {**values, **override, "overrides": {}}, where)
+
+
+def train_retriever_settings(
+    section: Mapping[str, Any] | None, encoder: str | None = None
+) -> TrainRetrieverSettings:
+    """params.yaml's `train_retriever` section as typed settings, strictly (`Params` reads it
+    so); with `encoder`, that encoder's (`TrainRetrieverSettings.for_encoder`)."""
+    settings = load_settings(TrainRetrieverSettings, section, "train_retriever")
+    return settings.for_encoder(encoder) if encoder else settings

@@ -32,9 +32,9 @@ import math
 import shutil
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
@@ -45,120 +45,13 @@ from rulerag.layout import DataLayout
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
 from rulerag.retrieval.encoders import EncoderSpec
 from rulerag.retrieval.rule_guided import compose, rule_query_text
-from rulerag.settings import (
-    Count,
-    Fraction,
-    NonNegative,
-    Positive,
-    PositiveReal,
-    Seed,
-    SettingsError,
-    load_settings,
-    settings_fields,
-)
+from rulerag.retrieval.settings import POSITIVES, STAGE_KNOBS, TrainRetrieverSettings
 
 if TYPE_CHECKING:
     import torch
     from sentence_transformers import SentenceTransformer
 
     from rulerag.retrieval.dense import DenseIndex, DenseRetriever
-
-
-EarlyStopping = Literal["mrr", "recall", "loss"]
-EARLY_STOPPING: tuple[str, ...] = get_args(EarlyStopping)
-Positives = Literal["oracle", "answer"]
-POSITIVES: tuple[str, ...] = get_args(Positives)
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    """What `train_query_encoder` runs with (paper defaults for lr, batch size and temperature);
-    params.yaml `train_retriever` through `TrainRetrieverSettings`."""
-
-    lr: PositiveReal = 1e-5
-    batch_size: Positive = 32
-    temperature: PositiveReal = 0.01
-    epochs: Positive = 3
-    min_steps: Count = 0  # train at least this long: small F_R sets cycle through more epochs
-    max_steps: Positive | None = None  # stop after this many steps even within an epoch
-    max_items: Positive | None = None  # train on at most this many F_R items (a seeded sample)
-    max_positives: Positive = 4  # oracle documents per item put in the batch pool each step
-    heldout_fraction: Fraction = 0.1  # of the F_R items (whole queries), for early stopping
-    heldout_max: Count = 500  # items
-    eval_every: Positive = 50  # steps
-    eval_k: Positive = 10  # the k of the held-out Recall@k
-    early_stopping: EarlyStopping = "mrr"  # the held-out figure to keep the best of
-    patience: Positive = 3  # evaluations without improvement before stopping
-    min_delta: NonNegative = 0.0  # the least change that counts as an improvement
-    checkpoint_every: Positive = 50
-    weight_decay: NonNegative = 0.0  # AdamW
-    warmup_steps: Count = 0  # linear learning-rate warm-up
-    grad_clip: NonNegative = 1.0  # gradient norm clipping; 0 = none
-    max_length: Positive = EncoderSpec.max_length  # tokens of a query (`q ∘ r`)
-    normalize: bool = EncoderSpec.normalize  # L2-normalise embeddings (as the index was built)
-    seed: Seed = 12
-
-    def __post_init__(self) -> None:
-        if self.early_stopping not in EARLY_STOPPING:
-            raise ValueError(
-                f"early_stopping must be one of {EARLY_STOPPING}, not {self.early_stopping!r}"
-            )
-
-
-@dataclass(frozen=True)
-class TrainRetrieverSettings(TrainConfig):
-    """params.yaml `train_retriever`: `TrainConfig`'s knobs, two of which default to the
-    encoder's and the index's own, plus the stage's."""
-
-    max_length: Positive | None = None  # None: the encoder's (index.dense.<name>.max_length)
-    normalize: bool | None = None  # None: as the corpus index was built
-    positives: Positives = "oracle"  # oracle = every oracle document; answer = answer-bearing
-    threads: Count = 0  # torch threads; 0 = torch's default (all cores)
-    log_model: bool = True  # the trained encoder as an MLflow artifact
-    #: any of the keys above for one encoder only, by encoder name
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.positives not in POSITIVES:
-            raise ValueError(f"positives must be one of {POSITIVES}, not {self.positives!r}")
-
-    def train_config(self, max_length: int, normalize: bool) -> TrainConfig:
-        """The training run's config; `max_length` / `normalize` apply where these are None."""
-        knobs = {f.name: getattr(self, f.name) for f in fields(TrainConfig)}
-        if self.max_length is None:
-            knobs["max_length"] = max_length
-        if self.normalize is None:
-            knobs["normalize"] = normalize
-        return TrainConfig(**knobs)
-
-    def for_encoder(self, name: str) -> TrainRetrieverSettings:
-        """The settings one encoder trains with: `overrides.<name>` merged over the others,
-        checked as strictly as the section (an unknown key or a bad value names
-        `train_retriever.overrides.<name>`). The result has no overrides left; an encoder
-        without any gets these settings unchanged."""
-        override = self.overrides.get(name)
-        if not override:
-            return self
-        where = f"train_retriever.overrides.{name}"
-        known = set(settings_fields(TrainRetrieverSettings)) - {"overrides"}
-        unknown = sorted(str(key) for key in override if key not in known)
-        if unknown:
-            raise SettingsError(
-                f"params.yaml: {where}: unknown key {', '.join(repr(k) for k in unknown)} "
-                f"(known: {', '.join(sorted(known))})"
-            )
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "overrides"}
-        return load_settings(type(self), {**values, **override, "overrides": {}}, where)
-
-
-def train_retriever_settings(
-    section: Mapping[str, Any] | None, encoder: str | None = None
-) -> TrainRetrieverSettings:
-    """params.yaml's `train_retriever` section as typed settings, strictly (`Params` reads it
-    so); with `encoder`, that encoder's (`TrainRetrieverSettings.for_encoder`)."""
-    settings = load_settings(TrainRetrieverSettings, section, "train_retriever")
-    return settings.for_encoder(encoder) if encoder else settings
 
 
 @dataclass(frozen=True)
@@ -331,7 +224,7 @@ def evaluate(
     model: SentenceTransformer,
     items: Sequence[TrainItem],
     doc_embeddings: torch.Tensor,
-    config: TrainConfig,
+    config: TrainRetrieverSettings,
 ) -> dict[str, float]:
     """Held-out figures: whether an oracle document ranks in the whole corpus's top k
     (`recall_at_k`), the mean reciprocal rank of the best one, and the in-batch loss."""
@@ -339,6 +232,7 @@ def evaluate(
 
     if not items:
         return {}
+    config = config.train_config()  # None lengths and normalisation: an encoder's defaults
     was_training = model.training
     model.eval()
     ranks: list[np.ndarray] = []
@@ -396,11 +290,12 @@ class TrainResult:
         return pd.DataFrame(rows)
 
 
-def fingerprint(config: TrainConfig, items: Sequence[TrainItem], extra: str = "") -> str:
+def fingerprint(config: TrainRetrieverSettings, items: Sequence[TrainItem], extra: str = "") -> str:
     """What a checkpoint must match to be resumed: settings, items, base model, corpus.
-    Evaluation and checkpoint frequencies are left out: changing them keeps the run."""
+    Evaluation and checkpoint frequencies are left out: changing them keeps the run; so are the
+    stage's own knobs (`settings.STAGE_KNOBS`), which the key never held."""
     settings = asdict(config)
-    for key in ("eval_every", "checkpoint_every", "patience", "min_delta"):
+    for key in ("eval_every", "checkpoint_every", "patience", "min_delta", *STAGE_KNOBS):
         settings.pop(key)
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode())
     digest.update(extra.encode())
@@ -455,7 +350,7 @@ def train_query_encoder(
     doc_embeddings: np.ndarray,
     train_items: Sequence[TrainItem],
     heldout_items: Sequence[TrainItem],
-    config: TrainConfig = TrainConfig(),
+    config: TrainRetrieverSettings = TrainRetrieverSettings(),
     checkpoint_dir: Path | None = None,
     resume_key: str = "",
     on_log: Callable[[dict[str, float], int], None] | None = None,
@@ -470,6 +365,7 @@ def train_query_encoder(
     from tqdm.auto import tqdm
 
     started = time.perf_counter()
+    config = config.train_config()  # None lengths and normalisation: an encoder's defaults
     torch.manual_seed(config.seed)
     docs = _corpus_matrix(doc_embeddings, model.device, config.normalize)
     model.max_seq_length = config.max_length
@@ -538,7 +434,7 @@ def _corpus_matrix(doc_embeddings: np.ndarray, device: Any, normalize: bool) -> 
     return docs
 
 
-def _sample_items(items: Sequence[TrainItem], config: TrainConfig) -> list[TrainItem]:
+def _sample_items(items: Sequence[TrainItem], config: TrainRetrieverSettings) -> list[TrainItem]:
     """At most `max_items` of the items, a seeded sample kept in their order: a quick run on
     a large F_R set trains on the same items every time (and so resumes its checkpoints)."""
     items = list(items)
@@ -548,7 +444,7 @@ def _sample_items(items: Sequence[TrainItem], config: TrainConfig) -> list[Train
     return items
 
 
-def _step_plan(n_items: int, config: TrainConfig) -> tuple[int, int]:
+def _step_plan(n_items: int, config: TrainRetrieverSettings) -> tuple[int, int]:
     """Steps per epoch and in all: `epochs` passes, at least `min_steps` (a small F_R set
     cycles through more epochs), at most `max_steps`."""
     steps_per_epoch = max(1, math.ceil(n_items / config.batch_size))
@@ -558,7 +454,7 @@ def _step_plan(n_items: int, config: TrainConfig) -> tuple[int, int]:
     return steps_per_epoch, total
 
 
-def _adamw(params: list[Any], config: TrainConfig) -> torch.optim.Optimizer:
+def _adamw(params: list[Any], config: TrainRetrieverSettings) -> torch.optim.Optimizer:
     """AdamW, fused where torch has the kernel: about 8x faster on CPU, where the optimiser
     step dominates small batches."""
     import torch
@@ -640,7 +536,7 @@ class _EarlyStopping:
     patience: int
 
     @classmethod
-    def of(cls, config: TrainConfig) -> _EarlyStopping:
+    def of(cls, config: TrainRetrieverSettings) -> _EarlyStopping:
         metric, sign = {
             "mrr": ("heldout_mrr", 1.0),
             "recall": (f"heldout_recall_at_{config.eval_k}", 1.0),
@@ -666,7 +562,7 @@ class _EarlyStopping:
                 state["stopped"] = True
 
 
-def _lr_at(step: int, config: TrainConfig) -> float:
+def _lr_at(step: int, config: TrainRetrieverSettings) -> float:
     """The learning rate of `step`: a linear warm-up over `warmup_steps`, then constant."""
     if config.warmup_steps and step < config.warmup_steps:
         return config.lr * (step + 1) / config.warmup_steps
@@ -674,7 +570,7 @@ def _lr_at(step: int, config: TrainConfig) -> float:
 
 
 def _batch_of_step(
-    items: Sequence[TrainItem], step: int, steps_per_epoch: int, config: TrainConfig
+    items: Sequence[TrainItem], step: int, steps_per_epoch: int, config: TrainRetrieverSettings
 ) -> tuple[list[TrainItem], np.random.Generator]:
     """The items of `step` and the generator that samples their positives, both seeded by the
     step alone (an epoch's shuffled order, cut into batches), so that a resumed run trains on
@@ -693,7 +589,7 @@ def _optimiser_step(
     batch: Sequence[TrainItem],
     rng: np.random.Generator,
     step: int,
-    config: TrainConfig,
+    config: TrainRetrieverSettings,
 ) -> float:
     """One step of contrastive training on `batch`; its loss. Dropout is seeded by the step,
     so that a resumed run repeats the uninterrupted run's steps."""
@@ -750,7 +646,7 @@ class FittedEncoder:
 
     model: SentenceTransformer  # holds the best weights on the held-out slice
     result: TrainResult
-    config: TrainConfig  # what it trained with (its `normalize` is how it must search)
+    config: TrainRetrieverSettings  # what it trained with (its `normalize` is how it must search)
     spec: EncoderSpec  # the encoder it started from (`index.dense.<name>`)
 
     def searcher(self, index: DenseIndex) -> DenseRetriever:
@@ -780,7 +676,7 @@ def fit_query_encoder(
 
     `settings` are one encoder's (`TrainRetrieverSettings.for_encoder`); its None knobs take
     the encoder's `max_length` and the index's `normalize`, and `overrides` replace any
-    `TrainConfig` field after that. Whole queries are held out for early stopping
+    `TrainRetrieverSettings` field after that. Whole queries are held out for early stopping
     (`split_heldout`); the base encoder is loaded from `model_cache` on `device` and trained
     in place. With `checkpoint_dir` the run is resumable: a checkpoint is resumed only for the
     same base model and corpus embeddings (and items and settings, `fingerprint`). An

@@ -24,8 +24,12 @@ from rulerag.kg.registry import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
 from rulerag.qa.settings import QASettings, qa_settings
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
-from rulerag.retrieval.settings import IndexSettings, index_settings
-from rulerag.retrieval.training import TrainRetrieverSettings, train_retriever_settings
+from rulerag.retrieval.settings import (
+    IndexSettings,
+    TrainRetrieverSettings,
+    index_settings,
+    train_retriever_settings,
+)
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings
 from rulerag.rules.answers import ApplyRulesSettings, apply_rules_settings
 from rulerag.rules.mining import MineRulesSettings, mine_rules_settings

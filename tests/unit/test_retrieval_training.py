@@ -18,17 +18,15 @@ from rulerag.retrieval import encoders
 from rulerag.retrieval.data import RuleItem, read_corpus
 from rulerag.retrieval.dense import DenseIndex, encode_corpus
 from rulerag.retrieval.encoders import DualEncoder, EncoderSpec
+from rulerag.retrieval.settings import TrainRetrieverSettings, train_retriever_settings
 from rulerag.retrieval.training import (
-    TrainConfig,
     TrainItem,
-    TrainRetrieverSettings,
     contrastive_loss,
     evaluate,
     fit_query_encoder,
     make_items,
     split_heldout,
     train_query_encoder,
-    train_retriever_settings,
     training_items,
 )
 from rulerag.settings import SettingsError, load_settings
@@ -137,7 +135,7 @@ def setup(tmp_path_factory):
 def test_training_lowers_the_loss_and_ranks_oracles_higher(setup, tmp_path: Path) -> None:
     model, docs, items, *_ = setup
     model = copy.deepcopy(model)
-    config = TrainConfig(
+    config = TrainRetrieverSettings(
         lr=1e-4, batch_size=8, temperature=0.05, epochs=3, eval_every=5, patience=10,
         max_positives=2, heldout_fraction=0.0, seed=3,
     )  # fmt: skip
@@ -162,7 +160,7 @@ class Stop(Exception):
 
 def test_resumed_training_equals_an_unbroken_run(setup, tmp_path: Path) -> None:
     model, docs, items, *_ = setup
-    config = TrainConfig(
+    config = TrainRetrieverSettings(
         lr=1e-4, batch_size=8, temperature=0.05, epochs=2, max_steps=6, checkpoint_every=2, seed=5,
     )  # fmt: skip
     unbroken = copy.deepcopy(model)
