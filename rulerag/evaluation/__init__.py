@@ -3,24 +3,11 @@
 Pure functions on strings and small tables, so the numbers a stage reports can be checked by
 hand (tests/unit/test_generation_metrics.py) and recomputed from `predictions.jsonl`;
 `grid_report` reads the row folders into stage `report`'s tables and claims.
+
+The package re-exports `metrics`' public names, which `metrics.__all__` lists (one list).
 """
 
-from rulerag.evaluation.metrics import (
-    aggregate,
-    exact_match,
-    extract_answer,
-    normalize_answer,
-    recall_at_k,
-    score_prediction,
-    token_f1,
-)
+from rulerag.evaluation import metrics
+from rulerag.evaluation.metrics import *  # noqa: F403 (the names metrics.__all__ lists)
 
-__all__ = [
-    "aggregate",
-    "exact_match",
-    "extract_answer",
-    "normalize_answer",
-    "recall_at_k",
-    "score_prediction",
-    "token_f1",
-]
+__all__ = list(metrics.__all__)
