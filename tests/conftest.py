@@ -3,14 +3,20 @@ project folder to run stage scripts in-process."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import requests
 
-from rulerag.orchestration.project_copy import copy_project, kg_mirror_dir
-from tests.helpers import StageProject
+# the shared assertions (`one_line_failure`, `assert_brute_force_counts`) explain a failure as
+# the tests' own do: registered before the first import of the module
+pytest.register_assert_rewrite("tests.helpers")
+
+from rulerag.orchestration.project_copy import copy_project, kg_mirror_dir  # noqa: E402
+from tests.helpers import StageProject, process_running  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -54,6 +60,26 @@ def clean_tracking_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in ("MLFLOW_TRACKING_URI", tracking.PIPELINE_RUN_ENV, tracking.TRACKING_PROJECT_ENV,
                 *tracking.FAIL_FAST_ENV, *tracking.AIRFLOW_ENV):  # fmt: skip
         monkeypatch.delenv(key, raising=False)
+
+
+@pytest.fixture
+def mlflow_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
+    """A throw-away MLflow store, SQLite under tmp_path, that stage runs in the test log to
+    (`MLFLOW_TRACKING_URI`, no other tracking settings from the shell); its URI."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    return uri
+
+
+@pytest.fixture
+def spawned() -> Iterator[list[int]]:
+    """The pids a test started or saw started; what still runs of them is killed after it
+    (a stage or command the test meant to see stopped, when the test fails)."""
+    pids: list[int] = []
+    yield pids
+    for pid in pids:
+        if process_running(pid):
+            os.kill(pid, signal.SIGKILL)
 
 
 @pytest.fixture(scope="module")

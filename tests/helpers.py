@@ -108,8 +108,29 @@ def stage_runs(tracking_uri: str, stage: str) -> list:
     return client.search_runs(experiments, filter_string=f"tags.`rulerag.stage` = '{stage}'")
 
 
+def assert_brute_force_counts(found: Mapping[Any, Any], expected: Mapping[Any, tuple]) -> None:
+    """A miner found exactly the rules a brute-force count over the same facts finds (rule
+    key -> (support, body support, confidence)), each with those counts."""
+    assert set(found) == set(expected)
+    for key, rule in found.items():
+        assert (rule.support, rule.body_support, rule.confidence) == expected[key], key
+
+
+def one_line_failure(err: str, stage: str, *named: str) -> str:
+    """The one line `<stage> failed: ...` a stage that refused its input wrote to stderr
+    (`err`), with no traceback; it must name each of `named`."""
+    assert "Traceback" not in err, err
+    (line,) = [x for x in err.splitlines() if x.startswith(f"{stage} failed: ")]
+    for text in named:
+        assert text in line, line
+    return line
+
+
 #: the project folder (params.yaml, dvc.yaml)
 PROJECT = Path(__file__).resolve().parents[1]
+#: the datasets the project knows without `ingest.custom` (rulerag.kg.registry.DATASETS),
+#: written out: what a run may choose
+KNOWN_DATASETS = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
 
 
 @dataclass

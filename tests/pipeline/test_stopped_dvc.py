@@ -18,7 +18,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -90,20 +89,10 @@ def base_env() -> dict[str, str]:
     }
 
 
-@pytest.fixture
-def stage_pids() -> Iterator[list[int]]:
-    """Pids to kill after the test if they still run (the stage, when the test fails)."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        if process_running(pid):
-            os.kill(pid, signal.SIGKILL)
-
-
 @pytest.mark.parametrize("shell", ["/bin/bash", "/bin/sh"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=["kill-9", "sigterm"])
 def test_stopping_dvc_alone_stops_its_stage_unpublished(
-    project: Path, stage_pids: list[int], sig: signal.Signals, shell: str
+    project: Path, spawned: list[int], sig: signal.Signals, shell: str
 ) -> None:
     if not Path(shell).is_file():
         pytest.skip(f"no {shell}")
@@ -122,7 +111,7 @@ def test_stopping_dvc_alone_stops_its_stage_unpublished(
             time.sleep(0.1)
         time.sleep(0.2)  # the marker is written whole
         pid, staging = marker.read_text().split(" ", 1)
-        stage_pids.append(int(pid))
+        spawned.append(int(pid))
 
         os.kill(dvc.pid, sig)  # dvc alone, not its process group
         dvc.wait(timeout=10)

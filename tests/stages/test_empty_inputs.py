@@ -21,17 +21,10 @@ from rulerag.kg.schema import KnowledgeGraph, make_vocab
 from rulerag.kg.store import read_kg
 from rulerag.rules.mining import mine_rule_bank, mine_rules_settings
 from rulerag.tracking import TAG_ERROR
-from tests.helpers import StageProject, ingest_into, stage_runs
+from tests.helpers import StageProject, ingest_into, one_line_failure, stage_runs
 from tests.support.synthetic_kg import synthetic_kg, write_synthetic_dataset
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per stage test
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
 
 
 def _custom_kg(
@@ -53,12 +46,20 @@ def _custom_kg(
     return {"ingest.custom": custom}
 
 
-def _one_line(err: str, stage: str, *named: str) -> str:
-    assert "Traceback" not in err, err
-    (line,) = [x for x in err.splitlines() if x.startswith(f"{stage} failed: ")]
-    for text in named:
-        assert text in line, line
-    return line
+def _build_benchmark_refuses(
+    project: StageProject,
+    capsys: pytest.CaptureFixture[str],
+    dataset: str,
+    *named: str,
+    params: dict[str, Any] | None = None,
+) -> None:
+    """build_benchmark@`dataset` exits 2 with one line that names each of `named`, and
+    publishes no benchmark."""
+    import pipeline_steps.build_benchmark as stage
+
+    assert project.run(stage, "--dataset", dataset, params=params) == 2
+    one_line_failure(capsys.readouterr().err, "build_benchmark", *named)
+    assert not project.layout(dataset).benchmark.exists()
 
 
 def _random_links(links: int, entities: int, relations: int, seed: int = 0) -> str:
@@ -85,7 +86,7 @@ def _random_links(links: int, entities: int, relations: int, seed: int = 0) -> s
 def test_mine_rules_on_a_kg_without_rules_stops_and_publishes_nothing(
     train: str,
     tmp_path: Path,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -95,7 +96,7 @@ def test_mine_rules_on_a_kg_without_rules_stops_and_publishes_nothing(
 
     overrides = _custom_kg(tmp_path, stage_project, {"train": train})
     assert stage_project.run(stage, "--dataset", "mykg", params=overrides) == 2
-    line = _one_line(
+    line = one_line_failure(
         capsys.readouterr().err,
         "mine_rules",
         "mine_rules@mykg: the rule bank is empty",
@@ -108,7 +109,7 @@ def test_mine_rules_on_a_kg_without_rules_stops_and_publishes_nothing(
     )
     assert "a single-relation chain" in line
     assert not stage_project.layout("mykg").rules_dir.exists()
-    (run,) = stage_runs(store, "mine_rules")
+    (run,) = stage_runs(mlflow_store, "mine_rules")
     assert run.info.status == "FAILED" and "the rule bank is empty" in run.data.tags[TAG_ERROR]
 
 
@@ -149,28 +150,25 @@ def test_the_temporal_miner_finding_no_rule_names_its_thresholds(
 @pytest.mark.parametrize("manifest", [True, False], ids=["manifest", "no-manifest"])
 def test_build_benchmark_without_its_bank_names_the_stage_that_writes_it(
     manifest: bool,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """A deleted rules/bank.parquet ended in a `FileNotFoundError` traceback (raised by os.stat
     where rules/manifest.json lists it, by pandas where there is no manifest)."""
-    import pipeline_steps.build_benchmark as stage
-
     layout = stage_project.layout("toy")
     write_synthetic_dataset(layout, temporal=True)
     if manifest:
         write_manifest(layout.rules_dir)
     layout.rule_bank.unlink()
-    assert stage_project.run(stage, "--dataset", "toy") == 2
-    _one_line(
-        capsys.readouterr().err,
-        "build_benchmark",
+    _build_benchmark_refuses(
+        stage_project,
+        capsys,
+        "toy",
         f"{layout.rule_bank}: no such file; it is an output of mine_rules",
         "rerun mine_rules@toy (dvc repro mine_rules@toy), then build_benchmark",
     )
-    assert not layout.benchmark.exists()
-    (run,) = stage_runs(store, "build_benchmark")
+    (run,) = stage_runs(mlflow_store, "build_benchmark")
     assert run.info.status == "FAILED" and "rerun mine_rules@toy" in run.data.tags[TAG_ERROR]
 
 
@@ -185,25 +183,18 @@ def test_build_benchmark_without_its_bank_names_the_stage_that_writes_it(
 def test_build_benchmark_refuses_a_bank_file_it_cannot_build_from(
     bank: Any,
     says: str,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """An empty bank failed in pandas: `You are trying to merge on float64 and object columns
     for key 'rule_id'`; a table without the bank's columns in a `KeyError`."""
-    import pipeline_steps.build_benchmark as stage
-
     layout = stage_project.layout("toy")
     _, mined = write_synthetic_dataset(layout, temporal=True)
     write_parquet(layout.rule_bank, bank(mined), {"stage": "mine_rules"})
-    assert stage_project.run(stage, "--dataset", "toy") == 2
-    _one_line(
-        capsys.readouterr().err,
-        "build_benchmark",
-        f"{layout.rule_bank}: {says}",
-        "rerun mine_rules@toy",
+    _build_benchmark_refuses(
+        stage_project, capsys, "toy", f"{layout.rule_bank}: {says}", "rerun mine_rules@toy"
     )
-    assert not layout.benchmark.exists()
 
 
 # -- part 2: a benchmark without F_R items or test queries ---------------------------------------
@@ -211,30 +202,29 @@ def test_build_benchmark_refuses_a_bank_file_it_cannot_build_from(
 
 def test_a_self_loop_kg_stops_build_benchmark_on_its_empty_f_r(
     tmp_path: Path,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Every fact a self-loop: mine_rules finds r(X, Y) <= r(Y, X), but no valid query's subject
     has a train link, so F_R came out with 0 items, silently (exit 0)."""
-    import pipeline_steps.build_benchmark as build
     import pipeline_steps.mine_rules as mine
 
     spans = {"train": range(0, 300), "valid": range(300, 350), "test": range(350, 400)}
     splits = {split: "".join(f"e{i}\tr\te{i}\n" for i in ids) for split, ids in spans.items()}
     overrides = _custom_kg(tmp_path, stage_project, splits)
     assert stage_project.run(mine, "--dataset", "mykg", params=overrides) == 0
-    assert stage_project.run(build, "--dataset", "mykg", params=overrides) == 2
-    _one_line(
-        capsys.readouterr().err,
-        "build_benchmark",
+    _build_benchmark_refuses(
+        stage_project,
+        capsys,
+        "mykg",
         "build_benchmark@mykg: F_R, the retriever's fine-tuning set, is empty",
         "no query is explained by a rule in the corpus",
         "none of the 25 (query, rule) pairs of its 25 queries has an oracle document",
         "every fact of the KG is a self-loop (head = tail)",
+        params=overrides,
     )
-    assert not stage_project.layout("mykg").benchmark.exists()
-    (run,) = stage_runs(store, "build_benchmark")
+    (run,) = stage_runs(mlflow_store, "build_benchmark")
     assert run.info.status == "FAILED" and "F_R" in run.data.tags[TAG_ERROR]
 
 

@@ -16,9 +16,7 @@ KEY = "sk-test-SECRET-0123456789"
 
 
 @pytest.mark.slow  # an MLflow SQLite store is created
-def test_generate_stage_with_the_api_generator(
-    tmp_path, monkeypatch, caplog, stage_project, clean_tracking_env
-):
+def test_generate_stage_with_the_api_generator(monkeypatch, caplog, stage_project, mlflow_store):
     """The `generate` glue end to end on synthetic files: samples from a retrieval run, the
     rule prompt, 3 fixed F_G examples, metrics and predictions written, the key nowhere (nor
     in the MLflow run)."""
@@ -27,8 +25,6 @@ def test_generate_stage_with_the_api_generator(
     from tests.helpers import run_frame, write_bank
 
     caplog.set_level(logging.DEBUG)
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # as before passive_openmp set it
     layout = stage_project.layout("toy")
     layout.benchmark.mkdir(parents=True)
@@ -104,7 +100,7 @@ def test_generate_stage_with_the_api_generator(
     assert "Case 3:" in sent["content"] and "# Answer: A" in sent["content"]
     sent_all = [r["body"]["messages"][-1]["content"] for r in server.requests]
     assert any(text.endswith("Final Query:\n" + prompt) for text in sent_all)
-    (tracked,) = stage_runs(uri, "generate")
+    (tracked,) = stage_runs(mlflow_store, "generate")
     assert tracked.info.status == "FINISHED"
     assert tracked.data.metrics["em"] == 0.5 and tracked.data.tags["rulerag.config"] == "gpt_icl"
     assert KEY not in json.dumps(tracked.data.params)

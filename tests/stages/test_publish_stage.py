@@ -13,19 +13,12 @@ import pytest
 
 from rulerag.io import write_manifest, write_parquet
 from rulerag.tracking import TAG_ERROR
-from tests.helpers import StageProject, refuse_writes_under, stage_runs
+from tests.helpers import StageProject, one_line_failure, refuse_writes_under, stage_runs
 from tests.support.synthetic_kg import write_synthetic_dataset
 
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 
 CUSTOM = "a\tr\tb\nb\tr\tc\nc\tr\ta\na\ts\tc\n"
-
-
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
 
 
 def _custom_kg(tmp_path: Path) -> dict[str, object]:
@@ -35,16 +28,8 @@ def _custom_kg(tmp_path: Path) -> dict[str, object]:
     return {"ingest.custom": {"mykg": {"path": str(source)}}}
 
 
-def _one_line_failure(err: str, stage: str, *named: str) -> str:
-    assert "Traceback" not in err, err
-    (line,) = [x for x in err.splitlines() if x.startswith(f"{stage} failed: ")]
-    for text in named:
-        assert text in line, line
-    return line
-
-
 def test_build_benchmark_refuses_a_bank_with_fewer_rows_than_recorded(
-    store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
+    mlflow_store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A valid bank.parquet with fewer rules than mine_rules wrote was read silently: the
     benchmark was built from it, exit 0."""
@@ -56,14 +41,17 @@ def test_build_benchmark_refuses_a_bank_with_fewer_rows_than_recorded(
     write_manifest(layout.rules_dir)
     write_parquet(layout.rule_bank, bank.head(1), {"stage": "mine_rules"})
     assert stage_project.run(stage, "--dataset", "toy") == 2
-    _one_line_failure(capsys.readouterr().err, "build_benchmark", str(layout.rule_bank), "rerun")
+    one_line_failure(capsys.readouterr().err, "build_benchmark", str(layout.rule_bank), "rerun")
     assert not layout.benchmark.exists()
-    (run,) = stage_runs(store, "build_benchmark")
+    (run,) = stage_runs(mlflow_store, "build_benchmark")
     assert run.info.status == "FAILED" and "bank.parquet" in run.data.tags[TAG_ERROR]
 
 
 def test_a_cut_short_parquet_input_is_one_line(
-    tmp_path: Path, store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    mlflow_store: str,
+    stage_project: StageProject,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """mine_rules on a facts.parquet cut short ended in Arrow's `ArrowInvalid` traceback."""
     import pipeline_steps.ingest as ingest
@@ -74,14 +62,14 @@ def test_a_cut_short_parquet_input_is_one_line(
     facts = stage_project.layout("mykg").facts
     facts.write_bytes(facts.read_bytes()[:300])
     assert stage_project.run(mine_rules, "--dataset", "mykg", params=params) == 2
-    _one_line_failure(capsys.readouterr().err, "mine_rules", str(facts), "300 bytes", "rerun")
-    (run,) = stage_runs(store, "mine_rules")
+    one_line_failure(capsys.readouterr().err, "mine_rules", str(facts), "300 bytes", "rerun")
+    (run,) = stage_runs(mlflow_store, "mine_rules")
     assert run.info.status == "FAILED"
 
 
 def test_a_full_disk_is_one_line_naming_the_file(
     tmp_path: Path,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -97,15 +85,15 @@ def test_a_full_disk_is_one_line_naming_the_file(
     monkeypatch.setattr(pq, "write_table", full)
     assert stage_project.run(ingest, "--dataset", "mykg", params=_custom_kg(tmp_path)) == 2
     facts = stage_project.layout("mykg").facts
-    _one_line_failure(capsys.readouterr().err, "ingest", f"{facts}: cannot write it", "No space")
+    one_line_failure(capsys.readouterr().err, "ingest", f"{facts}: cannot write it", "No space")
     assert sorted(p.name for p in facts.parent.iterdir()) == []
-    (run,) = stage_runs(store, "ingest")
+    (run,) = stage_runs(mlflow_store, "ingest")
     assert run.info.status == "FAILED" and "No space left" in run.data.tags[TAG_ERROR]
 
 
 def test_a_read_only_data_folder_is_one_line_naming_it(
     tmp_path: Path,
-    store: str,
+    mlflow_store: str,
     stage_project: StageProject,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -117,7 +105,7 @@ def test_a_read_only_data_folder_is_one_line_naming_it(
     layout.root.mkdir(parents=True)
     refuse_writes_under(layout.root, monkeypatch)
     assert stage_project.run(ingest, "--dataset", "mykg", params=_custom_kg(tmp_path)) == 2
-    line = _one_line_failure(capsys.readouterr().err, "ingest", f"{layout.kg}: cannot write it")
+    line = one_line_failure(capsys.readouterr().err, "ingest", f"{layout.kg}: cannot write it")
     assert "must be writable" in line
-    (run,) = stage_runs(store, "ingest")
+    (run,) = stage_runs(mlflow_store, "ingest")
     assert run.info.status == "FAILED"

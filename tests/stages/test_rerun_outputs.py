@@ -19,13 +19,6 @@ pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 TIMING = re.compile(r"(^|_)seconds($|_)|_per_(second|minute)$")
 
 
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
-
-
 def timing_fields(value: object, where: str = "") -> list[str]:
     if isinstance(value, dict):
         return [
@@ -38,7 +31,7 @@ def timing_fields(value: object, where: str = "") -> list[str]:
 
 
 def test_mine_rules_rerun_rewrites_the_same_stats(
-    tmp_path: Path, store: str, stage_project: StageProject
+    tmp_path: Path, mlflow_store: str, stage_project: StageProject
 ) -> None:
     import pipeline_steps.mine_rules as stage
 
@@ -51,11 +44,13 @@ def test_mine_rules_rerun_rewrites_the_same_stats(
     assert timing_fields(json.loads(written[0]["stats.json"])) == []
     assert written[0]["stats.json"] == written[1]["stats.json"]
     assert written[0]["manifest.json"] == written[1]["manifest.json"]
-    runs = stage_runs(store, "mine_rules")
+    runs = stage_runs(mlflow_store, "mine_rules")
     assert len(runs) == 2 and all("mining_seconds" in r.data.metrics for r in runs)
 
 
-def test_index_rerun_rewrites_the_same_stats(store: str, stage_project: StageProject) -> None:
+def test_index_rerun_rewrites_the_same_stats(
+    mlflow_store: str, stage_project: StageProject
+) -> None:
     import pipeline_steps.index as stage
 
     tiny_benchmark(stage_project.layout("tiny").root)
@@ -67,6 +62,6 @@ def test_index_rerun_rewrites_the_same_stats(store: str, stage_project: StagePro
         written.append(stats.read_bytes())
     assert timing_fields(json.loads(written[0])) == []
     assert written[0] == written[1]
-    runs = stage_runs(store, "index")
+    runs = stage_runs(mlflow_store, "index")
     assert len(runs) == 2
     assert all({"seconds", "bm25s_build_seconds", "docs"} <= set(r.data.metrics) for r in runs)

@@ -16,7 +16,7 @@ from tests.support.fake_openai import FakeOpenAI
 
 @pytest.mark.slow  # an MLflow SQLite store is created
 def test_the_robustness_stage_searches_its_queries_and_answers_them_as_the_row(
-    tmp_path, monkeypatch, stage_project, clean_tracking_env
+    monkeypatch, stage_project, mlflow_store
 ) -> None:
     """Stage `robustness` on a synthetic dataset: the row's BM25 configuration searched with the
     robustness queries (q ∘ r), kept as run.parquet; the row (an API generator,
@@ -29,8 +29,6 @@ def test_the_robustness_stage_searches_its_queries_and_answers_them_as_the_row(
     from rulerag.retrieval.sparse import BM25sIndex
     from rulerag.tracking import TAG_STAGE_INSTANCE
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("RULERAG_API_KEY", "sk-test")
     monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # as before passive_openmp set it
     layout = stage_project.layout("toy")
@@ -74,7 +72,7 @@ def test_the_robustness_stage_searches_its_queries_and_answers_them_as_the_row(
     assert [r["doc_ids"][0] for r in rows] == ["D0", "D1", "D2"]  # each query's own document
     manifest = json.loads((out / "manifest.json").read_text())
     assert {"run.parquet", "predictions.jsonl", "metrics.json"} <= set(manifest["files"])
-    client = MlflowClient(tracking_uri=uri)
+    client = MlflowClient(tracking_uri=mlflow_store)
     (tracked,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert tracked.info.status == "FINISHED"
     assert tracked.data.tags[TAG_STAGE_INSTANCE] == "robustness@toy-api_rag"

@@ -6,7 +6,6 @@ evaluation), and the stage writes what its library entry returns."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -43,18 +42,15 @@ PARAMS = {
 
 
 def test_the_rule_stages_run_on_typed_params(
-    tmp_path: Path,
     stage_project: StageProject,
     monkeypatch: pytest.MonkeyPatch,
-    clean_tracking_env: None,
+    mlflow_store: str,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     import pipeline_steps.apply_rules as apply_rules
     import pipeline_steps.build_benchmark as build_benchmark
     import pipeline_steps.rule_retrieval_eval as rule_retrieval_eval
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setenv("RULERAG_API_KEY", "sk-local-test")
     layout = stage_project.layout("toy")
     write_synthetic_dataset(layout, temporal=True)
@@ -110,14 +106,14 @@ def test_the_rule_stages_run_on_typed_params(
     assert (layout.rule_application / "results.md").read_text(encoding="utf-8") in printed
 
     # MLflow: each stage's params as params.yaml writes them, apply_rules' instance tag
-    (bench_run,) = stage_runs(uri, "build_benchmark")
+    (bench_run,) = stage_runs(mlflow_store, "build_benchmark")
     assert bench_run.data.params["rule_retrieval.llm.kind"] == "api"
     assert bench_run.data.params["corpus_filter"] == "none"
     assert bench_run.data.metrics["selection_cost_llm_calls"] == asked_by_benchmark
-    (eval_run,) = stage_runs(uri, "rule_retrieval_eval")
+    (eval_run,) = stage_runs(mlflow_store, "rule_retrieval_eval")
     assert eval_run.data.metrics["bm25_natural_siar_si.recall_at_2"] == metrics["rows"][2]["R@2"]
     assert eval_run.data.params["rule_retrieval.analyzer"] == "auto"  # asked; and what ran:
     assert eval_run.data.params["rule_retrieval.analyzer_used"] == "english"
-    (apply_run,) = stage_runs(uri, "apply_rules")
+    (apply_run,) = stage_runs(mlflow_store, "apply_rules")
     assert apply_run.data.tags[TAG_STAGE_INSTANCE] == "apply_rules@toy"
     assert apply_run.data.metrics["test_facts"] == 40

@@ -17,15 +17,8 @@ from tests.helpers import StageProject, ingest_chain_kg, ingest_into, stage_runs
 pytestmark = pytest.mark.slow  # an MLflow SQLite store is created per test
 
 
-@pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    return uri
-
-
 def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
-    tmp_path: Path, store: str, stage_project: StageProject
+    tmp_path: Path, mlflow_store: str, stage_project: StageProject
 ) -> None:
     """The stage exited 2 and MLflow recorded FINISHED before."""
     import pipeline_steps.mine_rules as stage
@@ -46,7 +39,7 @@ def test_mine_rules_without_facts_in_its_splits_is_a_failed_run(
         **{f"ingest.{k}": v for k, v in params["ingest"].items()},
     }
     assert stage_project.run(stage, "--dataset", "mykg", params=overrides) == 2
-    (run,) = stage_runs(store, "mine_rules")
+    (run,) = stage_runs(mlflow_store, "mine_rules")
     assert run.info.status == "FAILED"
     assert "no facts in splits ['valid']" in run.data.tags[TAG_ERROR]
     assert not layout.rules_dir.exists()
@@ -65,7 +58,9 @@ def test_a_stage_refuses_a_dataset_name_that_is_not_an_identifier(
     assert "invalid dataset name" in capsys.readouterr().err
 
 
-def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path, store: str) -> None:
+def test_a_stage_run_with_python_m_names_itself_in_its_error(
+    tmp_path: Path, mlflow_store: str
+) -> None:
     """Under `python -m`, the failing stage used to call itself `__main__`; its MLflow run
     (recorded though params.yaml failed before the stage's run opened) names it too."""
     import os
@@ -84,13 +79,13 @@ def test_a_stage_run_with_python_m_names_itself_in_its_error(tmp_path: Path, sto
     message = done.stderr.splitlines()[-1]  # after MLflow's notes on creating its store
     assert message.startswith("ingest failed: ") and "missing section 'ingest'" in message
     assert "Traceback" not in done.stderr
-    (run,) = stage_runs(store, "ingest")
+    (run,) = stage_runs(mlflow_store, "ingest")
     assert (run.info.run_name, run.info.status) == ("ingest", "FAILED")
     assert "missing section 'ingest'" in run.data.tags[TAG_ERROR]
 
 
 def test_a_params_error_before_the_stage_run_opens_is_a_failed_run(
-    store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
+    mlflow_store: str, stage_project: StageProject, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """`ingest.duplicates: maybe` fails as `stage_inputs` hands the stage its section, before
     `Stage.track` opened the run: exit 2 and no MLflow run at all, before."""
@@ -98,7 +93,7 @@ def test_a_params_error_before_the_stage_run_opens_is_a_failed_run(
 
     code = stage_project.run(stage, "--dataset", "icews14", params={"ingest.duplicates": "maybe"})
     assert code == 2 and "Traceback" not in capsys.readouterr().err
-    (run,) = stage_runs(store, "ingest")
+    (run,) = stage_runs(mlflow_store, "ingest")
     assert (run.info.run_name, run.info.status) == ("ingest", "FAILED")
     assert "ingest.duplicates" in run.data.tags[TAG_ERROR]
 
@@ -125,7 +120,7 @@ sys.exit(common.run_stage(stage.main, sys.argv[2:]))
 
 
 def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
-    tmp_path: Path, store: str, stage_project: StageProject
+    tmp_path: Path, mlflow_store: str, stage_project: StageProject
 ) -> None:
     """SIGTERM (a scheduler, a CI timeout, dvc's death) ended the stage on the spot and left no
     MLflow run; now the run is KILLED, the staged files are discarded, exit status 143."""
@@ -136,7 +131,7 @@ def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
     import time
 
     params = stage_project.write_params(ingest_chain_kg(tmp_path, stage_project))
-    env = {**os.environ, "MLFLOW_TRACKING_URI": store}
+    env = {**os.environ, "MLFLOW_TRACKING_URI": mlflow_store}
     env.pop("DVC_STAGE", None)
     argv = ["--dataset", "mykg", "--params", str(params)]
     process = subprocess.Popen(
@@ -156,7 +151,7 @@ def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
     assert process.returncode == 128 + signal.SIGTERM, err
     message = "mine_rules stopped by SIGTERM: what it had staged was discarded"
     assert err.splitlines()[-1] == message and "Traceback" not in err
-    (run,) = stage_runs(store, "mine_rules")
+    (run,) = stage_runs(mlflow_store, "mine_rules")
     assert (run.info.run_name, run.info.status) == ("mine_rules", "KILLED")
     assert run.data.tags[TAG_ERROR] == "StageTerminated: stopped by SIGTERM"
     rules_dir = stage_project.layout("mykg").rules_dir
@@ -164,7 +159,7 @@ def test_mine_rules_stopped_by_sigterm_is_a_killed_run_that_publishes_nothing(
 
 
 def test_a_truncated_facts_parquet_is_one_failed_run(
-    tmp_path: Path, store: str, stage_project: StageProject
+    tmp_path: Path, mlflow_store: str, stage_project: StageProject
 ) -> None:
     """A cut-short input fails the stage and its one MLflow run says so."""
     import pipeline_steps.mine_rules as stage
@@ -174,6 +169,6 @@ def test_a_truncated_facts_parquet_is_one_failed_run(
     facts.write_bytes(facts.read_bytes()[: facts.stat().st_size // 2])
     with contextlib.suppress(Exception):  # an InputError (exit 2) once Parquet is checked
         stage_project.run(stage, "--dataset", "mykg", params=overrides)
-    (run,) = stage_runs(store, "mine_rules")
+    (run,) = stage_runs(mlflow_store, "mine_rules")
     assert (run.info.run_name, run.info.status) == ("mine_rules", "FAILED")
     assert "facts.parquet" in run.data.tags[TAG_ERROR] or "Parquet" in run.data.tags[TAG_ERROR]

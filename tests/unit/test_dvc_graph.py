@@ -24,9 +24,7 @@ from rulerag.orchestration.dvc_graph import (
     stage_edges,
     topological_order,
 )
-
-PROJECT = Path(__file__).resolve().parents[2]
-ALL_DATASETS = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
+from tests.helpers import KNOWN_DATASETS, PROJECT
 
 
 def write(tmp_path: Path, text: str, name: str = "dvc.yaml") -> Path:
@@ -41,9 +39,9 @@ def names(instances: list[StageInstance]) -> list[str]:
 
 def test_project_dvc_yaml_expands_over_every_known_dataset() -> None:
     params = load_yaml(PROJECT / "params.yaml")
-    graph = build_graph(PROJECT / "dvc.yaml", params, ALL_DATASETS)
+    graph = build_graph(PROJECT / "dvc.yaml", params, KNOWN_DATASETS)
     ingest = {i.item: i for i in graph if i.stage == "ingest"}
-    assert sorted(ingest) == sorted(ALL_DATASETS)  # not only params.yaml's selection
+    assert sorted(ingest) == sorted(KNOWN_DATASETS)  # not only params.yaml's selection
     nell = ingest["nell995"]
     assert nell.name == "ingest@nell995"
     assert nell.dataset == "nell995"
@@ -404,8 +402,7 @@ def test_every_output_survives_a_failed_run_and_is_restorable() -> None:
     `dvc checkout` brings back all of them, metrics and plots included (DVC's own parser)."""
     from dvc.repo import Repo
 
-    project = Path(__file__).resolve().parents[2]
-    repo = Repo(str(project))
+    repo = Repo(str(PROJECT))
     try:
         outs = [(stage.addressing, out) for stage in repo.index.stages for out in stage.outs]
     finally:

@@ -32,13 +32,13 @@ from rulerag.settings import (
     SettingsError,
     load_settings,
 )
+from tests.helpers import KNOWN_DATASETS
 
 PROJECT = Path(__file__).resolve().parents[2]
 PARAMS_TEXT = (PROJECT / "params.yaml").read_text(encoding="utf-8")
 PARAMS = read_params_file(PROJECT / "params.yaml")
 KEY = "sk-test-Abc1Def2Ghi3Jkl4Mno5"
 PASSWORD = "s3cret-Pw-9931"
-KNOWN = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
 
 # ---------------------------------------------------------------------------------------------
 # 1. Redaction in linear time
@@ -182,7 +182,7 @@ def test_a_list_of_many_wrong_entries_is_one_short_message() -> None:
 
 
 def validate(conf: dict[str, Any]) -> Any:
-    return validate_run_conf(conf, PARAMS, KNOWN, stage_names=["ingest", "generate"])
+    return validate_run_conf(conf, PARAMS, KNOWN_DATASETS, stage_names=["ingest", "generate"])
 
 
 @pytest.mark.parametrize(

@@ -25,9 +25,7 @@ from rulerag.orchestration.run_conf import (
     validate_run_conf,
 )
 from rulerag.params import read_params_file
-
-PROJECT = Path(__file__).resolve().parents[2]
-KNOWN = ["icews14", "yago", "wiki", "fb15k237", "nell995"]
+from tests.helpers import KNOWN_DATASETS, PROJECT
 
 PARAMS_TEXT = """\
 # Top comment: every knob of every stage.
@@ -59,7 +57,7 @@ def params_file(tmp_path: Path) -> Path:
 
 def validate(conf: Any, params: dict[str, Any] | None = None, **kwargs: Any) -> RunConf:
     kwargs.setdefault("check", None)  # PARAMS_TEXT is not the project's schema
-    return validate_run_conf(conf, params or load_params_text(), KNOWN, **kwargs)
+    return validate_run_conf(conf, params or load_params_text(), KNOWN_DATASETS, **kwargs)
 
 
 def load_params_text() -> dict[str, Any]:
@@ -138,7 +136,10 @@ def test_project_params_accept_the_documented_example() -> None:
     params = read_params_file(PROJECT / "params.yaml")
     keys = cmd_param_keys(PROJECT / "dvc.yaml")
     run_conf = validate_run_conf(
-        {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}}, params, KNOWN, keys
+        {"datasets": ["icews14"], "params": {"ingest.duplicates": "error"}},
+        params,
+        KNOWN_DATASETS,
+        keys,
     )
     assert run_conf.datasets == ("icews14",)
 
@@ -185,7 +186,7 @@ def test_apply_on_project_params_only_changes_the_selected_lines(tmp_path: Path)
     conf = validate_run_conf(
         {"datasets": ["nell995"], "params": {"ingest.duplicates": "keep"}},
         read_params_file(target),
-        KNOWN,
+        KNOWN_DATASETS,
     )
     apply_run_conf(target, conf)
     after = target.read_text(encoding="utf-8").splitlines()
@@ -263,8 +264,8 @@ def test_conf_values_are_checked_by_the_stages_schema(
     with the stages' own settings classes."""
     params = read_params_file(PROJECT / "params.yaml")
     with pytest.raises(ValueError, match=message):
-        validate_run_conf({"params": override}, params, KNOWN)
-    assert validate_run_conf({"params": {"retrieve.top_k": 20}}, params, KNOWN).params
+        validate_run_conf({"params": override}, params, KNOWN_DATASETS)
+    assert validate_run_conf({"params": {"retrieve.top_k": 20}}, params, KNOWN_DATASETS).params
 
 
 def test_a_mapping_that_would_drop_sibling_keys_is_refused(params_file: Path) -> None:
@@ -273,10 +274,14 @@ def test_a_mapping_that_would_drop_sibling_keys_is_refused(params_file: Path) ->
     sections, like mine_rules.static, is refused as a whole)."""
     params = read_params_file(PROJECT / "params.yaml")
     with pytest.raises(ValueError, match=r"'mine_rules\.bank' would drop 'lengths'"):
-        validate_run_conf({"params": {"mine_rules.bank": {"top_n_per_head": 2}}}, params, KNOWN)
+        validate_run_conf(
+            {"params": {"mine_rules.bank": {"top_n_per_head": 2}}}, params, KNOWN_DATASETS
+        )
     with pytest.raises(ValueError, match=r"'mine_rules\.static' is a section of params\.yaml"):
-        validate_run_conf({"params": {"mine_rules.static": {"max_atoms": 2}}}, params, KNOWN)
-    ok = validate_run_conf({"params": {"mine_rules.static.max_atoms": 2}}, params, KNOWN)
+        validate_run_conf(
+            {"params": {"mine_rules.static": {"max_atoms": 2}}}, params, KNOWN_DATASETS
+        )
+    ok = validate_run_conf({"params": {"mine_rules.static.max_atoms": 2}}, params, KNOWN_DATASETS)
     assert ok.params == {"mine_rules.static.max_atoms": 2}
 
 
@@ -286,7 +291,7 @@ def test_every_problem_of_a_conf_is_reported_at_once() -> None:
     params = read_params_file(PROJECT / "params.yaml")
     two = {"params": {"ingest.duplicates": 5, "generation.test_queries": -3}}
     with pytest.raises(ValueError) as caught:
-        validate_run_conf(two, params, KNOWN)
+        validate_run_conf(two, params, KNOWN_DATASETS)
     assert "ingest.duplicates" in str(caught.value)
     assert "generation.test_queries" in str(caught.value)
 
@@ -297,7 +302,7 @@ def test_every_problem_of_a_conf_is_reported_at_once() -> None:
         "extra": 1,
     }
     with pytest.raises(ValueError) as caught:
-        validate_run_conf(many, params, KNOWN, stage_names=["ingest"])
+        validate_run_conf(many, params, KNOWN_DATASETS, stage_names=["ingest"])
     message = str(caught.value)
     assert message.startswith("run conf: 5 problems:\n")
     for part in ("'extra'", "'nope'", "'ingest.duplicatez'", "'no_such_stage'", "test_queries"):
@@ -326,7 +331,9 @@ def test_a_mistyped_conf_hears_every_problem_at_once_with_suggestions():
         "params": {"ingest.duplicate": "error", "generation.max_rules": 9},
     }
     with pytest.raises(ValueError) as caught:
-        validate_run_conf(conf, params, KNOWN, stage_names=["ingest", "mine_rules", "report"])
+        validate_run_conf(
+            conf, params, KNOWN_DATASETS, stage_names=["ingest", "mine_rules", "report"]
+        )
     lines = str(caught.value).splitlines()
     assert lines[0] == "run conf: 6 problems:"
     expected = [

@@ -19,14 +19,8 @@ from tests.helpers import stage_runs
 
 @pytest.mark.slow  # an MLflow SQLite store is created
 def test_input_error_exits_2_without_traceback_and_fails_the_run(
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    clean_tracking_env: None,
-    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path, mlflow_store: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", store)
-
     def main(argv: list[str] | None) -> int:
         with stage_run("demo", "toy", project_dir=tmp_path):
             raise InputError("toy.tsv:3: empty subject")
@@ -34,20 +28,18 @@ def test_input_error_exits_2_without_traceback_and_fails_the_run(
     assert run_stage(main) == 2
     err = capsys.readouterr().err
     assert "toy.tsv:3: empty subject" in err and "Traceback" not in err
-    (run,) = stage_runs(store, "demo")
+    (run,) = stage_runs(mlflow_store, "demo")
     assert run.info.status == "FAILED"
     assert "toy.tsv:3: empty subject" in run.data.tags[TAG_ERROR]
 
 
 @pytest.fixture
-def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clean_tracking_env: None) -> str:
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mlflow_store: str) -> str:
     """A throw-away store, and the stage process's run opened under tmp_path."""
     import pipeline_steps.common as common
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     monkeypatch.setattr(common, "PROJECT_DIR", tmp_path)
-    return uri
+    return mlflow_store
 
 
 @pytest.mark.slow  # an MLflow SQLite store is created

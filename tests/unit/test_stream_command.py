@@ -14,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -75,16 +74,6 @@ def gone_within(pids: list[int], seconds: float) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-@pytest.fixture
-def spawned() -> Iterator[list[int]]:
-    """The pids a test started or saw started; what still runs of them is killed after it."""
-    pids: list[int] = []
-    yield pids
-    for pid in pids:
-        if process_running(pid):
-            os.kill(pid, signal.SIGKILL)
 
 
 def env() -> dict[str, str]:

@@ -29,6 +29,7 @@ from rulerag.rules.temporal_constants import (
 from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
 from rulerag.rules.tlogic_io import write_tlogic_json
 from rulerag.settings import SettingsError
+from tests.helpers import assert_brute_force_counts
 
 N_ENTITIES, N_RELATIONS, N_TIMES = 8, 3, 10
 ALL = TemporalConstantSettings(
@@ -147,10 +148,7 @@ def test_every_rule_matches_the_brute_force_count(
 ) -> None:
     facts = toy_facts(seed)
     want = brute_force(facts, settings)
-    got = mined(facts, settings)
-    assert set(got) == set(want)
-    for key, rule in got.items():
-        assert (rule.support, rule.body_support, rule.confidence) == want[key]
+    assert_brute_force_counts(mined(facts, settings), want)
 
 
 def test_the_planted_rule_is_found_with_its_counts() -> None:
