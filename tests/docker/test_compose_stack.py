@@ -12,7 +12,6 @@ Marker `docker` (`make test-docker`): minutes, an engine and the images.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -20,14 +19,13 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from rulerag.orchestration.local_airflow import RestApi, task_instances, wait_for_run
 from rulerag.orchestration.project_copy import copy_project, cut_project
 from tests.support.compose_stack import docker, require_docker, running_stack
+from tests.support.serial_compare import dag_task_id, data_digests, lock_entries, serial_repro
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.data,
               pytest.mark.xdist_group("docker")]  # fmt: skip
@@ -40,24 +38,6 @@ VICTIM = "mine_rules"  # the stage whose worker is killed while it runs (tens of
 RUN_ID = "stack-test"
 
 
-def outputs(project: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((project / "data").rglob("*"))
-        if p.is_file()
-    }
-
-
-def lock_entries(project: Path) -> dict[str, Any]:
-    stages = yaml.safe_load((project / "dvc.lock").read_text(encoding="utf-8"))["stages"]
-    return {name: stages[name] for name in INSTANCES}
-
-
-def task_id(instance: str) -> str:
-    stage, name = instance.split("@")
-    return f"{name}.{stage}"
-
-
 def seconds(stamp: str) -> float:
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
@@ -68,13 +48,7 @@ def test_the_compose_stack_runs_two_datasets_on_two_workers_like_a_serial_repro(
     require_docker()
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
            "RULERAG_DATA_DIR": str(kg_mirror), "DVC_NO_ANALYTICS": "1"}  # fmt: skip
-    serial = copy_project(tmp_path / "serial")
-    cut_project(serial, STAGES, DATASETS)
-    started = time.monotonic()
-    done = subprocess.run([str(BIN / "dvc"), "repro", "--single-item", *INSTANCES], cwd=serial,
-                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    serial_s = time.monotonic() - started
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    serial, serial_s = serial_repro(tmp_path / "serial", STAGES, DATASETS, env)
 
     project = copy_project(tmp_path / "project")
     cut_project(project, STAGES, DATASETS)
@@ -102,7 +76,7 @@ def test_the_compose_stack_runs_two_datasets_on_two_workers_like_a_serial_repro(
         dag_run = wait_for_run(api, RUN_ID, timeout=900)
         tis = task_instances(api, RUN_ID)
         tries = api.call(
-            "GET", f"/dags/rulerag/dagRuns/{RUN_ID}/taskInstances/{task_id(killed[0])}/tries"
+            "GET", f"/dags/rulerag/dagRuns/{RUN_ID}/taskInstances/{dag_task_id(killed[0])}/tries"
         )["task_instances"]
         remote = stack.compose("exec", "-T", "minio", "find", "/data/rulerag-dvc", "-type", "f")
         from mlflow import MlflowClient
@@ -125,22 +99,22 @@ def test_the_compose_stack_runs_two_datasets_on_two_workers_like_a_serial_repro(
 
     assert dag_run["state"] == "success", {t: ti["state"] for t, ti in tis.items()}
     for instance in INSTANCES:
-        assert tis[task_id(instance)]["state"] == "success", instance
+        assert tis[dag_task_id(instance)]["state"] == "success", instance
     assert tis["collect"]["state"] == "success"
     # both ingest tasks at the same time, on the two workers
-    first = [tis[task_id(f"ingest@{name}")] for name in DATASETS]
+    first = [tis[dag_task_id(f"ingest@{name}")] for name in DATASETS]
     assert max(seconds(t["start_date"]) for t in first) < min(seconds(t["end_date"]) for t in first)
     assert first[0]["hostname"] != first[1]["hostname"]
     # the killed task: try 1 failed on the killed worker, try 2 succeeded on the other
     instance, host = killed
     by_try = {t["try_number"]: t for t in tries}
     assert by_try[1]["state"] == "failed" and by_try[1]["hostname"] == host, by_try
-    assert tis[task_id(instance)]["try_number"] == 2
-    assert tis[task_id(instance)]["hostname"] not in ("", host)
+    assert tis[dag_task_id(instance)]["try_number"] == 2
+    assert tis[dag_task_id(instance)]["hostname"] not in ("", host)
     # nothing lost: the project equals the serial run; the outputs reached the remote
-    assert outputs(project) == outputs(serial) and outputs(serial)
-    assert lock_entries(project) == lock_entries(serial)
-    for entry in lock_entries(project).values():
+    assert data_digests(project) == data_digests(serial) and data_digests(serial)
+    assert lock_entries(project, INSTANCES) == lock_entries(serial, INSTANCES)
+    for entry in lock_entries(project, INSTANCES).values():
         for out in entry["outs"]:
             digest = out["md5"].removesuffix(".dir")
             assert f"/files/md5/{digest[:2]}/{digest[2:]}" in remote, out["path"]
@@ -150,7 +124,7 @@ def test_the_compose_stack_runs_two_datasets_on_two_workers_like_a_serial_repro(
     # every stage run in the stack's server, linked back to its task in the stack's Airflow
     assert sorted(links) == sorted(INSTANCES)
     for instance, url in links.items():
-        assert url == f"{airflow_url}/dags/rulerag/runs/{RUN_ID}/tasks/{task_id(instance)}"
+        assert url == f"{airflow_url}/dags/rulerag/runs/{RUN_ID}/tasks/{dag_task_id(instance)}"
     assert left == {"container": [], "network": [], "volume": []}, left
 
 
@@ -161,7 +135,7 @@ def kill_a_worker_mid_stage(api: RestApi) -> tuple[str, str]:
     while time.monotonic() < deadline:
         tis = task_instances(api, RUN_ID)
         for instance in (f"{VICTIM}@{name}" for name in DATASETS):
-            ti = tis.get(task_id(instance))
+            ti = tis.get(dag_task_id(instance))
             if ti and ti["state"] == "running" and ti["hostname"]:
                 time.sleep(3)  # well into the stage
                 docker("update", "--restart", "no", ti["hostname"])

@@ -13,7 +13,6 @@ Minutes of wall time (a cluster start, a serial run, a heartbeat timeout and a r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -25,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rulerag.orchestration.cluster import Cluster
 from rulerag.orchestration.project_copy import copy_project, cut_project
+from tests.support.serial_compare import dag_task_id, data_digests, lock_entries, serial_repro
 
 pytestmark = [pytest.mark.slow, pytest.mark.data, pytest.mark.cluster,
               pytest.mark.xdist_group("airflow")]  # fmt: skip
@@ -39,19 +38,6 @@ STAGES = ["ingest", "mine_rules"]
 INSTANCES = [f"{stage}@{name}" for stage in STAGES for name in DATASETS]
 #: the stage whose worker is killed while it runs (it takes tens of seconds)
 VICTIM = "mine_rules"
-
-
-def outputs(project: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((project / "data").rglob("*"))
-        if p.is_file()
-    }
-
-
-def lock_entries(project: Path) -> dict[str, Any]:
-    stages = yaml.safe_load((project / "dvc.lock").read_text(encoding="utf-8"))["stages"]
-    return {name: stages[name] for name in INSTANCES}
 
 
 def base_env(kg_mirror: Path) -> dict[str, str]:
@@ -77,11 +63,6 @@ class Metadata:
         with self.conn.cursor() as cur:
             cur.execute(sql, args)
             return cur.fetchall()
-
-
-def task_id(instance: str) -> str:
-    stage, name = instance.split("@")
-    return f"{name}.{stage}"
 
 
 def worker_of(cluster: Cluster, celery_id: str) -> str:
@@ -120,13 +101,7 @@ def test_celery_cluster_runs_two_datasets_like_a_serial_repro(
 ) -> None:
     env = base_env(kg_mirror)
 
-    serial = copy_project(tmp_path / "serial")
-    cut_project(serial, STAGES, DATASETS)
-    started = time.monotonic()
-    done = subprocess.run([str(BIN / "dvc"), "repro", "--single-item", *INSTANCES], cwd=serial,
-                          env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
-    serial_s = time.monotonic() - started
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    serial, serial_s = serial_repro(tmp_path / "serial", STAGES, DATASETS, env)
 
     project = copy_project(tmp_path / "project")
     cut_project(project, STAGES, DATASETS)
@@ -147,8 +122,8 @@ def test_celery_cluster_runs_two_datasets_like_a_serial_repro(
     print(f"serial dvc repro: {serial_s:.1f} s; Celery DAG run (with the kill): {run_s:.1f} s")
 
     # nothing lost: the project equals the serial run, byte for byte, and DVC agrees
-    assert outputs(project) == outputs(serial)
-    assert lock_entries(project) == lock_entries(serial)
+    assert data_digests(project) == data_digests(serial)
+    assert lock_entries(project, INSTANCES) == lock_entries(serial, INSTANCES)
     status_out = subprocess.run([str(BIN / "dvc"), "status", "--json", *INSTANCES], cwd=project,
                                 env=env, capture_output=True, text=True, check=True)  # fmt: skip
     assert json.loads(status_out.stdout) == {}, status_out.stdout
@@ -186,7 +161,7 @@ def run_dag_killing_a_worker(cluster: Cluster) -> tuple[float, str]:
             for instance in (f"{VICTIM}@{name}" for name in DATASETS):
                 row = db.rows(
                     "SELECT external_executor_id FROM task_instance WHERE run_id = "
-                    "'cluster-test' AND task_id = %s AND state = 'running'", task_id(instance),
+                    "'cluster-test' AND task_id = %s AND state = 'running'", dag_task_id(instance),
                 )  # fmt: skip
                 if row and row[0][0] and stage_running(workspaces, instance):
                     time.sleep(2)  # well into the stage
@@ -206,19 +181,19 @@ def run_dag_killing_a_worker(cluster: Cluster) -> tuple[float, str]:
         )
     }
     for instance in INSTANCES:
-        assert tis[task_id(instance)][0] == "success", (instance, tis[task_id(instance)])
+        assert tis[dag_task_id(instance)][0] == "success", (instance, tis[dag_task_id(instance)])
     assert tis["collect"][0] == "success"
     # both ingest tasks ran at the same time, on different workers
-    first = [tis[task_id(f"ingest@{name}")] for name in DATASETS]
+    first = [tis[dag_task_id(f"ingest@{name}")] for name in DATASETS]
     assert max(t[2] for t in first) < min(t[3] for t in first), first
     assert worker_of(cluster, first[0][4]) != worker_of(cluster, first[1][4])
     # the killed task: try 1 on the killed worker, try 2 (the retry) on the other
     instance, worker = killed
-    victim = tis[task_id(instance)]
+    victim = tis[dag_task_id(instance)]
     assert victim[1] == 2, victim
     ((first_try_id, first_state),) = db.rows(
         "SELECT external_executor_id, state FROM task_instance_history WHERE run_id = "
-        "'cluster-test' AND task_id = %s AND try_number = 1", task_id(instance),
+        "'cluster-test' AND task_id = %s AND try_number = 1", dag_task_id(instance),
     )  # fmt: skip
     assert first_state == "failed", first_state
     assert worker_of(cluster, first_try_id) == worker

@@ -7,21 +7,19 @@ everything of it runs in subprocesses, as `make kfp` and `make kfp-local` run it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from rulerag.orchestration.dag_settings import GPU_STAGES
 from rulerag.orchestration.project_copy import copy_project, cut_project
+from tests.support.serial_compare import data_digests, lock_entries, serial_repro
 
 PROJECT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -169,19 +167,6 @@ def test_compile_refuses_credentials_in_the_tasks_environment(tmp_path: Path) ->
     assert not out.exists() and not out.parent.exists()
 
 
-def outputs(project: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((project / "data").rglob("*"))
-        if p.is_file()
-    }
-
-
-def lock_entries(project: Path, names: list[str]) -> dict[str, Any]:
-    stages = yaml.safe_load((project / "dvc.lock").read_text(encoding="utf-8"))["stages"]
-    return {name: stages[name] for name in names}
-
-
 @pytest.mark.slow
 @pytest.mark.data
 def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Path) -> None:
@@ -193,14 +178,10 @@ def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Pa
     names = [f"{stage}@{dataset}" for stage in stages]
     env = kfp_env(RULERAG_DATA_DIR=str(kg_mirror))
 
-    serial = copy_project(tmp_path / "serial")
-    cut_project(serial, stages, [dataset])
-    started = time.monotonic()
-    done = subprocess.run([str(BIN / "dvc"), "repro", "--single-item", *names], cwd=serial,
-                          env={**env, "MLFLOW_TRACKING_URI": f"sqlite:///{serial / 'mlflow.db'}"},
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
-    serial_s = time.monotonic() - started
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    serial_store = f"sqlite:///{tmp_path / 'serial' / 'mlflow.db'}"
+    serial, serial_s = serial_repro(
+        tmp_path / "serial", stages, [dataset], {**env, "MLFLOW_TRACKING_URI": serial_store}
+    )
 
     project = copy_project(tmp_path / "project")
     cut_project(project, stages, [dataset])
@@ -220,8 +201,8 @@ def test_a_local_kfp_run_equals_a_serial_dvc_repro(kg_mirror: Path, tmp_path: Pa
     assert summary["ran"] == summary["collected"] == sorted(names)
     assert re.fullmatch(r"kfp-[0-9A-Za-z._-]+", summary["run"])
 
-    assert outputs(project) == outputs(serial)
-    assert outputs(project)  # something was compared
+    assert data_digests(project) == data_digests(serial)
+    assert data_digests(project)  # something was compared
     assert lock_entries(project, names) == lock_entries(serial, names)
     status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=project, env=env,
                             capture_output=True, text=True, check=True)  # fmt: skip

@@ -8,7 +8,6 @@ they start and end outside the project so the overlap is measured, not assumed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -28,6 +27,7 @@ from rulerag.orchestration.workspaces import (
     read_lock_entries,
     run_in_workspace,
 )
+from tests.support.serial_compare import data_digests
 
 pytestmark = pytest.mark.slow
 
@@ -101,14 +101,6 @@ def make_origin(root: Path, env: dict[str, str]) -> Path:
     return origin
 
 
-def outputs(project: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(project)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted((project / "data").rglob("*"))
-        if p.is_file()
-    }
-
-
 def test_two_instances_run_at_once_and_the_main_workspace_equals_a_serial_run(tmp_path) -> None:
     times = tmp_path / "times.jsonl"
     env = env_for(times)
@@ -116,7 +108,7 @@ def test_two_instances_run_at_once_and_the_main_workspace_equals_a_serial_run(tm
 
     serial = tmp_path / "serial"
     sh(f"git clone -q {origin} {serial} && cd {serial} && dvc repro -q", tmp_path, env)
-    want = outputs(serial)
+    want = data_digests(serial)
     assert set(want) == {f"data/{d}/{f}" for d in "ab" for f in ("made.txt", "count.txt")}
     times.unlink()
 
@@ -163,7 +155,7 @@ def test_two_instances_run_at_once_and_the_main_workspace_equals_a_serial_run(tm
     assert not (main / "data").exists()  # nothing reached the main workspace yet
     brought = collect(main, entries, settings, env)
     assert brought == ["count@a", "count@b", "make@a", "make@b"]
-    assert outputs(main) == want
+    assert data_digests(main) == want
     assert "up to date" in sh("dvc status", main, env).lower()
     assert set(read_lock_entries(main / "dvc.lock", brought)) == set(brought)
 
