@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from rulerag import tracking
+from rulerag.orchestration.processes import stop_group
 from rulerag.tracking import PIPELINE_RUN_ENV, artifact_repository, stage_run
 from rulerag.tracking.registry import registered_name
 
@@ -231,13 +231,7 @@ def _mlflow_ui(project: Path) -> Iterator[str]:
                 time.sleep(0.5)
         yield url
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait()
+        stop_group(server, grace=30)
         if server.stdout:
             server.stdout.close()
 

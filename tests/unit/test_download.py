@@ -44,6 +44,12 @@ def dest(tmp_path: Path) -> Path:
     return tmp_path / "dest"
 
 
+@pytest.fixture
+def pinned(server: FileServer) -> RemoteFile:
+    """The served data.txt, pinned to PAYLOAD's hash."""
+    return RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
+
+
 def run(files: list[RemoteFile], dest: Path, http: requests.Session, **kw) -> list[Path]:
     kw.setdefault("progress", False)
     kw.setdefault("backoff", 0.0)
@@ -131,64 +137,75 @@ def test_checksum_mismatch_leaves_nothing_behind(
 
 
 def test_resume_sends_range_and_appends(
-    server: FileServer, dest: Path, http: requests.Session
+    server: FileServer, dest: Path, http: requests.Session, pinned: RemoteFile
 ) -> None:
     dest.mkdir()
     (dest / "data.txt.part").write_bytes(PAYLOAD[:1000])
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http)
+    (path,) = run([pinned], dest, http)
     assert path.read_bytes() == PAYLOAD
     assert [r.range for r in server.requests] == ["bytes=1000-"]
     assert leftovers(dest) == ["data.txt"]
 
 
-def test_resume_restarts_when_server_ignores_range(
-    server: FileServer, dest: Path, http: requests.Session
+@pytest.mark.parametrize(
+    ("leftover", "ignore_range"),
+    [("data.txt.part", True), ("data.txt", False)],
+    ids=["part-the-server-will-not-resume", "present-file-with-wrong-hash"],
+)
+def test_a_wrong_leftover_is_fetched_again_in_one_request(
+    server: FileServer,
+    dest: Path,
+    http: requests.Session,
+    pinned: RemoteFile,
+    leftover: str,
+    ignore_range: bool,
 ) -> None:
+    """A .part the server answers a Range request for with the whole file (the download
+    restarts), or a present file whose hash is wrong: its bytes must not survive."""
     dest.mkdir()
-    (dest / "data.txt.part").write_bytes(b"garbage that must not survive")
-    server.ignore_range.add("/data.txt")
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http)
+    (dest / leftover).write_bytes(b"garbage that must not survive")
+    if ignore_range:
+        server.ignore_range.add("/data.txt")
+    (path,) = run([pinned], dest, http)
     assert path.read_bytes() == PAYLOAD
     assert len(server.requests) == 1
 
 
 def test_complete_part_is_accepted_on_416(
-    server: FileServer, dest: Path, http: requests.Session
+    server: FileServer, dest: Path, http: requests.Session, pinned: RemoteFile
 ) -> None:
     dest.mkdir()
     (dest / "data.txt.part").write_bytes(PAYLOAD)
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http, retries=0)
+    (path,) = run([pinned], dest, http, retries=0)
     assert path.read_bytes() == PAYLOAD
     assert [r.range for r in server.requests] == [f"bytes={len(PAYLOAD)}-"]
 
 
 def test_overlong_part_is_discarded_and_fetched_again(
-    server: FileServer, dest: Path, http: requests.Session
+    server: FileServer, dest: Path, http: requests.Session, pinned: RemoteFile
 ) -> None:
     dest.mkdir()
     (dest / "data.txt.part").write_bytes(PAYLOAD + b"stale tail")
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http, retries=0)
+    (path,) = run([pinned], dest, http, retries=0)
     assert path.read_bytes() == PAYLOAD
     assert [r.range for r in server.requests] == [f"bytes={len(PAYLOAD) + 10}-", None]
 
 
-def test_server_errors_are_retried(server: FileServer, dest: Path, http: requests.Session) -> None:
+def test_server_errors_are_retried(
+    server: FileServer, dest: Path, http: requests.Session, pinned: RemoteFile
+) -> None:
     server.fail_with["/data.txt"] = [500, 503]
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http, retries=3)
+    (path,) = run([pinned], dest, http, retries=3)
     assert path.read_bytes() == PAYLOAD
     assert len(server.requests_for("data.txt")) == 3
 
 
-def test_retries_run_out(server: FileServer, dest: Path, http: requests.Session) -> None:
+def test_retries_run_out(
+    server: FileServer, dest: Path, http: requests.Session, pinned: RemoteFile
+) -> None:
     server.fail_with["/data.txt"] = [500, 500, 500]
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
     with pytest.raises(DownloadError, match=r"data\.txt.*after 2 attempts.*500"):
-        run([spec], dest, http, retries=1)
+        run([pinned], dest, http, retries=1)
     assert len(server.requests) == 2
     assert leftovers(dest) == []
 
@@ -251,23 +268,11 @@ def test_second_fetch_makes_no_request(
     assert len(server.requests) == seen
 
 
-def test_present_file_with_wrong_hash_is_fetched_again(
-    server: FileServer, dest: Path, http: requests.Session
-) -> None:
-    dest.mkdir()
-    (dest / "data.txt").write_bytes(b"corrupted")
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = run([spec], dest, http)
-    assert path.read_bytes() == PAYLOAD
-    assert len(server.requests) == 1
-
-
 def test_default_session_and_progress_bar(
-    server: FileServer, dest: Path, monkeypatch: pytest.MonkeyPatch
+    server: FileServer, dest: Path, monkeypatch: pytest.MonkeyPatch, pinned: RemoteFile
 ) -> None:
     monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
-    spec = RemoteFile("data.txt", server.url("data.txt"), sha256=sha(PAYLOAD))
-    (path,) = fetch([spec], dest, progress=True, timeout=10)
+    (path,) = fetch([pinned], dest, progress=True, timeout=10)
     assert path.read_bytes() == PAYLOAD
 
 

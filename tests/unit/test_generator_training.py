@@ -30,6 +30,22 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 ENTITIES = [f"e{i}" for i in range(8)]
 ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+def lora_settings(**overrides) -> TrainSettings:
+    """LoRA on every linear layer of the tiny Llama, at a learning rate it learns `pairs` at
+    within a few epochs (`overrides`: the epochs, steps and quantization of one test)."""
+    return TrainSettings(
+        lora=LoraSettings(r=8, alpha=16, dropout=0.0, target_modules=ALL_LINEAR),
+        learning_rate=3e-2,
+        batch_size=8,
+        warmup=0,
+        chat_template=False,
+        seed=3,
+        **overrides,
+    )
+
+
 #: the "KG" the tiny model must learn: the answer of each subject
 ANSWER = {e: ENTITIES[(i * 3 + 1) % len(ENTITIES)] for i, e in enumerate(ENTITIES)}
 
@@ -85,17 +101,7 @@ def test_lora_loss_falls_and_adapter_reloads(tiny, tmp_path: Path):
     from transformers import AutoModelForCausalLM
 
     base_dir, tokenizer, train, dev = tiny
-    settings = TrainSettings(
-        lora=LoraSettings(r=8, alpha=16, dropout=0.0, target_modules=ALL_LINEAR),
-        epochs=8,
-        learning_rate=3e-2,
-        batch_size=8,
-        warmup=0,
-        eval_steps=12,
-        logging_steps=6,
-        chat_template=False,
-        seed=3,
-    )
+    settings = lora_settings(epochs=8, eval_steps=12, logging_steps=6)
     model = AutoModelForCausalLM.from_pretrained(base_dir)
     result = train_lora(
         model, tokenizer, train, dev, settings, tmp_path / "adapter", base_model=str(base_dir)
@@ -335,18 +341,7 @@ def test_qlora_nf4_base_trains_and_reloads(tiny, tmp_path: Path):
     except Exception as err:  # a bitsandbytes build without a CPU back end
         pytest.skip(f"4-bit loading unavailable here: {err}")
     assert type(model.model.layers[0].self_attn.q_proj).__name__ == "Linear4bit"
-    settings = TrainSettings(
-        lora=LoraSettings(r=8, alpha=16, dropout=0.0, target_modules=ALL_LINEAR),
-        quantization="nf4",
-        epochs=3,
-        learning_rate=3e-2,
-        batch_size=8,
-        warmup=0,
-        eval_steps=6,
-        logging_steps=3,
-        chat_template=False,
-        seed=3,
-    )
+    settings = lora_settings(quantization="nf4", epochs=3, eval_steps=6, logging_steps=3)
     result = train_lora(model, tokenizer, train, dev, settings, tmp_path / "qlora")
     stats = result.stats
     assert stats["last_loss"] < 0.7 * stats["first_loss"], stats["loss_curve"]

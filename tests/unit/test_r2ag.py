@@ -346,19 +346,13 @@ def test_r2ag_settings_reject_what_cannot_run() -> None:
 
 
 def test_united_lists_keep_the_rule_of_each_documents_best_score() -> None:
-    import pandas as pd
-
     from rulerag.generation.samples import united_documents, united_lists
+    from tests.helpers import run_frame
 
-    run = pd.DataFrame(
-        {
-            "qid": ["q"] * 4,
-            "rule": ["", "r1", "r1", "r2"],
-            "rank": [1, 1, 2, 1],
-            "doc_id": ["a", "b", "a", "c"],
-            "score": [0.5, 0.9, 0.7, 0.8],
-        }
-    )
+    run = run_frame(
+        [("q", "", 1, "a", 0.5), ("q", "r1", 1, "b", 0.9), ("q", "r1", 2, "a", 0.7),
+         ("q", "r2", 1, "c", 0.8)]
+    )  # fmt: skip
     assert united_lists(run)["q"] == [("b", "r1"), ("c", "r2"), ("a", "r1")]
     assert united_documents(run)["q"] == ["b", "c", "a"]
     assert united_lists(run, rule_ids={"q": ["r2"]})["q"] == [("c", "r2"), ("a", "")]

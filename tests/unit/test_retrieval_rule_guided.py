@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from rulerag.errors import InputError
@@ -21,6 +20,7 @@ from rulerag.retrieval.rule_guided import (
     rule_query_texts,
     unite,
 )
+from tests.helpers import run_frame
 
 RULES = {"R1": "[Entity1, r1, Entity2] leads to [Entity1, r2, Entity2]", "R2": "rule two"}
 
@@ -94,15 +94,10 @@ def test_retrieve_writes_per_rule_lists_and_unite_keeps_best_score() -> None:
 
 
 def test_unite_orders_ties_deterministically() -> None:
-    run = pd.DataFrame(
-        {
-            "qid": ["q"] * 4,
-            "rule": ["A", "A", "B", "B"],
-            "rank": [1, 2, 1, 2],
-            "doc_id": ["d9", "d2", "d5", "d1"],
-            "score": [1.0, 0.5, 1.0, 0.5],
-        }
-    )
+    run = run_frame(
+        [("q", "A", 1, "d9", 1.0), ("q", "A", 2, "d2", 0.5), ("q", "B", 1, "d5", 1.0),
+         ("q", "B", 2, "d1", 0.5)]
+    )  # fmt: skip
     assert unite(run)["doc_id"].tolist() == ["d5", "d9", "d1", "d2"]
     assert unite(run.iloc[::-1])["doc_id"].tolist() == ["d5", "d9", "d1", "d2"]
 

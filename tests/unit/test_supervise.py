@@ -65,6 +65,16 @@ def _port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
+def _assert_all_stopped(pids: list[int], ports: list[int]) -> None:
+    """No process of `pids` is left (what is, is killed: a failing run cleans up after
+    itself) and no port of `ports` is open."""
+    left = [pid for pid in pids if not _gone(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert left == []
+    assert [port for port in ports if _port_open(port)] == []
+
+
 def _start(
     tmp_path: Path, *server_args: str, group: bool = False
 ) -> tuple[subprocess.Popen, list[int], list[int]]:
@@ -100,11 +110,7 @@ def test_a_stop_signal_ends_every_process_and_frees_the_ports(
     sup.send_signal(sig)
     assert sup.wait(timeout=60) == code
     assert "stopping" in (tmp_path / "stderr.txt").read_text()
-    left = [pid for pid in pids if not _gone(pid)]
-    for pid in left:  # a failing run cleans up after itself
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    assert [port for port in ports if _port_open(port)] == []
+    _assert_all_stopped(pids, ports)
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl are Linux's")
@@ -113,11 +119,7 @@ def test_a_server_that_exits_leaves_nothing_behind_and_its_status_is_kept(
 ) -> None:
     sup, pids, ports = _start(tmp_path, "3")
     assert sup.wait(timeout=60) == 3
-    left = [pid for pid in pids if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    assert [port for port in ports if _port_open(port)] == []
+    _assert_all_stopped(pids, ports)
 
 
 def test_a_missing_command_is_named() -> None:
@@ -152,11 +154,7 @@ def test_nothing_outlives_a_supervisor_that_is_killed(tmp_path: Path, how: str) 
     deadline = time.monotonic() + 30  # the watchdog's grace (2 s) and start-up
     while time.monotonic() < deadline and not all(map(_gone, pids)):
         time.sleep(0.2)
-    left = [pid for pid in pids if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    assert [port for port in ports if _port_open(port)] == []
+    _assert_all_stopped(pids, ports)
 
 
 def _start_two(
@@ -203,11 +201,7 @@ def test_several_commands_are_stopped_together(tmp_path: Path) -> None:
     assert len(ports) == 6 and all(map(_port_open, ports)) and not any(map(_gone, pids))
     sup.send_signal(signal.SIGTERM)
     assert sup.wait(timeout=60) == 143
-    left = [pid for pid in pids if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    assert [port for port in ports if _port_open(port)] == []
+    _assert_all_stopped(pids, ports)
     stderr = (tmp_path / "stderr.txt").read_text()
     assert "SIGTERM: stopping" in stderr and "every process they started" in stderr
 
@@ -218,11 +212,7 @@ def test_one_command_that_exits_stops_the_others_and_its_status_is_kept(tmp_path
     leave a UI up over nothing; the exit status is the one that exited."""
     sup, pids, ports = _start_two(tmp_path, second_exits=5)
     assert sup.wait(timeout=60) == 5
-    left = [pid for pid in pids if not _gone(pid)]
-    for pid in left:
-        os.kill(pid, signal.SIGKILL)
-    assert left == []
-    assert [port for port in ports if _port_open(port)] == []
+    _assert_all_stopped(pids, ports)
     assert "exited with status 5: stopping" in (tmp_path / "stderr.txt").read_text()
 
 
