@@ -58,6 +58,7 @@ __all__ = [
     "MAX_YAML_CHARS",
     "MAX_YAML_DEPTH",
     "MAX_YAML_NODES",
+    "NOT_A_PARAM",
     "Count",
     "DatasetName",
     "NAME_RE",
@@ -74,6 +75,7 @@ __all__ = [
     "check_dataset_name",
     "check_name",
     "deep_merge",
+    "is_param",
     "load_settings",
     "param_key",
     "read_settings_yaml",
@@ -242,48 +244,66 @@ def apply_profile(section: Mapping[str, Any] | None, name: str) -> dict[str, Any
     return merged
 
 
-def load_settings(cls: type[T], values: Mapping[str, Any] | None, section: str) -> T:
-    """`values` (a params.yaml section, None = all defaults) as an instance of `cls`."""
+def load_settings(
+    cls: type[T],
+    values: Mapping[str, Any] | None,
+    section: str,
+    *,
+    given: Mapping[str, Any] | None = None,
+) -> T:
+    """`values` (a params.yaml section, None = all defaults) as an instance of `cls`. A key of
+    a field params.yaml does not set (`NOT_A_PARAM`), at any depth, is refused as unknown;
+    `given` holds the caller's values of such fields of `cls` (their defaults otherwise)."""
     values = {} if values is None else values
     if not isinstance(values, Mapping):
         raise SettingsError(f"params.yaml: {section} must be a mapping, not {short_repr(values)}")
     _check_strings(values, section)
+    values, hidden = _params_only(cls, values, ())
     import pydantic
 
+    errors: list[Any] = []
     try:
-        return _adapter(cls).model_validate({"value": dict(values)}).value
+        loaded = _adapter(cls).model_validate({"value": {**values, **(given or {})}}).value
     except pydantic.ValidationError as err:
-        errors = [(_where(section, e["loc"][1:]), e) for e in err.errors()]
-        # the keys above another error's: a union's branch that failed at the whole value, the
-        # deeper error says it (a set, not a scan of every other error for each: a list of
-        # 100,000 wrong entries made that 10**10 comparisons)
-        parents = {
-            ".".join(parts[:i])
-            for parts in (where.split(".") for where, _ in errors)
-            for i in range(1, len(parts))
-        }
-        problems = []
-        unknown: dict[str, list[tuple[Any, ...]]] = {}  # where -> locations of unknown keys
-        for where, error in errors:
-            if error["type"] in _UNKNOWN_KEY:
-                parent = where.rpartition(".")[0]
-                if parent not in unknown:
-                    problems.append(parent)  # its place among the problems, said below
-                unknown.setdefault(parent, []).append(error["loc"][1:])
-                continue
-            if where in parents:
-                continue
-            # a URL's credentials never reach a message (rulerag.redact)
-            msg = redact_url(_shorten(error["msg"], 300))
-            got = redact_url(short_repr(error.get("input")))
-            problems.append(f"{where}: {msg} (got {got})")
-        problems = [
-            _unknown_keys(cls, p, unknown[p]) if p in unknown else p
-            for p in dict.fromkeys(problems)
-        ]
-        keys = tuple(dict.fromkeys(where for where, _error in errors))
-        message = "params.yaml: " + _joined(problems)
-        raise SettingsError(message, keys) from None
+        errors = list(err.errors())
+    # a key of a field that params.yaml does not set is as unknown as a key of no field
+    errors += [{"type": "extra_forbidden", "loc": ("value", *loc)} for loc in hidden]
+    if errors:
+        raise _settings_error(cls, section, errors) from None
+    return loaded
+
+
+def _settings_error(cls: type, section: str, raw: list[Any]) -> SettingsError:
+    """pydantic's errors (and the unknown keys `_params_only` found) as one SettingsError."""
+    errors = [(_where(section, e["loc"][1:]), e) for e in raw]
+    # the keys above another error's: a union's branch that failed at the whole value, the
+    # deeper error says it (a set, not a scan of every other error for each: a list of
+    # 100,000 wrong entries made that 10**10 comparisons)
+    parents = {
+        ".".join(parts[:i])
+        for parts in (where.split(".") for where, _ in errors)
+        for i in range(1, len(parts))
+    }
+    problems = []
+    unknown: dict[str, list[tuple[Any, ...]]] = {}  # where -> locations of unknown keys
+    for where, error in errors:
+        if error["type"] in _UNKNOWN_KEY:
+            parent = where.rpartition(".")[0]
+            if parent not in unknown:
+                problems.append(parent)  # its place among the problems, said below
+            unknown.setdefault(parent, []).append(error["loc"][1:])
+            continue
+        if where in parents:
+            continue
+        # a URL's credentials never reach a message (rulerag.redact)
+        msg = redact_url(_shorten(error["msg"], 300))
+        got = redact_url(short_repr(error.get("input")))
+        problems.append(f"{where}: {msg} (got {got})")
+    problems = [
+        _unknown_keys(cls, p, unknown[p]) if p in unknown else p for p in dict.fromkeys(problems)
+    ]
+    keys = tuple(dict.fromkeys(where for where, _error in errors))
+    return SettingsError("params.yaml: " + _joined(problems), keys)
 
 
 #: the most problems one message lists (the keys of all of them stay in `SettingsError.keys`)
@@ -461,13 +481,27 @@ def _bounded_composer() -> type:
     return BoundedComposer
 
 
+#: a settings field's metadata (`field(default=..., metadata=NOT_A_PARAM)`, or with help:
+#: `metadata={"param": False, ...}`) when params.yaml does not set it: its value comes from
+#: elsewhere (the data, a caller); `settings_fields` and `settings_help` leave it out, and
+#: `load_settings` refuses its key as unknown
+NOT_A_PARAM: Mapping[str, Any] = types.MappingProxyType({"param": False})
+
+
+def is_param(f: dataclasses.Field[Any]) -> bool:
+    """Whether params.yaml sets a settings field (an init field not marked `NOT_A_PARAM`)."""
+    return f.init and f.metadata.get("param", True)
+
+
 def settings_fields(cls: type) -> dict[str, Any]:
     """params.yaml key (the field's name, or the key `param_key` gives it) -> resolved type of
-    each field of a settings dataclass."""
+    each field of a settings dataclass that params.yaml sets (`is_param`)."""
     hints = typing.get_type_hints(cls)
     extras = typing.get_type_hints(cls, include_extras=True)
     return {
-        _alias(extras[f.name]) or f.name: hints[f.name] for f in dataclasses.fields(cls) if f.init
+        _alias(extras[f.name]) or f.name: hints[f.name]
+        for f in dataclasses.fields(cls)
+        if is_param(f)
     }
 
 
@@ -478,8 +512,55 @@ def settings_help(cls: type) -> dict[str, str]:
     return {
         _alias(extras[f.name]) or f.name: f.metadata["help"]
         for f in dataclasses.fields(cls)
-        if f.init and "help" in f.metadata
+        if is_param(f) and "help" in f.metadata
     }
+
+
+@functools.cache
+def _keyed_fields(cls: type) -> dict[str, tuple[dataclasses.Field[Any], Any]]:
+    """params.yaml key -> (field, resolved type) of every init field of a settings dataclass,
+    those params.yaml does not set included."""
+    hints = typing.get_type_hints(cls)
+    extras = typing.get_type_hints(cls, include_extras=True)
+    return {
+        _alias(extras[f.name]) or f.name: (f, hints[f.name])
+        for f in dataclasses.fields(cls)
+        if f.init
+    }
+
+
+def _params_only(
+    cls: type, values: Mapping[str, Any], loc: tuple[Any, ...]
+) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
+    """`values` without the keys of fields params.yaml does not set (`NOT_A_PARAM`), in
+    nested settings and `dict[str, X]` entries too, and the locations of those keys."""
+    kept: dict[str, Any] = {}
+    hidden: list[tuple[Any, ...]] = []
+    fields = _keyed_fields(cls)
+    for key, value in values.items():
+        found = fields.get(key) if isinstance(key, str) else None
+        if found is None:  # not a field: pydantic says so
+            kept[key] = value
+            continue
+        f, annotation = found
+        if not is_param(f):
+            hidden.append((*loc, key))
+            continue
+        nested = _dataclass_in(annotation)
+        args = typing.get_args(annotation)
+        is_dict = typing.get_origin(annotation) in (dict, Mapping) and len(args) == 2
+        entries = _dataclass_in(args[1]) if is_dict else None
+        if nested is not None and isinstance(value, Mapping):
+            value, more = _params_only(nested, value, (*loc, key))
+            hidden += more
+        elif entries is not None and isinstance(value, Mapping):
+            value = dict(value)
+            for name, entry in value.items():
+                if isinstance(entry, Mapping):
+                    value[name], more = _params_only(entries, entry, (*loc, key, name))
+                    hidden += more
+        kept[key] = value
+    return kept, hidden
 
 
 def param_key(key: str) -> Any:

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rulerag.params import SECTIONS, section_loader
-from rulerag.settings import settings_help
+from rulerag.settings import is_param, settings_help
 
 PROJECT = Path(__file__).resolve().parents[2]
 PARAMS = PROJECT / "params.yaml"
@@ -45,6 +45,8 @@ def helps(cls: type, path: tuple[str, ...]) -> Iterator[tuple[tuple[str, ...], s
         yield (*path, key), text
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
+        if not is_param(f):  # params.yaml does not set it (`rulerag.settings.NOT_A_PARAM`)
+            continue
         nested = hints[f.name]
         if dataclasses.is_dataclass(nested) and isinstance(nested, type):
             yield from helps(nested, (*path, f.name))

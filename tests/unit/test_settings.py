@@ -7,7 +7,14 @@ from typing import Annotated
 
 import pytest
 
-from rulerag.settings import SettingsError, load_settings, param_key, settings_fields
+from rulerag.settings import (
+    NOT_A_PARAM,
+    SettingsError,
+    load_settings,
+    param_key,
+    settings_fields,
+    settings_help,
+)
 
 
 @dataclass(frozen=True)
@@ -74,6 +81,42 @@ def test_a_keyword_key_reads_into_its_underscored_field() -> None:
         load_settings(Keyword, {"import": {"a": {"x": 1}}}, "mine_rules")
     with pytest.raises(SettingsError, match="mine_rules: unknown key 'import_'"):
         load_settings(Keyword, {"import_": {}}, "mine_rules")
+
+
+@dataclass(frozen=True)
+class Hidden:
+    """A field params.yaml does not set (its value from the data, or a caller)."""
+
+    walks: int = field(default=200, metadata={"help": "walks"})
+    temporal: bool | None = field(default=True, metadata=NOT_A_PARAM)
+    ties: str = field(default="last", metadata={"param": False, "help": "not shown"})
+
+
+@dataclass(frozen=True)
+class HoldsHidden:
+    inner: Hidden = field(default_factory=Hidden)
+    named: dict[str, Hidden] = field(default_factory=dict)
+
+
+def test_a_field_params_yaml_does_not_set_is_no_key() -> None:
+    assert set(settings_fields(Hidden)) == {"walks"}
+    assert settings_help(Hidden) == {"walks": "walks"}
+    assert load_settings(Hidden, {"walks": 3}, "x") == Hidden(walks=3)
+    assert load_settings(Hidden, {}, "x", given={"temporal": None}).temporal is None
+    with pytest.raises(SettingsError) as err:
+        load_settings(Hidden, {"temporal": False}, "apply_rules")
+    assert "apply_rules: unknown key 'temporal' (known: walks)" in str(err.value)
+    assert err.value.keys == ("apply_rules.temporal",)
+    for values, named in [
+        ({"inner": {"ties": "first"}}, "x.inner: unknown key 'ties'"),
+        ({"named": {"a": {"temporal": True}}}, "x.named.a: unknown key 'temporal'"),
+    ]:
+        with pytest.raises(SettingsError, match=named):
+            load_settings(HoldsHidden, values, "x")
+    # said beside the other problems of the section, not instead of them
+    with pytest.raises(SettingsError) as err:
+        load_settings(Hidden, {"walks": "many", "ties": "first"}, "x")
+    assert "x.walks:" in str(err.value) and "x: unknown key 'ties'" in str(err.value)
 
 
 def test_unknown_keys_are_pydantics_extra_forbid_with_a_did_you_mean() -> None:
