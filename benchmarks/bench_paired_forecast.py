@@ -47,7 +47,7 @@ def main() -> int:
     n_relations = len(read_parquet(layout.relations))
     n_entities = len(read_parquet(layout.entities))
     temporal = bool(facts["time"].notna().any())
-    settings = load_params(ROOT / "params.yaml").apply_rules.apply_settings(temporal)
+    settings = load_params(ROOT / "params.yaml").apply_rules.for_data(temporal)
     ranks, mrr = {}, {}
     for name, path in (("a", args.rules_a), ("b", args.rules_b)):
         result = forecast(facts, frame_rules(read_parquet(path)), n_relations, n_entities, settings)

@@ -61,14 +61,11 @@ sys.path.insert(0, str(ROOT))
 from rulerag.io import read_parquet  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.params import load_params  # noqa: E402
-from rulerag.rules.application import (  # noqa: E402
-    AGGREGATIONS,
-    ApplySettings,
-)
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import forecast, rounded_metrics  # noqa: E402
 from rulerag.rules.mining import MineRulesSettings, mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
+from rulerag.rules.settings import AGGREGATIONS, ApplySettings  # noqa: E402
 from rulerag.rules.temporal_constants import (  # noqa: E402
     TemporalConstantSettings,
     mine_temporal_constant_rules,
@@ -175,6 +172,7 @@ def main() -> int:
         cluster_ties=args.cluster_ties,
         min_confidence=args.min_confidence,
         discrimination_bound=args.discrimination_bound,
+        baseline="unanswered",  # TLogic's protocol, that of the published figures
     )
     started = time.perf_counter()
     clustering = None

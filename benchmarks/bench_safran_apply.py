@@ -61,13 +61,13 @@ from rulerag.rules.anyburl_io import (  # noqa: E402
     read_anyburl_rules,
     write_anyburl_rules,
 )
-from rulerag.rules.application import ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import (  # noqa: E402
     forecast,
     metrics_of_ranks,
     rounded_metrics,
 )
+from rulerag.rules.settings import ApplySettings  # noqa: E402
 
 
 def main() -> int:
@@ -186,6 +186,7 @@ def main() -> int:
         aggregation="max",
         min_confidence=0.0,
         discrimination_bound=args.discrimination_bound,
+        baseline="unanswered",  # the baseline for unanswered queries only, as measured
     )
     started = time.perf_counter()
     ours = forecast(

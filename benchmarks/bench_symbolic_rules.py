@@ -45,10 +45,10 @@ from rulerag.kg.store import read_kg  # noqa: E402
 from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.answers import rule_answers  # noqa: E402
-from rulerag.rules.application import AGGREGATIONS, ApplySettings  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.mining import mine  # noqa: E402
 from rulerag.rules.rule import Rule  # noqa: E402
+from rulerag.rules.settings import AGGREGATIONS, ApplySettings  # noqa: E402
 
 
 def answer_queries(
@@ -103,7 +103,7 @@ def main() -> int:
     kg = read_kg(layout.kg)
     temporal = bool(kg.facts["time"].notna().any())
     queries = read_jsonl(layout.queries("test"))
-    applying = params.apply_rules.apply_settings(temporal)
+    applying = params.apply_rules.for_data(temporal)
 
     started = time.perf_counter()
     base_rules = frame_rules(read_parquet(layout.rules))

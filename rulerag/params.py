@@ -66,8 +66,8 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.retrieval.configs import RetrieveSettings
     from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
     from rulerag.rule_retrieval.settings import RuleRetrievalSettings
-    from rulerag.rules.answers import ApplyRulesSettings
     from rulerag.rules.mining import MineRulesSettings
+    from rulerag.rules.settings import ApplySettings
 
 __all__ = [
     "OTHER_KEYS",
@@ -90,7 +90,7 @@ SECTIONS: dict[str, str] = {
     "retrieve": "rulerag.retrieval.configs:retrieve_settings",
     "generation": "rulerag.generation.config:generation_settings",
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
-    "apply_rules": "rulerag.rules.answers:apply_rules_settings",
+    "apply_rules": "rulerag.rules.settings:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",
     "qa": "rulerag.qa.settings:qa_settings",
     "generalisation": "rulerag.experiments.settings:generalisation_settings",
@@ -151,7 +151,7 @@ class Params:
         return self._section("r2ag")
 
     @cached_property
-    def apply_rules(self) -> ApplyRulesSettings:
+    def apply_rules(self) -> ApplySettings:
         return self._section("apply_rules")
 
     @cached_property

@@ -1,11 +1,12 @@
-"""Rules that answer: the `apply_rules` step, its settings and RuleQA queries answered by rules.
+"""Rules that answer: the `apply_rules` step and RuleQA queries answered by rules.
 
 The step (`apply_mined_rules`) measures the rule bank as its miners' communities do (link
 forecasting on the KG's test split, `forecasting.forecast`) and answers RuleQA's test queries
 with explained candidates (`rule_answers`), which the grid's `symbolic` row and rule-derived
 evidence read. For RuleQA the history is what the retrievers see: the facts of the corpus
 splits (`build_benchmark.corpus.splits`), before the query time on a temporal KG, so the
-symbolic row knows no more than the documents do.
+symbolic row knows no more than the documents do. Its settings, params.yaml's `apply_rules`
+section, are `rulerag.rules.settings.ApplySettings`.
 """
 
 from __future__ import annotations
@@ -24,28 +25,17 @@ from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
-from rulerag.rules.application import (
-    Aggregation,
-    ApplySettings,
-    Baseline,
-    ClusterLabels,
-    NoisyOr,
-    apply_rule_list,
-    check_discrimination_bound,
-    check_noisy_or,
-)
+from rulerag.rules.application import apply_rule_list
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.forecasting import forecast, rounded_metrics
 from rulerag.rules.rule import Rule
 from rulerag.rules.rule_clusters import rule_clusters
-from rulerag.settings import Count, Fraction, NonNegative, Positive, Seed, load_settings
+from rulerag.rules.settings import ApplySettings, ClusterLabels
 
 __all__ = [
     "PUBLISHED",
     "AppliedRules",
-    "ApplyRulesSettings",
     "apply_mined_rules",
-    "apply_rules_settings",
     "results_markdown",
     "rule_answers",
 ]
@@ -68,69 +58,6 @@ FIGURES = ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
 
 
 @dataclass(frozen=True)
-class ApplyRulesSettings:
-    """params.yaml `apply_rules`."""
-
-    lengths: tuple[Positive, ...] = (1, 2, 3)
-    window: Count = 0  # 0: all history before t (TLogic's -w 0); n: the last n time steps
-    top_k: Positive = 20
-    lmbda: NonNegative = 0.1
-    a: Fraction = 0.5
-    min_confidence: Fraction = 0.01
-    min_body_support: NonNegative = 2.0  # temporal rules only (AMIE rules have no such floor)
-    #: how a candidate's per-rule scores combine: noisy_or (TLogic; AnyBURL's noisyor), max
-    #: (AnyBURL's default maxplus: best rule first, ties broken by the next best) or
-    #: nrnoisy_or (SAFRAN: max inside clusters of redundant rules, noisy-or across; static)
-    aggregation: Aggregation = "noisy_or"
-    #: nrnoisy_or: Jaccard thresholds tried per head relation, i / cluster_resolution
-    cluster_resolution: Positive = 200
-    #: nrnoisy_or: the threshold search's validation MRR counts the top this many candidates
-    cluster_top_k: Positive = 10
-    #: static rules: a rule predicting this many candidates or more for a query predicts none
-    #: for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 there); 0: no bound
-    discrimination_bound: Count = 0
-    #: noisy_or: float32 (TLogic's code: saturates at 1.0 and ties what many rules reach) or
-    #: exact (the same order in float64 log space)
-    noisy_or: NoisyOr = "float32"
-    #: link forecasting's evaluation: TLogic's frequency baseline for queries no rule answers
-    #: (unanswered, TLogic) or also below the rules' candidates (below_rules, better on every
-    #: KG in its comparison protocol: docs/results.md); not RuleQA's answers
-    baseline: Baseline = "below_rules"
-    #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
-    #: directions each); None = every test fact (ICEWS14: 13,222 facts)
-    evaluate_facts: Positive | None = 500
-    candidates: Positive = 10  # explained candidates kept per RuleQA test query
-    seed: Seed = 12
-
-    def __post_init__(self) -> None:
-        check_discrimination_bound(self.discrimination_bound)
-        check_noisy_or(self.noisy_or, self.aggregation)
-
-    def apply_settings(self, temporal: bool) -> ApplySettings:
-        return ApplySettings(
-            lengths=tuple(self.lengths),
-            window=self.window,
-            top_k=self.top_k,
-            lmbda=self.lmbda,
-            a=self.a,
-            min_confidence=self.min_confidence,
-            min_body_support=self.min_body_support,
-            temporal=temporal,
-            aggregation=self.aggregation,
-            cluster_resolution=self.cluster_resolution,
-            cluster_top_k=self.cluster_top_k,
-            discrimination_bound=self.discrimination_bound,
-            noisy_or=self.noisy_or,
-            baseline=self.baseline,
-        )
-
-
-def apply_rules_settings(section: Mapping[str, Any] | None) -> ApplyRulesSettings:
-    """params.yaml's `apply_rules` section as typed settings, strictly."""
-    return load_settings(ApplyRulesSettings, section, "apply_rules")
-
-
-@dataclass(frozen=True)
 class AppliedRules:
     """What the `apply_rules` stage writes: the link-forecasting figures (metrics.json), the
     RuleQA test queries' explained candidates (answers.jsonl) and the report (results.md)."""
@@ -149,7 +76,7 @@ class AppliedRules:
 
 
 def apply_mined_rules(
-    settings: ApplyRulesSettings,
+    settings: ApplySettings,
     corpus_splits: Sequence[str],
     layout: DataLayout,
     rule_splits: Sequence[str] = ("train",),
@@ -164,7 +91,7 @@ def apply_mined_rules(
     relations = read_parquet(layout.relations)
     rules = frame_rules(read_parquet(layout.rules))
     temporal = bool(facts["time"].notna().any())
-    applying = settings.apply_settings(temporal)
+    applying = settings.for_data(temporal)
     started = time.perf_counter()
     clustering = (
         rule_clusters(rules, facts, len(relations), applying)
@@ -272,7 +199,7 @@ def rule_answers(
     return out
 
 
-def results_markdown(metrics: Mapping[str, Any], settings: ApplyRulesSettings) -> str:
+def results_markdown(metrics: Mapping[str, Any], settings: ApplySettings) -> str:
     """The stage's report: our link-forecasting figures beside the published ones."""
     published = metrics.get("published") or {}
     kind = "link forecasting" if metrics["temporal"] else "link prediction"

@@ -193,6 +193,7 @@ def apply_rules(
     """
     from tqdm.auto import tqdm
 
+    settings.applicable()
     nrnoisy = settings.aggregation == "nrnoisy_or"
     if nrnoisy and clusters is None:
         raise ValueError(

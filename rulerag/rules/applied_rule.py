@@ -74,6 +74,7 @@ def applied_rules(
     """Head relation (TLogic id) -> its rules in application order (confidence descending,
     stable), filtered as `filter_rules`; one-atom rules (every static rule) mirrored under the
     inverse head."""
+    settings.applicable()
     n = n_relations
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()

@@ -146,7 +146,7 @@ def forecast(
     rules were learned from, `mine_rules.splits`). `clusters` (nrnoisy_or):
     `rule_clusters(...).labels` for these rules, computed here if None. The queries are
     applied and ranked `query_chunk` distinct queries at a time."""
-    settings = settings or ApplySettings()
+    settings = (settings or ApplySettings()).applicable()
     if settings.aggregation == "nrnoisy_or" and clusters is None:
         clusters = rule_clusters(rules, facts, n_relations, settings, progress=progress).labels
     queries = forecast_queries(facts, split, n_relations, max_facts, seed)

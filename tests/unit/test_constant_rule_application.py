@@ -176,7 +176,9 @@ def test_forecast_with_constant_rules_ranks_the_planted_answer() -> None:
     test = pd.DataFrame([(8, 0, 0, pd.NA, "test")], columns=facts.columns)  # player 8: male
     kg = pd.concat([facts, test], ignore_index=True)
     rules = rules_for(facts)
-    settings = ApplySettings(temporal=False, aggregation="max", min_confidence=0.0001)
+    settings = ApplySettings(
+        temporal=False, aggregation="max", min_confidence=0.0001, baseline="unanswered"
+    )
     result = forecast(kg, rules, N_RELATIONS, N_ENTITIES, settings, progress=False)
     ranks = dict(zip(result.ranks["rel"], result.ranks["rank"], strict=True))
     assert ranks[0] == 1  # gender(8, ?) -> male, by gender(X, male) <= plays_for(X, TEAM)
@@ -225,7 +227,9 @@ def test_forecast_ranks_do_not_depend_on_the_query_chunk(aggregation: str) -> No
     test_rows = facts.sample(n=12, random_state=1).index
     facts.loc[test_rows, "split"] = "test"
     rules = rules_for(facts[facts["split"] == "train"])
-    settings = ApplySettings(temporal=False, aggregation=aggregation, min_confidence=0.0001)
+    settings = ApplySettings(
+        temporal=False, aggregation=aggregation, min_confidence=0.0001, baseline="unanswered"
+    )
     tables = [
         forecast(
             facts, rules, N_RELATIONS, N_ENTITIES, settings, progress=False, query_chunk=chunk

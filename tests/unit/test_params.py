@@ -31,8 +31,8 @@ from rulerag.retrieval.settings import (
     train_retriever_settings,
 )
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings
-from rulerag.rules.answers import ApplyRulesSettings, apply_rules_settings
 from rulerag.rules.mining import MineRulesSettings, mine_rules_settings
+from rulerag.rules.settings import ApplySettings, apply_rules_settings
 from rulerag.settings import SettingsError, settings_fields
 
 PARAMS_FILE = Path(__file__).resolve().parents[2] / "params.yaml"
@@ -49,7 +49,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "generation": (GenerationSettings, generation_settings),
     "rule_retrieval": (RuleRetrievalSettings, rule_retrieval_settings),
     "r2ag": (R2AGSettings, r2ag_settings),
-    "apply_rules": (ApplyRulesSettings, apply_rules_settings),
+    "apply_rules": (ApplySettings, apply_rules_settings),
     "qa": (QASettings, qa_settings),
     "generalisation": (GeneralisationSettings, generalisation_settings),
     "export": (ExportSettings, export_settings),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -442,16 +444,11 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(
     from rulerag.benchmark.settings import build_benchmark_settings
     from rulerag.io import read_jsonl
     from rulerag.layout import DataLayout
-    from rulerag.rules.answers import (
-        PUBLISHED,
-        apply_mined_rules,
-        apply_rules_settings,
-        results_markdown,
-        rule_answers,
-    )
+    from rulerag.rules.answers import PUBLISHED, apply_mined_rules, results_markdown, rule_answers
     from rulerag.rules.bank import frame_rules
     from rulerag.rules.forecasting import forecast
     from rulerag.rules.rule_clusters import rule_clusters
+    from rulerag.rules.settings import apply_rules_settings
     from tests.support.synthetic_kg import write_synthetic_dataset
 
     layout = DataLayout.of(tmp_path / "data", "toy")
@@ -467,7 +464,7 @@ def test_the_stage_entry_gives_what_the_stage_computed_before(
     applied.write(layout.rule_application)
 
     rules = frame_rules(bank)
-    applying = settings.apply_settings(temporal)
+    applying = settings.for_data(temporal)
     n_rel, n_ent = len(kg.relations), len(kg.entities)
     clusters = None
     if aggregation == "nrnoisy_or":
@@ -523,7 +520,9 @@ def test_static_rules_apply_to_the_training_facts_only() -> None:
     ]  # fmt: skip
     facts = pd.DataFrame(rows, columns=["head", "relation", "tail", "split"]).assign(time=pd.NA)
     rule = Rule(head=Atom(born_in, 0, 1), body=(Atom(lives_in, 0, 1),), confidence=0.9)
-    settings = ApplySettings(temporal=False, aggregation="max", min_confidence=0.0)
+    settings = ApplySettings(
+        temporal=False, aggregation="max", min_confidence=0.0, baseline="unanswered"
+    )
 
     def object_query(**kwargs: object) -> pd.Series:
         ranks = forecast(facts, [rule], 2, 6, settings, progress=False, **kwargs).ranks
@@ -629,3 +628,30 @@ def test_the_baseline_below_the_rules_breaks_ties_and_ranks_what_they_miss() -> 
         got = {int(o): (int(f), int(la)) for o, f, la in
                objects[["obj", "rank", "rank_last"]].itertuples(index=False)}  # fmt: skip
         assert got == expected, baseline
+
+
+def test_the_apply_rules_section_takes_temporal_from_the_data() -> None:
+    """params.yaml's `apply_rules` is `ApplySettings`: `temporal` and `cluster_ties` are no
+    keys of it (refused as unknown), the section as loaded applies nothing until the data says
+    whether its rules are temporal (`for_data`, which checks nrnoisy_or again)."""
+    from rulerag.rules.forecasting import forecast
+    from rulerag.rules.settings import NRNOISY_TEMPORAL, apply_rules_settings
+    from rulerag.settings import SettingsError
+
+    loaded = apply_rules_settings({"aggregation": "nrnoisy_or", "baseline": "unanswered"})
+    assert loaded.temporal is None
+    assert loaded.for_data(False) == ApplySettings(
+        temporal=False, aggregation="nrnoisy_or", baseline="unanswered"
+    )
+    with pytest.raises(ValueError, match="static rules only") as caught:
+        loaded.for_data(True)
+    assert str(caught.value) == NRNOISY_TEMPORAL
+    assert apply_rules_settings(None) == replace(ApplySettings(), temporal=None)
+    for key, value in (("temporal", False), ("cluster_ties", "first")):
+        with pytest.raises(SettingsError, match=f"apply_rules: unknown key '{key}'"):
+            apply_rules_settings({key: value})
+    rule = Rule(head=Atom(HEAD, 0, 1), body=(Atom(BODY, 0, 1),), confidence=0.9)
+    with pytest.raises(ValueError, match="for_data"):
+        applied_rules([rule], N_REL, apply_rules_settings(None))
+    with pytest.raises(ValueError, match="for_data"):
+        forecast(facts([(1, HEAD, 2, 0)]).assign(split="test"), [rule], N_REL, 3, loaded)
