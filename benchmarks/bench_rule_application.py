@@ -63,13 +63,15 @@ from rulerag.layout import DataLayout  # noqa: E402
 from rulerag.params import load_params  # noqa: E402
 from rulerag.rules.bank import frame_rules  # noqa: E402
 from rulerag.rules.forecasting import forecast, rounded_metrics  # noqa: E402
-from rulerag.rules.mining import MineRulesSettings, mine  # noqa: E402
+from rulerag.rules.mining import mine  # noqa: E402
 from rulerag.rules.rule_clusters import rule_clusters  # noqa: E402
-from rulerag.rules.settings import AGGREGATIONS, ApplySettings  # noqa: E402
-from rulerag.rules.temporal_constants import (  # noqa: E402
+from rulerag.rules.settings import (  # noqa: E402
+    AGGREGATIONS,
+    ApplySettings,
+    MineRulesSettings,
     TemporalConstantSettings,
-    mine_temporal_constant_rules,
 )
+from rulerag.rules.temporal_constants import mine_temporal_constant_rules  # noqa: E402
 
 TLOGIC_ICEWS14 = {"mrr": 0.4304, "hits_at_1": 0.3356, "hits_at_3": 0.4827, "hits_at_10": 0.6117}
 

@@ -42,7 +42,8 @@ def run_one(dataset: str, config: str, max_atoms: int) -> dict:
     """Load one KG, mine it once, and report timings, memory and rule counts (in a child)."""
     sys.path.insert(0, str(ROOT))
     from rulerag.kg.registry import DATASETS
-    from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+    from rulerag.rules.settings import StaticMinerSettings
+    from rulerag.rules.static_miner import mine_static
 
     mirror = Path(os.environ.get("RULERAG_DATA_DIR", ROOT.parent / "shared" / "kg"))
     spec = DATASETS[dataset]

@@ -33,7 +33,8 @@ def child(args: argparse.Namespace) -> None:
     """Load the KG, mine, and print one JSON line of measurements."""
     sys.path.insert(0, str(ROOT))
     from rulerag.kg.registry import DATASETS
-    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+    from rulerag.rules.settings import TemporalMinerSettings
+    from rulerag.rules.temporal_miner import mine_temporal
 
     spec = DATASETS[args.dataset]
     t0 = time.perf_counter()

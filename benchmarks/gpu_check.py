@@ -150,7 +150,8 @@ def build_slice(mirror: Path, n_queries: int = 48, k: int = 5, seed: int = 12) -
     from rulerag.kg.readers import read_tlogic
     from rulerag.kg.schema import format_time
     from rulerag.kg.text import document_text, query_text
-    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+    from rulerag.rules.settings import TemporalMinerSettings
+    from rulerag.rules.temporal_miner import mine_temporal
 
     folder = Path(mirror) / DATASET
     if not (folder / "TLogic_icews14" / "train.txt").is_file():

@@ -66,8 +66,7 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.retrieval.configs import RetrieveSettings
     from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
     from rulerag.rule_retrieval.settings import RuleRetrievalSettings
-    from rulerag.rules.mining import MineRulesSettings
-    from rulerag.rules.settings import ApplySettings
+    from rulerag.rules.settings import ApplySettings, MineRulesSettings
 
 __all__ = [
     "OTHER_KEYS",
@@ -83,7 +82,7 @@ __all__ = [
 #: params.yaml section -> "module:loader" of its settings class (imported when read)
 SECTIONS: dict[str, str] = {
     "ingest": "rulerag.kg.registry:ingest_settings",
-    "mine_rules": "rulerag.rules.mining:mine_rules_settings",
+    "mine_rules": "rulerag.rules.settings:mine_rules_settings",
     "build_benchmark": "rulerag.benchmark.settings:build_benchmark_settings",
     "index": "rulerag.retrieval.settings:index_settings",
     "train_retriever": "rulerag.retrieval.settings:train_retriever_settings",

@@ -60,75 +60,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
 
 import numpy as np
 
 from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
-from rulerag.settings import Count, Fraction, Positive
-
-#: the kinds of constant rules this module learns
-ConstantKind = Literal["ac1", "ac2", "zero"]
-CONSTANT_KINDS: tuple[str, ...] = ("ac1", "ac2", "zero")
+from rulerag.rules.settings import ConstantRuleSettings
 
 #: expansion rows (head fact x body edge) counted at once; bounds memory (~0.3 GB)
 _CHUNK_ROWS = 8_000_000
-
-
-@dataclass(frozen=True)
-class ConstantRuleSettings:
-    """How constant rules are learned (params.yaml `mine_rules.static.constants`)."""
-
-    kinds: tuple[ConstantKind, ...] = field(
-        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = AMIE's closed rules only"}
-    )
-    min_support: Positive = field(
-        default=2, metadata={"help": "AnyBURL's THRESHOLD_CORRECT_PREDICTIONS"}
-    )
-    min_confidence: Fraction = field(
-        default=0.0001,
-        metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE (after the weights below)"},
-    )
-    #: ac1 rules r(X, c) <= s(X, d) need d to have this many s-neighbours X (AnyBURL 2019's
-    #: `AC_MIN_NUM_OF_LAST_ATOM_GROUNDINGS` = 5, its `isRedundantACRule`: a rule whose body
-    #: constant has fewer is as well said by the few rules about those X themselves)
-    min_body_constant_groundings: Count = field(
-        default=5, metadata={"help": "ac1: d needs this many s-neighbours (AnyBURL 2019)"}
-    )
-    # pc in support / (body groundings + pc)
-    unseen_negatives: Count = field(
-        default=5, metadata={"help": "pc: AnyBURL's UNSEEN_NEGATIVE_EXAMPLES"}
-    )
-    zero_weight: Fraction = field(
-        default=0.01, metadata={"help": "AnyBURL's RULE_ZERO_WEIGHT on zero rules' confidence"}
-    )
-    ac2_weight: Fraction = field(
-        default=0.1, metadata={"help": "AnyBURL's RULE_AC2_WEIGHT on ac2 rules' confidence"}
-    )
-    #: how the closed (path and pair) rules are scored beside them: `pca` keeps AMIE's PCA
-    #: confidence, `anyburl` gives them AnyBURL's too, support / (body size + pc) with the
-    #: standard body size (AnyBURL's cyclic rules count every body grounding (X, Y)), so that
-    #: all rules share one scale (see `closed_rules_confidence`)
-    closed_confidence: Literal["pca", "anyburl"] = "pca"
-
-    def __post_init__(self) -> None:
-        check_constant_settings(self)
-
-
-def check_constant_settings(settings: Any) -> None:
-    """The checks every rules-with-constants setting shares (static here, temporal in
-    `temporal_constants.TemporalConstantSettings`): known kinds, a support floor of at least
-    one, a non-negative pc, and confidences and weights in [0, 1]."""
-    unknown = sorted(set(settings.kinds) - set(CONSTANT_KINDS))
-    if unknown:
-        raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
-    if settings.min_support < 1 or settings.unseen_negatives < 0:
-        raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
-    for name in ("min_confidence", "zero_weight", "ac2_weight"):
-        if not 0.0 <= getattr(settings, name) <= 1.0:
-            raise ValueError(f"{name} must be in [0, 1], got {getattr(settings, name)}")
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,15 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from rulerag.rules.rule import Atom, Rule
-from rulerag.settings import Fraction, NonNegative, Positive
+
+if TYPE_CHECKING:  # a type only: the stages that read banks (build_benchmark) need no settings
+    from rulerag.rules.settings import BankConfig
 
 STAT_COLUMNS = (
     "support",
@@ -131,26 +133,6 @@ def frame_rules(frame: pd.DataFrame) -> list[Rule]:
             )
         )
     return rules
-
-
-@dataclass(frozen=True)
-class BankConfig:
-    """Which mined rules make the bank (params.yaml `mine_rules.bank`)."""
-
-    lengths: tuple[Positive, ...] = (1,)
-    min_confidence: Fraction = 0.0
-    min_support: NonNegative = field(
-        default=0.0,
-        metadata={
-            "help": (
-                "head facts a rule must predict (2 keeps exact one-atom rules seen once out: "
-                "588 rules instead of 709 on ICEWS14)"
-            )
-        },
-    )
-    top_n_per_head: Positive | None = field(
-        default=None, metadata={"help": "best N rules per head relation; null keeps all"}
-    )
 
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:

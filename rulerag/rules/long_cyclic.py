@@ -29,41 +29,12 @@ from __future__ import annotations
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 from scipy.sparse import csr_matrix
 
 from rulerag.rules.rule import Atom, Rule
-from rulerag.settings import Count, Fraction, Positive
-
-
-@dataclass(frozen=True)
-class LongCyclicSettings:
-    """params.yaml `mine_rules.static.long_cyclic`: AnyBURL's cyclic rules of three body atoms."""
-
-    samples_per_head: Count = field(
-        default=0, metadata={"help": "head facts sampled per relation; 0 = none learned"}
-    )
-    rules_per_head: Positive = field(
-        default=30, metadata={"help": "candidates counted per head relation, most often seen first"}
-    )
-    neighbour_cap: Positive = field(
-        default=100, metadata={"help": "neighbours followed per entity and step (hubs sampled)"}
-    )
-    min_seen: Positive = field(
-        default=2, metadata={"help": "a candidate is seen in at least this many sampled facts"}
-    )
-    min_support: Positive = field(
-        default=2, metadata={"help": "AnyBURL's THRESHOLD_CORRECT_PREDICTIONS"}
-    )
-    min_confidence: Fraction = field(
-        default=0.0001, metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE"}
-    )
-
-    @property
-    def enabled(self) -> bool:
-        return self.samples_per_head > 0
+from rulerag.rules.settings import LongCyclicSettings
 
 
 def mine_long_cyclic_rules(

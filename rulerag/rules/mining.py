@@ -2,18 +2,18 @@
 
 Static KGs go to the AMIE 3-style miner (`static_miner`), temporal ones to the TLogic-style one
 (`temporal_miner`); rules mined by the original tools can be imported instead (`amie_io`,
-`tlogic_io`). `MineRulesSettings` is params.yaml's `mine_rules` section; each miner takes its
-own part of it (`StaticMinerSettings`, `TemporalMinerSettings`), which holds its defaults.
+`tlogic_io`). `rulerag.rules.settings.MineRulesSettings` is params.yaml's `mine_rules` section;
+each miner takes its own part of it (`StaticMinerSettings`, `TemporalMinerSettings`, in the
+same module), which holds its defaults.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args
+from typing import Any
 
 import pandas as pd
 
@@ -21,7 +21,6 @@ from rulerag.errors import InputError
 from rulerag.io import atomic_open, write_json, write_parquet
 from rulerag.kg.schema import KnowledgeGraph
 from rulerag.rules.bank import (
-    BankConfig,
     confidence_histogram,
     frame_rules,
     rules_frame,
@@ -29,74 +28,16 @@ from rulerag.rules.bank import (
     select_bank,
 )
 from rulerag.rules.rule import RULE_KINDS, Rule
-from rulerag.rules.static_miner import StaticMinerSettings
-from rulerag.rules.temporal_miner import SEED, TemporalMinerSettings
-from rulerag.settings import DatasetName, Seed, load_settings, param_key
+from rulerag.rules.settings import MineRulesSettings, RuleImport
 
 __all__ = [
-    "IMPORT_FORMATS",
-    "MineRulesSettings",
     "MinedRules",
-    "RuleImport",
     "describe_rules",
     "import_rules",
     "mine",
     "mine_rule_bank",
-    "mine_rules_settings",
     "plot_confidence",
 ]
-
-#: AMIE 3's TSV output, TLogic's rules JSON or AnyBURL's rule file
-ImportFormat = Literal["amie", "tlogic", "anyburl"]
-IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
-
-
-@dataclass(frozen=True)
-class RuleImport:
-    """Rules mined by the original tools (params.yaml `mine_rules.import.<dataset>`)."""
-
-    format: ImportFormat
-    path: str
-    #: rules the Rule type cannot hold, AMIE's with constants (its -const mode) or AnyBURL's
-    #: with its reflexive token or a constant and several body atoms: drop them (true) or
-    #: fail (false)
-    skip_unsupported: bool = False
-
-
-@dataclass(frozen=True)
-class MineRulesSettings:
-    """params.yaml `mine_rules`."""
-
-    #: splits the rules are learned from (the paper: the training links only)
-    splits: tuple[str, ...] = ("train",)
-    seed: Seed = SEED  # the temporal miner's walks and body samples
-    static: StaticMinerSettings = field(default_factory=StaticMinerSettings)
-    temporal: TemporalMinerSettings = field(default_factory=TemporalMinerSettings)
-    bank: BankConfig = field(default_factory=BankConfig)
-    #: what a dataset's bank changes of `bank` (keys of `bank`), by dataset: e.g. longer rules
-    #: where one-atom rules cannot give the paper's bank (YAGO has 9 one-atom rules in all)
-    bank_by_dataset: dict[DatasetName, dict[str, Any]] = field(default_factory=dict)
-    #: rules mined elsewhere instead of mining, by dataset
-    import_: Annotated[dict[DatasetName, RuleImport], param_key("import")] = field(
-        default_factory=dict
-    )
-
-    def bank_for(self, dataset: str) -> BankConfig:
-        """The bank settings of one dataset: `bank` with its `bank_by_dataset` entry on top."""
-        override = self.bank_by_dataset.get(dataset)
-        if not override:
-            return self.bank
-        merged = {**dataclasses.asdict(self.bank), **override}
-        return load_settings(BankConfig, merged, f"mine_rules.bank_by_dataset.{dataset}")
-
-
-def mine_rules_settings(section: Mapping[str, Any] | None) -> MineRulesSettings:
-    """params.yaml's `mine_rules` section as typed settings, strictly (each dataset's bank
-    override too, so a typo there fails before any stage runs)."""
-    settings = load_settings(MineRulesSettings, section, "mine_rules")
-    for dataset in settings.bank_by_dataset:
-        settings.bank_for(dataset)
-    return settings
 
 
 @dataclass(frozen=True)

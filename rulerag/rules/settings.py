@@ -1,37 +1,72 @@
-"""What rule application takes: the `apply_rules` section's knobs and the choices they name
-(aggregation, ties, noisy-or's precision, the baseline's place), each checked where it is built.
-Rule application itself is `rulerag.rules.application`."""
+"""The rules package's settings, params.yaml's two rule sections, each checked where it is built:
+
+* `apply_rules` (`ApplySettings`): what rule application takes, its knobs and the choices they
+  name (aggregation, ties, noisy-or's precision, the baseline's place). Rule application itself
+  is `rulerag.rules.application`, the stage `rulerag.rules.answers`.
+* `mine_rules` (`MineRulesSettings`) and its parts, each miner's own: the static miner's
+  (`StaticMinerSettings`, with AnyBURL's rules with constants, `ConstantRuleSettings`, and its
+  cyclic rules of three atoms, `LongCyclicSettings`), the temporal miner's
+  (`TemporalMinerSettings`, with rules with constants, `TemporalConstantSettings`), the bank's
+  (`BankConfig`) and rules imported from the original tools (`RuleImport`). The miners are
+  `static_miner`, `anyburl_miner`, `long_cyclic`, `temporal_miner`, `temporal_constants`, the
+  stage `rulerag.rules.mining`.
+
+Nothing here imports a miner or the application: a stage that only reads the settings (and
+`rulerag.params`, which reads every section) loads no NumPy code for it."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
+
+from annotated_types import Ge, Le
 
 from rulerag.settings import (
     NOT_A_PARAM,
+    STRICT_INT,
     Count,
+    DatasetName,
     Fraction,
     NonNegative,
     Positive,
     Seed,
     load_settings,
+    param_key,
 )
 
 __all__ = [
     "AGGREGATIONS",
+    "ANYBURL_MIN_SUPPORT",
     "BASELINES",
+    "CONSTANT_KINDS",
+    "IMPORT_FORMATS",
     "NOISY_OR_MODES",
     "NRNOISY_TEMPORAL",
+    "SEED",
     "Aggregation",
     "ApplySettings",
+    "BankConfig",
     "Baseline",
     "ClusterLabels",
+    "ConstantKind",
+    "ConstantRuleSettings",
+    "ImportFormat",
+    "LongCyclicSettings",
+    "MineRulesSettings",
     "NoisyOr",
+    "RuleImport",
+    "StaticMinerSettings",
+    "TemporalConstantSettings",
+    "TemporalMinerSettings",
     "TieRank",
     "apply_rules_settings",
+    "check_constant_settings",
     "check_discrimination_bound",
+    "check_long_cyclic",
     "check_noisy_or",
+    "mine_rules_settings",
 ]
 
 
@@ -205,3 +240,271 @@ def apply_rules_settings(section: Mapping[str, Any] | None) -> ApplySettings:
     """params.yaml's `apply_rules` section as typed settings, strictly; `temporal` None (the
     stage takes it from the data: `ApplySettings.for_data`)."""
     return load_settings(ApplySettings, section, "apply_rules", given={"temporal": None})
+
+
+# params.yaml `mine_rules`: the section (MineRulesSettings) and its parts, each miner's own
+
+
+#: the default seed of walks and body samples (params.yaml `mine_rules.seed`)
+SEED = 12
+
+#: the help of the support floors that are AnyBURL's (`mine_rules.static.constants` and
+#: `mine_rules.static.long_cyclic`)
+ANYBURL_MIN_SUPPORT = "AnyBURL's THRESHOLD_CORRECT_PREDICTIONS"
+
+#: the kinds of rules with constants the miners learn (`anyburl_miner`, `temporal_constants`)
+ConstantKind = Literal["ac1", "ac2", "zero"]
+CONSTANT_KINDS: tuple[str, ...] = ("ac1", "ac2", "zero")
+
+
+@dataclass(frozen=True)
+class ConstantRuleSettings:
+    """How constant rules are learned (params.yaml `mine_rules.static.constants`)."""
+
+    kinds: tuple[ConstantKind, ...] = field(
+        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = AMIE's closed rules only"}
+    )
+    min_support: Positive = field(default=2, metadata={"help": ANYBURL_MIN_SUPPORT})
+    min_confidence: Fraction = field(
+        default=0.0001,
+        metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE (after the weights below)"},
+    )
+    #: ac1 rules r(X, c) <= s(X, d) need d to have this many s-neighbours X (AnyBURL 2019's
+    #: `AC_MIN_NUM_OF_LAST_ATOM_GROUNDINGS` = 5, its `isRedundantACRule`: a rule whose body
+    #: constant has fewer is as well said by the few rules about those X themselves)
+    min_body_constant_groundings: Count = field(
+        default=5, metadata={"help": "ac1: d needs this many s-neighbours (AnyBURL 2019)"}
+    )
+    # pc in support / (body groundings + pc)
+    unseen_negatives: Count = field(
+        default=5, metadata={"help": "pc: AnyBURL's UNSEEN_NEGATIVE_EXAMPLES"}
+    )
+    zero_weight: Fraction = field(
+        default=0.01, metadata={"help": "AnyBURL's RULE_ZERO_WEIGHT on zero rules' confidence"}
+    )
+    ac2_weight: Fraction = field(
+        default=0.1, metadata={"help": "AnyBURL's RULE_AC2_WEIGHT on ac2 rules' confidence"}
+    )
+    #: how the closed (path and pair) rules are scored beside them: `pca` keeps AMIE's PCA
+    #: confidence, `anyburl` gives them AnyBURL's too, support / (body size + pc) with the
+    #: standard body size (AnyBURL's cyclic rules count every body grounding (X, Y)), so that
+    #: all rules share one scale (see `anyburl_miner.closed_rules_confidence`)
+    closed_confidence: Literal["pca", "anyburl"] = "pca"
+
+    def __post_init__(self) -> None:
+        check_constant_settings(self)
+
+
+def check_constant_settings(settings: Any) -> None:
+    """The checks every rules-with-constants setting shares (static: `ConstantRuleSettings`,
+    temporal: `TemporalConstantSettings`): known kinds, a support floor of at least
+    one, a non-negative pc, and confidences and weights in [0, 1]."""
+    unknown = sorted(set(settings.kinds) - set(CONSTANT_KINDS))
+    if unknown:
+        raise ValueError(f"constant rule kinds must be among {CONSTANT_KINDS}, not {unknown}")
+    if settings.min_support < 1 or settings.unseen_negatives < 0:
+        raise ValueError("min_support must be >= 1 and unseen_negatives >= 0")
+    for name in ("min_confidence", "zero_weight", "ac2_weight"):
+        if not 0.0 <= getattr(settings, name) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {getattr(settings, name)}")
+
+
+@dataclass(frozen=True)
+class LongCyclicSettings:
+    """params.yaml `mine_rules.static.long_cyclic`: AnyBURL's cyclic rules of three body atoms."""
+
+    samples_per_head: Count = field(
+        default=0, metadata={"help": "head facts sampled per relation; 0 = none learned"}
+    )
+    rules_per_head: Positive = field(
+        default=30, metadata={"help": "candidates counted per head relation, most often seen first"}
+    )
+    neighbour_cap: Positive = field(
+        default=100, metadata={"help": "neighbours followed per entity and step (hubs sampled)"}
+    )
+    min_seen: Positive = field(
+        default=2, metadata={"help": "a candidate is seen in at least this many sampled facts"}
+    )
+    min_support: Positive = field(default=2, metadata={"help": ANYBURL_MIN_SUPPORT})
+    min_confidence: Fraction = field(
+        default=0.0001, metadata={"help": "AnyBURL's THRESHOLD_CONFIDENCE"}
+    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.samples_per_head > 0
+
+
+@dataclass(frozen=True)
+class StaticMinerSettings:
+    """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults: pruning on
+    head coverage only, no absolute support floor), as `static_miner.mine_static` takes them."""
+
+    max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = field(
+        default=3, metadata={"help": "head included: 2 = one body atom, 3 = up to two"}
+    )
+    min_support: Count = 0
+    min_head_coverage: Fraction = 0.01
+    min_pca_confidence: Fraction = 0.1
+    min_std_confidence: Fraction = 0.0
+    min_initial_support: Count = field(
+        default=100, metadata={"help": "head relations with fewer facts are skipped (AMIE's -mins)"}
+    )
+    skyline: bool = field(
+        default=True,
+        metadata={"help": "keep a refined rule only if it beats its parents' PCA conf"},
+    )
+    #: AnyBURL's rules with constants (`anyburl_miner`), none by default
+    constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
+    #: AnyBURL's cyclic rules of three body atoms (`long_cyclic`), none by default
+    long_cyclic: LongCyclicSettings = field(default_factory=LongCyclicSettings)
+
+    def __post_init__(self) -> None:
+        check_long_cyclic(self.long_cyclic, self.constants)
+
+
+def check_long_cyclic(long_cyclic: LongCyclicSettings, constants: ConstantRuleSettings) -> None:
+    """Cyclic rules of three atoms carry AnyBURL's confidence: the closed rules beside them
+    must be on the same scale (`constants.closed_confidence: anyburl`), or max / noisy-or would
+    compare a PCA confidence with support / (body + pc)."""
+    if long_cyclic.enabled and constants.closed_confidence != "anyburl":
+        raise ValueError(
+            "long_cyclic.samples_per_head > 0 needs constants.closed_confidence: anyburl "
+            f"(the rules of three atoms are scored by AnyBURL's confidence), not "
+            f"{constants.closed_confidence!r}"
+        )
+
+
+@dataclass(frozen=True)
+class TemporalConstantSettings:
+    """How temporal rules with constants are learned (params.yaml
+    `mine_rules.temporal.constants`)."""
+
+    kinds: tuple[ConstantKind, ...] = field(
+        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = TLogic's cyclic rules only"}
+    )
+    min_support: Positive = 2
+    min_confidence: Fraction = 0.01
+    # pc in support / (body groundings + pc)
+    unseen_negatives: Count = field(
+        default=0, metadata={"help": "pc: TLogic's score1 smoothing c (0); AnyBURL's is 5"}
+    )
+    #: what a body grounding is: `facts` (TLogic: entities and times, so X counts once per
+    #: body fact) or `entities` (AnyBURL: X counts once, however often the body holds for it,
+    #: the "temporal redundancy" TR-Rules removes; it precedes a head when its first body
+    #: fact does)
+    groundings: Literal["facts", "entities"] = field(
+        default="facts",
+        metadata={"help": "a body grounding is a fact (TLogic) or an entity X (AnyBURL)"},
+    )
+    ac2_weight: Fraction = 1.0
+    zero_weight: Fraction = 1.0
+
+    def __post_init__(self) -> None:
+        check_constant_settings(self)
+        if self.groundings not in ("facts", "entities"):
+            raise ValueError(f"groundings must be facts or entities, not {self.groundings!r}")
+
+
+@dataclass(frozen=True)
+class TemporalMinerSettings:
+    """params.yaml `mine_rules.temporal`: TLogic's knobs, as `temporal_miner.mine_temporal`
+    takes them (its seed is `mine_rules.seed`, default `SEED`)."""
+
+    lengths: tuple[Annotated[int, STRICT_INT, Ge(1), Le(3)], ...] = (1, 2, 3)
+    walks_per_relation: Positive = field(default=200, metadata={"help": "per relation and length"})
+    transition: Literal["exp", "unif"] = field(
+        default="exp", metadata={"help": "exp (prefer recent edges) or unif"}
+    )
+    num_samples: Positive = field(
+        default=500, metadata={"help": "body groundings sampled per rule for its confidence"}
+    )
+    exact: bool = field(
+        default=False, metadata={"help": "true: count every body grounding instead of sampling"}
+    )
+    #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
+    #: samples) or exact (every structure with a body fact before a head fact on the same
+    #: entity pair, confidence over every grounding; longer rules still come from walks)
+    length1: Literal["walks", "exact"] = "walks"
+    min_confidence: Fraction = 0.0
+    # 1 = TLogic's `conf > 0`
+    min_rule_support: Count = field(
+        default=1,
+        metadata={"help": "TLogic keeps rules whose sampled bodies predicted the head once"},
+    )
+    min_body_support: Count = 1
+    #: rules with constants (`temporal_constants`), none by default
+    constants: TemporalConstantSettings = field(default_factory=TemporalConstantSettings)
+
+
+@dataclass(frozen=True)
+class BankConfig:
+    """Which mined rules make the bank (params.yaml `mine_rules.bank`)."""
+
+    lengths: tuple[Positive, ...] = (1,)
+    min_confidence: Fraction = 0.0
+    min_support: NonNegative = field(
+        default=0.0,
+        metadata={
+            "help": (
+                "head facts a rule must predict (2 keeps exact one-atom rules seen once out: "
+                "588 rules instead of 709 on ICEWS14)"
+            )
+        },
+    )
+    top_n_per_head: Positive | None = field(
+        default=None, metadata={"help": "best N rules per head relation; null keeps all"}
+    )
+
+
+#: AMIE 3's TSV output, TLogic's rules JSON or AnyBURL's rule file
+ImportFormat = Literal["amie", "tlogic", "anyburl"]
+IMPORT_FORMATS: tuple[str, ...] = get_args(ImportFormat)
+
+
+@dataclass(frozen=True)
+class RuleImport:
+    """Rules mined by the original tools (params.yaml `mine_rules.import.<dataset>`)."""
+
+    format: ImportFormat
+    path: str
+    #: rules the Rule type cannot hold, AMIE's with constants (its -const mode) or AnyBURL's
+    #: with its reflexive token or a constant and several body atoms: drop them (true) or
+    #: fail (false)
+    skip_unsupported: bool = False
+
+
+@dataclass(frozen=True)
+class MineRulesSettings:
+    """params.yaml `mine_rules`."""
+
+    #: splits the rules are learned from (the paper: the training links only)
+    splits: tuple[str, ...] = ("train",)
+    seed: Seed = SEED  # the temporal miner's walks and body samples
+    static: StaticMinerSettings = field(default_factory=StaticMinerSettings)
+    temporal: TemporalMinerSettings = field(default_factory=TemporalMinerSettings)
+    bank: BankConfig = field(default_factory=BankConfig)
+    #: what a dataset's bank changes of `bank` (keys of `bank`), by dataset: e.g. longer rules
+    #: where one-atom rules cannot give the paper's bank (YAGO has 9 one-atom rules in all)
+    bank_by_dataset: dict[DatasetName, dict[str, Any]] = field(default_factory=dict)
+    #: rules mined elsewhere instead of mining, by dataset
+    import_: Annotated[dict[DatasetName, RuleImport], param_key("import")] = field(
+        default_factory=dict
+    )
+
+    def bank_for(self, dataset: str) -> BankConfig:
+        """The bank settings of one dataset: `bank` with its `bank_by_dataset` entry on top."""
+        override = self.bank_by_dataset.get(dataset)
+        if not override:
+            return self.bank
+        merged = {**dataclasses.asdict(self.bank), **override}
+        return load_settings(BankConfig, merged, f"mine_rules.bank_by_dataset.{dataset}")
+
+
+def mine_rules_settings(section: Mapping[str, Any] | None) -> MineRulesSettings:
+    """params.yaml's `mine_rules` section as typed settings, strictly (each dataset's bank
+    override too, so a typo there fails before any stage runs)."""
+    settings = load_settings(MineRulesSettings, section, "mine_rules")
+    for dataset in settings.bank_by_dataset:
+        settings.bank_for(dataset)
+    return settings

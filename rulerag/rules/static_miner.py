@@ -54,17 +54,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Annotated
 
 import numpy as np
 import pandas as pd
 import scipy.sparse as sp
-from annotated_types import Ge, Le
 
-from rulerag.rules.anyburl_miner import ConstantRuleSettings
-from rulerag.rules.long_cyclic import LongCyclicSettings
 from rulerag.rules.rule import Atom, Rule
-from rulerag.settings import STRICT_INT, Count, Fraction
+from rulerag.rules.settings import StaticMinerSettings, check_long_cyclic
 
 try:  # structure-only nnz count of a sparse product (SciPy internal, stable for a decade)
     from scipy.sparse._sparsetools import csr_matmat_maxnnz as _csr_matmat_maxnnz
@@ -441,46 +437,6 @@ def _code_of(atom: Atom) -> int:
 
 def _sort_key(rule: Rule) -> tuple:
     return (rule.head.relation, -rule.score, len(rule.body), rule.body, rule.constants)
-
-
-@dataclass(frozen=True)
-class StaticMinerSettings:
-    """params.yaml `mine_rules.static`: the miner's thresholds (AMIE 3's defaults: pruning on
-    head coverage only, no absolute support floor), as `mine_static` takes them."""
-
-    max_atoms: Annotated[int, STRICT_INT, Ge(2), Le(3)] = field(
-        default=3, metadata={"help": "head included: 2 = one body atom, 3 = up to two"}
-    )
-    min_support: Count = 0
-    min_head_coverage: Fraction = 0.01
-    min_pca_confidence: Fraction = 0.1
-    min_std_confidence: Fraction = 0.0
-    min_initial_support: Count = field(
-        default=100, metadata={"help": "head relations with fewer facts are skipped (AMIE's -mins)"}
-    )
-    skyline: bool = field(
-        default=True,
-        metadata={"help": "keep a refined rule only if it beats its parents' PCA conf"},
-    )
-    #: AnyBURL's rules with constants (`anyburl_miner`), none by default
-    constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
-    #: AnyBURL's cyclic rules of three body atoms (`long_cyclic`), none by default
-    long_cyclic: LongCyclicSettings = field(default_factory=LongCyclicSettings)
-
-    def __post_init__(self) -> None:
-        check_long_cyclic(self.long_cyclic, self.constants)
-
-
-def check_long_cyclic(long_cyclic: LongCyclicSettings, constants: ConstantRuleSettings) -> None:
-    """Cyclic rules of three atoms carry AnyBURL's confidence: the closed rules beside them
-    must be on the same scale (`constants.closed_confidence: anyburl`), or max / noisy-or would
-    compare a PCA confidence with support / (body + pc)."""
-    if long_cyclic.enabled and constants.closed_confidence != "anyburl":
-        raise ValueError(
-            "long_cyclic.samples_per_head > 0 needs constants.closed_confidence: anyburl "
-            f"(the rules of three atoms are scored by AnyBURL's confidence), not "
-            f"{constants.closed_confidence!r}"
-        )
 
 
 _DEFAULT = StaticMinerSettings()

@@ -46,55 +46,18 @@ fire for every query, scored a * confidence (no body fact, no recency term).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
-from rulerag.rules.anyburl_miner import (
-    ConstantKind,
-    build_constant_rules,
-    check_constant_settings,
-    chunks_by_constant,
-)
+from rulerag.rules.anyburl_miner import build_constant_rules, chunks_by_constant
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup
 from rulerag.rules.rule import Rule
+from rulerag.rules.settings import TemporalConstantSettings
 from rulerag.rules.temporal_facts import temporal_fact_arrays
-from rulerag.settings import Count, Fraction, Positive
 
-__all__ = ["TemporalConstantSettings", "mine_temporal_constant_rules"]
-
-
-@dataclass(frozen=True)
-class TemporalConstantSettings:
-    """How temporal rules with constants are learned (params.yaml
-    `mine_rules.temporal.constants`)."""
-
-    kinds: tuple[ConstantKind, ...] = field(
-        default=(), metadata={"help": "any of [ac1, ac2, zero]; [] = TLogic's cyclic rules only"}
-    )
-    min_support: Positive = 2
-    min_confidence: Fraction = 0.01
-    # pc in support / (body groundings + pc)
-    unseen_negatives: Count = field(
-        default=0, metadata={"help": "pc: TLogic's score1 smoothing c (0); AnyBURL's is 5"}
-    )
-    #: what a body grounding is: `facts` (TLogic: entities and times, so X counts once per
-    #: body fact) or `entities` (AnyBURL: X counts once, however often the body holds for it,
-    #: the "temporal redundancy" TR-Rules removes; it precedes a head when its first body
-    #: fact does)
-    groundings: Literal["facts", "entities"] = field(
-        default="facts",
-        metadata={"help": "a body grounding is a fact (TLogic) or an entity X (AnyBURL)"},
-    )
-    ac2_weight: Fraction = 1.0
-    zero_weight: Fraction = 1.0
-
-    def __post_init__(self) -> None:
-        check_constant_settings(self)
-        if self.groundings not in ("facts", "entities"):
-            raise ValueError(f"groundings must be facts or entities, not {self.groundings!r}")
+__all__ = ["mine_temporal_constant_rules"]
 
 
 @dataclass(frozen=True)

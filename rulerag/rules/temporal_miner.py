@@ -63,20 +63,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Annotated, Literal
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from annotated_types import Ge, Le
 from tqdm.auto import tqdm
 
 from rulerag.rules.ranges import ragged_ranges, split_by_weight
 from rulerag.rules.rule import Rule
-from rulerag.rules.temporal_constants import TemporalConstantSettings, mine_temporal_constant_rules
+from rulerag.rules.settings import SEED, TemporalMinerSettings
+from rulerag.rules.temporal_constants import mine_temporal_constant_rules
 from rulerag.rules.temporal_facts import temporal_fact_arrays
 from rulerag.rules.tlogic_io import rule_from_tlogic, sort_temporal_rules
-from rulerag.settings import STRICT_INT, Count, Fraction, Positive
 
 #: a node whose edges span more time units than this is sampled exactly, edge by edge, for `exp`
 #: (exp(-700) is still a normal float64, so prefix sums of exp(t - t_max) are exact below it)
@@ -666,39 +664,6 @@ def walk_uniforms(seed: int, rel: int, length: int, walks: int, n_relations: int
     return np.random.default_rng(key).random((walks, length + 1))
 
 
-@dataclass(frozen=True)
-class TemporalMinerSettings:
-    """params.yaml `mine_rules.temporal`: TLogic's knobs, as `mine_temporal` takes them (its
-    seed is `mine_rules.seed`, default `SEED`)."""
-
-    lengths: tuple[Annotated[int, STRICT_INT, Ge(1), Le(3)], ...] = (1, 2, 3)
-    walks_per_relation: Positive = field(default=200, metadata={"help": "per relation and length"})
-    transition: Literal["exp", "unif"] = field(
-        default="exp", metadata={"help": "exp (prefer recent edges) or unif"}
-    )
-    num_samples: Positive = field(
-        default=500, metadata={"help": "body groundings sampled per rule for its confidence"}
-    )
-    exact: bool = field(
-        default=False, metadata={"help": "true: count every body grounding instead of sampling"}
-    )
-    #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
-    #: samples) or exact (every structure with a body fact before a head fact on the same
-    #: entity pair, confidence over every grounding; longer rules still come from walks)
-    length1: Literal["walks", "exact"] = "walks"
-    min_confidence: Fraction = 0.0
-    # 1 = TLogic's `conf > 0`
-    min_rule_support: Count = field(
-        default=1,
-        metadata={"help": "TLogic keeps rules whose sampled bodies predicted the head once"},
-    )
-    min_body_support: Count = 1
-    #: rules with constants (`temporal_constants`), none by default
-    constants: TemporalConstantSettings = field(default_factory=TemporalConstantSettings)
-
-
-#: the default seed of walks and body samples (params.yaml `mine_rules.seed`)
-SEED = 12
 _DEFAULT = TemporalMinerSettings()
 
 

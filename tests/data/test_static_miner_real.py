@@ -12,7 +12,8 @@ import pytest
 from rulerag.kg.registry import DATASETS
 from rulerag.rules.amie_io import read_amie_tsv, write_amie_tsv
 from rulerag.rules.rule import Rule
-from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+from rulerag.rules.settings import StaticMinerSettings
+from rulerag.rules.static_miner import mine_static
 
 pytestmark = pytest.mark.data
 

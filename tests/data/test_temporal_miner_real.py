@@ -10,7 +10,8 @@ import pytest
 
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import KnowledgeGraph
-from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+from rulerag.rules.settings import TemporalMinerSettings
+from rulerag.rules.temporal_miner import mine_temporal
 from rulerag.rules.tlogic_io import read_tlogic_json, write_tlogic_json
 
 pytestmark = pytest.mark.data

@@ -19,7 +19,8 @@ from rulerag.io import write_manifest, write_parquet
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.kg.schema import KnowledgeGraph, make_vocab
 from rulerag.kg.store import read_kg
-from rulerag.rules.mining import mine_rule_bank, mine_rules_settings
+from rulerag.rules.mining import mine_rule_bank
+from rulerag.rules.settings import mine_rules_settings
 from rulerag.tracking import TAG_ERROR
 from tests.helpers import StageProject, ingest_into, one_line_failure, stage_runs
 from tests.support.synthetic_kg import synthetic_kg, write_synthetic_dataset

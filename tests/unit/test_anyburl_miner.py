@@ -10,10 +10,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules.anyburl_miner import ConstantRuleSettings, mine_constant_rules
-from rulerag.rules.mining import MineRulesSettings, mine, mine_rules_settings
+from rulerag.rules.anyburl_miner import mine_constant_rules
+from rulerag.rules.mining import mine
 from rulerag.rules.rule import Rule
-from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+from rulerag.rules.settings import (
+    ConstantRuleSettings,
+    MineRulesSettings,
+    StaticMinerSettings,
+    mine_rules_settings,
+)
+from rulerag.rules.static_miner import mine_static
 from rulerag.settings import SettingsError
 from tests.helpers import assert_brute_force_counts
 

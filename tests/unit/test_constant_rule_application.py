@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules.anyburl_miner import ConstantRuleSettings
 from rulerag.rules.application import (
     ApplySettings,
     applied_rules,
@@ -18,7 +17,8 @@ from rulerag.rules.application import (
 )
 from rulerag.rules.forecasting import forecast
 from rulerag.rules.rule import Rule
-from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+from rulerag.rules.settings import ConstantRuleSettings, StaticMinerSettings
+from rulerag.rules.static_miner import mine_static
 from tests.unit.test_anyburl_miner import N_ENTITIES, N_RELATIONS, mine_toy, toy_facts
 
 ALL = ConstantRuleSettings(kinds=("ac1", "ac2", "zero"), min_body_constant_groundings=2)

@@ -11,9 +11,10 @@ import pandas as pd
 import pytest
 
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv, write_amie_tsv
-from rulerag.rules.bank import BankConfig, frame_rules, rule_id, rules_frame, select_bank
+from rulerag.rules.bank import frame_rules, rule_id, rules_frame, select_bank
 from rulerag.rules.mining import describe_rules, rule_kinds
 from rulerag.rules.rule import RULE_KINDS, Atom, Rule
+from rulerag.rules.settings import BankConfig
 from rulerag.rules.tlogic_io import rule_to_tlogic, write_tlogic_json
 
 RELATIONS = ["gender", "father of", "plays for", "nationality"]

@@ -13,7 +13,8 @@ from rulerag.kg import readers
 from rulerag.kg.errors import KGFormatError, UnknownDatasetError
 from rulerag.kg.lines import MAX_LINE_CHARS
 from rulerag.kg.registry import get_spec, ingest_settings
-from rulerag.rules.mining import RuleImport, import_rules
+from rulerag.rules.mining import import_rules
+from rulerag.rules.settings import RuleImport
 from rulerag.settings import SettingsError
 from tests.helpers import ingest_into
 from tests.unit.test_bad_input import expect_error, write_tlogic

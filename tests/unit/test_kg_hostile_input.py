@@ -17,7 +17,8 @@ from rulerag.kg.errors import KGFormatError
 from rulerag.kg.ingest import locate
 from rulerag.kg.registry import get_spec, ingest_settings
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv
-from rulerag.rules.mining import RuleImport, import_rules
+from rulerag.rules.mining import import_rules
+from rulerag.rules.settings import RuleImport
 from rulerag.rules.tlogic_io import read_tlogic_json
 from rulerag.settings import SettingsError
 from tests.helpers import ingest_into

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules.anyburl_miner import ConstantRuleSettings
 from rulerag.rules.application import ApplySettings, applied_rules
-from rulerag.rules.long_cyclic import LongCyclicSettings, mine_long_cyclic_rules
-from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+from rulerag.rules.long_cyclic import mine_long_cyclic_rules
+from rulerag.rules.settings import ConstantRuleSettings, LongCyclicSettings, StaticMinerSettings
+from rulerag.rules.static_miner import mine_static
 
 N_ENT, N_REL = 14, 3
 #: every sampled fact, every neighbour, every candidate: the search is then exhaustive

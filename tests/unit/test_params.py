@@ -31,8 +31,12 @@ from rulerag.retrieval.settings import (
     train_retriever_settings,
 )
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings
-from rulerag.rules.mining import MineRulesSettings, mine_rules_settings
-from rulerag.rules.settings import ApplySettings, apply_rules_settings
+from rulerag.rules.settings import (
+    ApplySettings,
+    MineRulesSettings,
+    apply_rules_settings,
+    mine_rules_settings,
+)
 from rulerag.settings import SettingsError, settings_fields
 
 PARAMS_FILE = Path(__file__).resolve().parents[2] / "params.yaml"

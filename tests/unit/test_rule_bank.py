@@ -5,7 +5,6 @@ from __future__ import annotations
 import pandas as pd
 
 from rulerag.rules.bank import (
-    BankConfig,
     confidence_histogram,
     frame_rules,
     rule_id,
@@ -14,6 +13,7 @@ from rulerag.rules.bank import (
     select_bank,
 )
 from rulerag.rules.rule import Atom, Rule
+from rulerag.rules.settings import BankConfig
 
 NAMES = ["born in", "lives in", "citizen of", "works in"]
 

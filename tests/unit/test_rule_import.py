@@ -10,8 +10,9 @@ import pytest
 from rulerag.errors import InputError
 from rulerag.rules.amie_io import write_amie_tsv
 from rulerag.rules.anyburl_io import write_anyburl_rules
-from rulerag.rules.mining import RuleImport, import_rules, mine_rules_settings
+from rulerag.rules.mining import import_rules
 from rulerag.rules.rule import Rule
+from rulerag.rules.settings import RuleImport, mine_rules_settings
 from rulerag.rules.tlogic_io import write_tlogic_json
 from rulerag.settings import SettingsError
 

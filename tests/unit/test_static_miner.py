@@ -13,7 +13,8 @@ import pytest
 from rulerag.orchestration.project_copy import kg_mirror_dir
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv, write_amie_tsv
 from rulerag.rules.rule import Atom, Rule
-from rulerag.rules.static_miner import StaticMinerSettings, mine_static
+from rulerag.rules.settings import StaticMinerSettings
+from rulerag.rules.static_miner import mine_static
 from tests.support.planted_static import PlantSpec, make_planted_kg
 
 SAMPLE = kg_mirror_dir() / "amie_output_sample.tsv"
@@ -370,8 +371,9 @@ def test_the_miners_take_their_settings_object_not_its_fields() -> None:
     import dataclasses
     import inspect
 
-    from rulerag.rules.mining import MineRulesSettings, mine
-    from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+    from rulerag.rules.mining import mine
+    from rulerag.rules.settings import MineRulesSettings, TemporalMinerSettings
+    from rulerag.rules.temporal_miner import mine_temporal
 
     for function, settings in (
         (mine_static, StaticMinerSettings),

@@ -19,14 +19,17 @@ from rulerag.rules.application import (
     edges_with_inverses,
     noisy_or,
 )
-from rulerag.rules.bank import BankConfig, rules_frame, select_bank
-from rulerag.rules.mining import describe_rules, mine, mine_rules_settings
+from rulerag.rules.bank import rules_frame, select_bank
+from rulerag.rules.mining import describe_rules, mine
 from rulerag.rules.rule import Rule
-from rulerag.rules.temporal_constants import (
+from rulerag.rules.settings import (
+    BankConfig,
     TemporalConstantSettings,
-    mine_temporal_constant_rules,
+    TemporalMinerSettings,
+    mine_rules_settings,
 )
-from rulerag.rules.temporal_miner import TemporalMinerSettings, mine_temporal
+from rulerag.rules.temporal_constants import mine_temporal_constant_rules
+from rulerag.rules.temporal_miner import mine_temporal
 from rulerag.rules.tlogic_io import write_tlogic_json
 from rulerag.settings import SettingsError
 from tests.helpers import assert_brute_force_counts

@@ -16,8 +16,8 @@ import pytest
 from rulerag.kg.schema import make_facts
 from rulerag.rules import temporal_miner
 from rulerag.rules.rule import Atom, Rule
+from rulerag.rules.settings import TemporalMinerSettings
 from rulerag.rules.temporal_miner import (
-    TemporalMinerSettings,
     _sample_bodies,
     build_temporal_graph,
     mine_temporal,
