@@ -61,7 +61,7 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.export.settings import ExportSettings
     from rulerag.generation.config import GenerationSettings
     from rulerag.generation.r2ag.settings import R2AGSettings
-    from rulerag.kg.registry import IngestSettings
+    from rulerag.kg.settings import IngestSettings
     from rulerag.qa.settings import QASettings
     from rulerag.retrieval.configs import RetrieveSettings
     from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
@@ -81,7 +81,7 @@ __all__ = [
 
 #: params.yaml section -> "module:loader" of its settings class (imported when read)
 SECTIONS: dict[str, str] = {
-    "ingest": "rulerag.kg.registry:ingest_settings",
+    "ingest": "rulerag.kg.settings:ingest_settings",
     "mine_rules": "rulerag.rules.settings:mine_rules_settings",
     "build_benchmark": "rulerag.benchmark.settings:build_benchmark_settings",
     "index": "rulerag.retrieval.settings:index_settings",

@@ -89,7 +89,7 @@ def ingest_into(spec, out: Path, **kwargs):
     stats). Keywords of `IngestSettings` (duplicates, train_from_valid...) set its knobs; the
     others (data_dir, download_dir, fetcher) go to `ingest`."""
     from rulerag.kg.ingest import ingest, write_outputs
-    from rulerag.kg.registry import ingest_settings
+    from rulerag.kg.settings import ingest_settings
 
     knobs = {k: kwargs.pop(k) for k in ("duplicates", "train_from_valid", "source") if k in kwargs}
     ingested = ingest(spec, ingest_settings(knobs), **kwargs)
@@ -203,7 +203,8 @@ def ingest_chain_kg(root: Path, project: StageProject, links: int = 30) -> dict[
     link e1 -s-> e0) written under `root` and ingested into `project`; returns the params
     overrides that name it and let mine_rules mine its rule s(X, Y) <= r(Y, X) from so few
     facts (a bare chain has no rule, and mine_rules stops on an empty bank)."""
-    from rulerag.kg.registry import get_spec, ingest_settings
+    from rulerag.kg.registry import get_spec
+    from rulerag.kg.settings import ingest_settings
 
     source = root / "src"
     source.mkdir()

@@ -18,8 +18,9 @@ from rulerag import __version__
 from rulerag.io import staged_outputs, write_json, write_parquet
 from rulerag.kg.download import DownloadError, RemoteFile, fetch
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
-from rulerag.kg.registry import DatasetSpec, DuplicatePolicy, IngestSettings, Source
+from rulerag.kg.registry import DatasetSpec, Source
 from rulerag.kg.schema import SPLITS, KnowledgeGraph, format_time
+from rulerag.kg.settings import DuplicatePolicy, IngestSettings
 
 DUPLICATE_POLICIES: tuple[str, ...] = get_args(DuplicatePolicy)
 MIRROR_ENV = "RULERAG_DATA_DIR"

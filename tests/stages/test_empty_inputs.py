@@ -16,8 +16,9 @@ from rulerag.benchmark.build import build_benchmark
 from rulerag.benchmark.settings import BuildBenchmarkSettings
 from rulerag.errors import InputError
 from rulerag.io import write_manifest, write_parquet
-from rulerag.kg.registry import get_spec, ingest_settings
+from rulerag.kg.registry import get_spec
 from rulerag.kg.schema import KnowledgeGraph, make_vocab
+from rulerag.kg.settings import ingest_settings
 from rulerag.kg.store import read_kg
 from rulerag.rules.mining import mine_rule_bank
 from rulerag.rules.settings import mine_rules_settings

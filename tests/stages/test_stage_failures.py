@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pipeline_steps.common import run_stage
-from rulerag.kg.registry import get_spec, ingest_settings
+from rulerag.kg.registry import get_spec
+from rulerag.kg.settings import ingest_settings
 from rulerag.tracking import TAG_ERROR
 from tests.helpers import StageProject, ingest_chain_kg, ingest_into, stage_runs
 

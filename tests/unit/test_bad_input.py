@@ -11,7 +11,8 @@ from rulerag.kg import readers
 from rulerag.kg.download import DownloadError
 from rulerag.kg.errors import DatasetNotFoundError, KGFormatError
 from rulerag.kg.ingest import locate, repair
-from rulerag.kg.registry import DATASETS, get_spec, ingest_settings
+from rulerag.kg.registry import DATASETS, get_spec
+from rulerag.kg.settings import ingest_settings
 from tests.helpers import ingest_into
 
 TLOGIC_OK = "A_B\tMake_a_visit\tC\t2014-01-02\nC\tMake_a_visit\tA_B\t2014-01-03\n"

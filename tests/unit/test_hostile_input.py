@@ -12,7 +12,8 @@ from rulerag.errors import InputError
 from rulerag.kg import readers
 from rulerag.kg.errors import KGFormatError, UnknownDatasetError
 from rulerag.kg.lines import MAX_LINE_CHARS
-from rulerag.kg.registry import get_spec, ingest_settings
+from rulerag.kg.registry import get_spec
+from rulerag.kg.settings import ingest_settings
 from rulerag.rules.mining import import_rules
 from rulerag.rules.settings import RuleImport
 from rulerag.settings import SettingsError

@@ -15,7 +15,8 @@ from rulerag.errors import InputError
 from rulerag.kg import readers
 from rulerag.kg.errors import KGFormatError
 from rulerag.kg.ingest import locate
-from rulerag.kg.registry import get_spec, ingest_settings
+from rulerag.kg.registry import get_spec
+from rulerag.kg.settings import ingest_settings
 from rulerag.rules.amie_io import AmieFormatError, read_amie_tsv
 from rulerag.rules.mining import import_rules
 from rulerag.rules.settings import RuleImport

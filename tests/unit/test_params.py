@@ -20,7 +20,7 @@ from rulerag.experiments.settings import GeneralisationSettings, generalisation_
 from rulerag.export.settings import ExportSettings, export_settings
 from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
-from rulerag.kg.registry import IngestSettings, ingest_settings
+from rulerag.kg.settings import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
 from rulerag.qa.settings import QASettings, qa_settings
 from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
