@@ -365,7 +365,8 @@ def part_deepspeed_zero2(ctx: Context) -> dict[str, Any]:
 
 
 def _encoder(ctx: Context) -> Any:
-    from rulerag.retrieval.encoders import EncoderSpec, load_encoder
+    from rulerag.retrieval.encoders import load_encoder
+    from rulerag.retrieval.settings import EncoderSpec
 
     spec = EncoderSpec(model=ctx.encoder)
     return load_encoder(spec.model, "auto", spec.max_length), spec
@@ -491,8 +492,9 @@ def part_faiss(ctx: Context) -> dict[str, Any]:
         import faiss  # noqa: F401
     except ImportError as err:
         raise Skip(f"faiss is not importable ({err})") from err
-    from rulerag.retrieval.dense import DenseIndex, FaissConfig, encode_corpus, gpu_available
+    from rulerag.retrieval.dense import DenseIndex, encode_corpus, gpu_available
     from rulerag.retrieval.encoders import DualEncoder, encode
+    from rulerag.retrieval.settings import FaissConfig
 
     data = ctx.load_slice()
     model, spec = _encoder(ctx)

@@ -63,8 +63,11 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.generation.r2ag.settings import R2AGSettings
     from rulerag.kg.settings import IngestSettings
     from rulerag.qa.settings import QASettings
-    from rulerag.retrieval.configs import RetrieveSettings
-    from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
+    from rulerag.retrieval.settings import (
+        IndexSettings,
+        RetrieveSettings,
+        TrainRetrieverSettings,
+    )
     from rulerag.rule_retrieval.settings import RuleRetrievalSettings
     from rulerag.rules.settings import ApplySettings, MineRulesSettings
 
@@ -86,7 +89,7 @@ SECTIONS: dict[str, str] = {
     "build_benchmark": "rulerag.benchmark.settings:build_benchmark_settings",
     "index": "rulerag.retrieval.settings:index_settings",
     "train_retriever": "rulerag.retrieval.settings:train_retriever_settings",
-    "retrieve": "rulerag.retrieval.configs:retrieve_settings",
+    "retrieve": "rulerag.retrieval.settings:retrieve_settings",
     "generation": "rulerag.generation.config:generation_settings",
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
     "apply_rules": "rulerag.rules.settings:apply_rules_settings",

@@ -35,8 +35,7 @@ from rulerag.experiments.settings import GeneralisationSettings
 from rulerag.generation.config import GenerationSettings, grid_config
 from rulerag.io import atomic_open, atomic_path, read_jsonl, read_parquet, write_json
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 from rulerag.retrieval.training import TrainRetrieverSettings
 
 __all__ = ["BASELINE_ROW", "FT_ROW", "Generalisation", "run_generalisation"]

@@ -42,11 +42,11 @@ from rulerag.generation.prompts import Sample
 from rulerag.generation.samples import build_samples, selected_rules, united_lists
 from rulerag.io import read_jsonl, read_parquet, verify_output, write_json, write_manifest
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings, parse_config
+from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.data import Query, read_corpus, read_rule_items, read_rule_texts
 from rulerag.retrieval.rule_guided import Searcher, retrieve, rule_query_texts
 from rulerag.retrieval.runs import open_searcher
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 from rulerag.retrieval.training import make_items
 
 __all__ = ["HUGGINGFACE", "DPR", "OFFICIAL", "Export", "export_dataset"]

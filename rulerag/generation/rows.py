@@ -37,8 +37,7 @@ from rulerag.generation.r2ag.settings import R2AGSettings
 from rulerag.generation.samples import sample_queries
 from rulerag.io import read_jsonl
 from rulerag.layout import ROBUST, RUN_FILENAME, DataLayout
-from rulerag.retrieval.configs import RetrieveSettings
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 
 __all__ = ["RobustSearch", "RowPlan", "robust_plan", "row_plan"]
 

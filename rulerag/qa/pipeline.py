@@ -37,9 +37,8 @@ from rulerag.layout import DataLayout
 from rulerag.qa.build import build_qa_benchmark, corpus_of, qa_report, retrieval_runs, union_bank
 from rulerag.qa.reader import read_qa_set
 from rulerag.qa.settings import QASettings
-from rulerag.retrieval.configs import RetrieveSettings
 from rulerag.retrieval.rule_guided import rule_query_texts
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 
 __all__ = ["QARun", "answer_qa_set", "qa_folder"]
 

@@ -21,41 +21,18 @@ import json
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rulerag.io import atomic_path
 from rulerag.retrieval.encoders import DualEncoder, encode
-from rulerag.settings import Count, Positive
+from rulerag.retrieval.settings import FaissConfig
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-
-
-@dataclass(frozen=True)
-class FaissConfig:
-    """params.yaml `index.faiss`."""
-
-    kind: Literal["flat", "ivf", "hnsw"] = field(
-        default="flat", metadata={"help": "flat (exact inner product) | ivf | hnsw"}
-    )
-    # ivf: clusters, capped at n/39 (FAISS's minimum points per centroid)
-    nlist: Positive = field(default=1024, metadata={"help": "ivf"})
-    nprobe: Positive = field(default=32, metadata={"help": "ivf"})  # clusters visited per query
-    hnsw_m: Positive = field(default=32, metadata={"help": "hnsw"})  # the graph's degree
-    ef_construction: Positive = field(
-        default=200, metadata={"help": "hnsw: candidates kept while building the graph"}
-    )
-    ef_search: Positive = field(default=128, metadata={"help": "hnsw"})
-    gpu: str | bool = field(
-        default="auto", metadata={"help": "faiss-gpu with a visible GPU; false = never"}
-    )
-    threads: Count = field(
-        default=0, metadata={"help": "OpenMP threads of CPU search; 0 = FAISS's default"}
-    )
 
 
 def corpus_key(model_fingerprint: str, texts: Sequence[str], **settings: object) -> str:

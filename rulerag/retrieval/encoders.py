@@ -20,16 +20,15 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib import util as importlib_util
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from rulerag.gpu_libraries import quiet_gpu_libraries
 from rulerag.model_cache import default_model_cache
-from rulerag.settings import Positive
+from rulerag.retrieval.settings import EncoderSpec
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -183,30 +182,6 @@ def model_fingerprint(path_or_id: str) -> str:
     else:
         digest.update(str(path_or_id).encode())
     return digest.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class EncoderSpec:
-    """One dense retriever (params.yaml `index.dense.<name>`): a model for both sides (an
-    alias, a local folder or a Hugging Face id), or one per side (DPR-style)."""
-
-    model: str = "minilm"
-    query_model: str | None = None
-    doc_model: str | None = None
-    max_length: Positive = 128  # tokens; `q ∘ r` reaches ~75 with MiniLM's tokenizer
-    batch_size: Positive = 32
-    normalize: bool = True
-    #: cls / mean / max: pool a plain transformer checkpoint this way (None: the model's own
-    #: sentence-transformers modules, or mean pooling for a plain checkpoint)
-    pooling: Literal["cls", "mean", "max"] | None = None
-
-    @property
-    def query_name(self) -> str:
-        return self.query_model or self.model
-
-    @property
-    def doc_name(self) -> str:
-        return self.doc_model or self.model
 
 
 class DualEncoder:

@@ -20,8 +20,8 @@ import pandas as pd
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, staged_dir, write_json
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import TRAINED_MODES, RetrieveSettings
-from rulerag.retrieval.settings import IndexSettings, TrainRetrieverSettings
+from rulerag.retrieval.configs import TRAINED_MODES
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings, TrainRetrieverSettings
 from rulerag.retrieval.training import FittedEncoder, TrainResult, fit_query_encoder, training_items
 
 __all__ = [

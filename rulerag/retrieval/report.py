@@ -22,7 +22,8 @@ from rulerag import markdown
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, atomic_path
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings, parse_config
+from rulerag.retrieval.configs import parse_config
+from rulerag.retrieval.settings import RetrieveSettings
 
 __all__ = [
     "PAPER_CONTRIEVER_RECALL_AT_10",

@@ -22,11 +22,11 @@ from rulerag.benchmark.sampling import sample_queries
 from rulerag.errors import InputError
 from rulerag.io import atomic_open, write_json, write_parquet
 from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
-from rulerag.retrieval.configs import RetrievalConfig, RetrieveSettings
+from rulerag.retrieval.configs import RetrievalConfig
 from rulerag.retrieval.data import Query, read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.metrics import recall_at_k, recall_curve
 from rulerag.retrieval.rule_guided import Searcher, retrieve, rule_query_texts
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 
 __all__ = ["RetrievalRuns", "SplitRun", "open_searcher", "retrieve_runs", "run_split"]
 

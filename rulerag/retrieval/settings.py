@@ -1,11 +1,12 @@
-"""params.yaml's `index` section as typed settings (read strictly), shared by the stages that
-build an index (`index`), train on one (`train_retriever`) and search one (`retrieve`); and
-the `train_retriever` section, what the query encoder's training runs with.
+"""params.yaml's retrieval sections as typed settings (read strictly): `index` (shared by the
+stages that build an index, `index`, train on one, `train_retriever`, and search one,
+`retrieve`: its BM25 back end, its dense encoders and FAISS), `train_retriever` (what the query
+encoder's training runs with) and `retrieve` (the searches and the configurations the retrieve
+stages produce).
 
-The parts live next to the code they configure: `EncoderSpec` (encoders.py), `FaissConfig`
-(dense.py); `SparseSettings` is here, and the BM25 indexes (`sparse`) take it as it is, so
-this module does not import the BM25 code and a stage that only reads `index.dense` does not
-depend on it.
+The module imports no index code: the BM25 indexes (`sparse`) take `SparseSettings`, the dense
+ones (`dense`, `encoders`) `FaissConfig` and `EncoderSpec`, as they are, so a stage that only
+reads `index.dense` does not depend on the BM25 code.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, get_args
 
-from rulerag.retrieval.configs import DEFAULT_ENCODERS
-from rulerag.retrieval.dense import FaissConfig
-from rulerag.retrieval.encoders import EncoderSpec
+from rulerag.retrieval.configs import DEFAULT_ENCODERS, TRAINED_MODES
+from rulerag.retrieval.metrics import DEFAULT_KS
+from rulerag.retrieval.rule_guided import RuleQueryForm
 from rulerag.settings import (
     Count,
     Fraction,
@@ -26,6 +27,7 @@ from rulerag.settings import (
     PositiveReal,
     Seed,
     SettingsError,
+    UniqueNames,
     load_settings,
     settings_fields,
 )
@@ -33,11 +35,16 @@ from rulerag.settings import (
 __all__ = [
     "EARLY_STOPPING",
     "POSITIVES",
+    "RETRIEVE_SPLITS",
     "SPARSE_BACKENDS",
+    "EncoderSpec",
+    "FaissConfig",
     "IndexSettings",
+    "RetrieveSettings",
     "SparseSettings",
     "TrainRetrieverSettings",
     "index_settings",
+    "retrieve_settings",
     "train_retriever_settings",
 ]
 
@@ -70,6 +77,53 @@ class SparseSettings:
 
 
 @dataclass(frozen=True)
+class EncoderSpec:
+    """One dense retriever (params.yaml `index.dense.<name>`): a model for both sides (an
+    alias, a local folder or a Hugging Face id), or one per side (DPR-style)."""
+
+    model: str = "minilm"
+    query_model: str | None = None
+    doc_model: str | None = None
+    max_length: Positive = 128  # tokens; `q ∘ r` reaches ~75 with MiniLM's tokenizer
+    batch_size: Positive = 32
+    normalize: bool = True
+    #: cls / mean / max: pool a plain transformer checkpoint this way (None: the model's own
+    #: sentence-transformers modules, or mean pooling for a plain checkpoint)
+    pooling: Literal["cls", "mean", "max"] | None = None
+
+    @property
+    def query_name(self) -> str:
+        return self.query_model or self.model
+
+    @property
+    def doc_name(self) -> str:
+        return self.doc_model or self.model
+
+
+@dataclass(frozen=True)
+class FaissConfig:
+    """params.yaml `index.faiss`."""
+
+    kind: Literal["flat", "ivf", "hnsw"] = field(
+        default="flat", metadata={"help": "flat (exact inner product) | ivf | hnsw"}
+    )
+    # ivf: clusters, capped at n/39 (FAISS's minimum points per centroid)
+    nlist: Positive = field(default=1024, metadata={"help": "ivf"})
+    nprobe: Positive = field(default=32, metadata={"help": "ivf"})  # clusters visited per query
+    hnsw_m: Positive = field(default=32, metadata={"help": "hnsw"})  # the graph's degree
+    ef_construction: Positive = field(
+        default=200, metadata={"help": "hnsw: candidates kept while building the graph"}
+    )
+    ef_search: Positive = field(default=128, metadata={"help": "hnsw"})
+    gpu: str | bool = field(
+        default="auto", metadata={"help": "faiss-gpu with a visible GPU; false = never"}
+    )
+    threads: Count = field(
+        default=0, metadata={"help": "OpenMP threads of CPU search; 0 = FAISS's default"}
+    )
+
+
+@dataclass(frozen=True)
 class IndexSettings:
     """params.yaml `index`."""
 
@@ -97,6 +151,50 @@ class IndexSettings:
 def index_settings(section: Mapping[str, Any] | None) -> IndexSettings:
     """params.yaml's `index` section as typed settings, strictly."""
     return load_settings(IndexSettings, section, "index")
+
+
+#: the query sets `retrieve` searches
+RetrieveSplit = Literal["test", "f_g"]
+RETRIEVE_SPLITS: tuple[str, ...] = get_args(RetrieveSplit)
+
+
+@dataclass(frozen=True)
+class RetrieveSettings:
+    """params.yaml `retrieve` (the `retrieve`, `retrieve_finetuned` and `retrieval_report`
+    stages; dvc.yaml expands `indexes` and `finetune` into stage instances)."""
+
+    # each searched standard and rule-guided
+    indexes: UniqueNames = field(
+        default=("bm25", "minilm"),
+        metadata={"help": "add mpnet for the second encoder (~40 min to encode on CPU)"},
+    )
+    finetune: UniqueNames = field(
+        default=("minilm",), metadata={"help": "dense encoders that get RGFT / SSFT query encoders"}
+    )
+    top_k: Positive = field(default=50, metadata={"help": "per (query, rule) search"})
+    ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
+    splits: tuple[RetrieveSplit, ...] = ("test", "f_g")
+    #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
+    f_g_queries: Positive | None = None
+    seed: Seed = 12
+    #: a rule's part of a rule-guided search text: rule = its whole text (the paper), body =
+    #: its body relation names only (also what RGFT trains on)
+    rule_query: RuleQueryForm = "rule"
+
+    @property
+    def search_ks(self) -> list[int]:
+        """The ks a run of `top_k` documents per search can answer."""
+        return [k for k in self.ks if k <= self.top_k]
+
+    def config_names(self) -> list[str]:
+        """The configurations the retrieve stages produce, in dvc.yaml's order."""
+        names = [f"{i}-{m}" for i in self.indexes for m in ("standard", "rg")]
+        return names + [f"{e}-{m}" for e in self.finetune for m in TRAINED_MODES]
+
+
+def retrieve_settings(section: Mapping[str, Any] | None) -> RetrieveSettings:
+    """params.yaml's `retrieve` section as typed settings, strictly."""
+    return load_settings(RetrieveSettings, section, "retrieve")
 
 
 EarlyStopping = Literal["mrr", "recall", "loss"]

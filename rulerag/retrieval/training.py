@@ -43,9 +43,13 @@ from rulerag.errors import InputError
 from rulerag.io import atomic_open
 from rulerag.layout import DataLayout
 from rulerag.retrieval.data import RuleItem, read_corpus, read_rule_items
-from rulerag.retrieval.encoders import EncoderSpec
 from rulerag.retrieval.rule_guided import compose, rule_query_text
-from rulerag.retrieval.settings import POSITIVES, STAGE_KNOBS, TrainRetrieverSettings
+from rulerag.retrieval.settings import (
+    POSITIVES,
+    STAGE_KNOBS,
+    EncoderSpec,
+    TrainRetrieverSettings,
+)
 
 if TYPE_CHECKING:
     import torch

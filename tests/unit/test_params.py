@@ -23,11 +23,12 @@ from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
 from rulerag.kg.settings import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
 from rulerag.qa.settings import QASettings, qa_settings
-from rulerag.retrieval.configs import RetrieveSettings, retrieve_settings
 from rulerag.retrieval.settings import (
     IndexSettings,
+    RetrieveSettings,
     TrainRetrieverSettings,
     index_settings,
+    retrieve_settings,
     train_retriever_settings,
 )
 from rulerag.rule_retrieval.settings import RuleRetrievalSettings, rule_retrieval_settings

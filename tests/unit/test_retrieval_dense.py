@@ -14,13 +14,13 @@ from rulerag.retrieval.data import read_corpus, read_queries, read_rule_texts
 from rulerag.retrieval.dense import (
     DenseIndex,
     DenseRetriever,
-    FaissConfig,
     build_dense_index,
     encode_corpus,
 )
-from rulerag.retrieval.encoders import DualEncoder, EncoderSpec, resolve_model
+from rulerag.retrieval.encoders import DualEncoder, resolve_model
 from rulerag.retrieval.metrics import recall_at_k
 from rulerag.retrieval.rule_guided import retrieve
+from rulerag.retrieval.settings import EncoderSpec, FaissConfig
 from tests.helpers import require_minilm
 from tests.support.synthetic_retrieval import tiny_benchmark
 

@@ -10,8 +10,8 @@ import pytest
 from rulerag.errors import InputError
 from rulerag.io import write_json
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings
 from rulerag.retrieval.report import plot_recall, recall_table, retrieval_report, to_markdown
+from rulerag.retrieval.settings import RetrieveSettings
 
 METRICS = {
     "bm25-standard": {"recall_at_1": 0.25, "recall_at_10": 0.5, "loose_recall_at_10": 0.5},

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rulerag.errors import InputError
-from rulerag.retrieval.configs import parse_config, retrieve_settings
+from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.data import Query
 from rulerag.retrieval.rule_guided import (
     NO_RULE,
@@ -20,6 +20,7 @@ from rulerag.retrieval.rule_guided import (
     rule_query_texts,
     unite,
 )
+from rulerag.retrieval.settings import retrieve_settings
 from tests.helpers import run_frame
 
 RULES = {"R1": "[Entity1, r1, Entity2] leads to [Entity1, r2, Entity2]", "R2": "rule two"}

@@ -14,11 +14,11 @@ import pytest
 from rulerag.errors import InputError
 from rulerag.io import read_provenance
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings, parse_config
+from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.indexing import index_corpus
 from rulerag.retrieval.runs import retrieve_runs
-from rulerag.retrieval.settings import index_settings
+from rulerag.retrieval.settings import RetrieveSettings, index_settings
 from rulerag.settings import SettingsError
 from tests.support.synthetic_retrieval import tiny_benchmark
 

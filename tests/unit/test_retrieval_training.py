@@ -17,8 +17,12 @@ from rulerag.layout import DataLayout
 from rulerag.retrieval import encoders
 from rulerag.retrieval.data import RuleItem, read_corpus
 from rulerag.retrieval.dense import DenseIndex, encode_corpus
-from rulerag.retrieval.encoders import DualEncoder, EncoderSpec
-from rulerag.retrieval.settings import TrainRetrieverSettings, train_retriever_settings
+from rulerag.retrieval.encoders import DualEncoder
+from rulerag.retrieval.settings import (
+    EncoderSpec,
+    TrainRetrieverSettings,
+    train_retriever_settings,
+)
 from rulerag.retrieval.training import (
     TrainItem,
     contrastive_loss,

@@ -28,10 +28,9 @@ from rulerag.generation.r2ag.settings import R2AGSettings, R2AGVariant
 from rulerag.generation.samples import fg_samples
 from rulerag.io import atomic_open, staged_outputs, write_json
 from rulerag.layout import DataLayout
-from rulerag.retrieval.configs import RetrieveSettings
 from rulerag.retrieval.data import read_rule_texts
 from rulerag.retrieval.rule_guided import rule_query_texts
-from rulerag.retrieval.settings import IndexSettings
+from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 
 __all__ = [
     "FitResult",
