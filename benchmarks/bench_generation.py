@@ -131,7 +131,8 @@ def stage_settings() -> Any:
 def bench_training(args: argparse.Namespace, items: list[dict]) -> list[dict]:
     from rulerag.generation.models import load_causal_lm, load_tokenizer
     from rulerag.generation.prompts import render_prompt
-    from rulerag.generation.training import LoraSettings, TrainSettings, train_lora
+    from rulerag.generation.settings import LoraSettings, TrainSettings
+    from rulerag.generation.training import train_lora
 
     pairs = [
         (render_prompt("rule", it["query"], it["documents"], it["rules"]), it["answer"])

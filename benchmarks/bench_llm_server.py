@@ -105,8 +105,8 @@ def main() -> int:
     cli.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = cli.parse_args()
 
-    from rulerag.generation.config import grid_config
     from rulerag.generation.generators import make_generator, passive_openmp
+    from rulerag.generation.grid_names import grid_config
     from rulerag.params import load_params
 
     passive_openmp()

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rulerag import markdown
-from rulerag.generation.config import ApiSettings
+from rulerag.generation.settings import ApiSettings
 from rulerag.rule_retrieval.experiment import library_analysis, results_markdown, run_evaluation
 from rulerag.rule_retrieval.llm import LLMPool
 from rulerag.rule_retrieval.settings import (

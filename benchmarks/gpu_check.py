@@ -302,7 +302,8 @@ def part_models(ctx: Context) -> dict[str, Any]:
 
 def _lora(ctx: Context, quantization: str | None, deepspeed: bool) -> dict[str, Any]:
     from rulerag.generation.models import load_causal_lm, load_tokenizer
-    from rulerag.generation.training import DEFAULT_DEEPSPEED_CONFIG, TrainSettings, train_lora
+    from rulerag.generation.settings import TrainSettings
+    from rulerag.generation.training import DEFAULT_DEEPSPEED_CONFIG, train_lora
 
     train, dev = _pairs(ctx)
     dtype = "bfloat16" if ctx.cuda else "float32"
@@ -412,11 +413,11 @@ def part_rgft_retriever(ctx: Context) -> dict[str, Any]:
 
 def part_r2ag(ctx: Context) -> dict[str, Any]:
     """R²AG's `fit_variant` (the stage's training call) on the slice's samples."""
-    from rulerag.generation.config import generation_settings
     from rulerag.generation.prompts import Sample
     from rulerag.generation.r2ag.encoding import DocVectors, FeatureEncoder
     from rulerag.generation.r2ag.fit import fit_variant
     from rulerag.generation.r2ag.settings import r2ag_settings
+    from rulerag.generation.settings import generation_settings
     from rulerag.retrieval.dense import encode_corpus
     from rulerag.retrieval.encoders import DualEncoder, encode
 

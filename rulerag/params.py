@@ -59,8 +59,8 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     from rulerag.benchmark.settings import BuildBenchmarkSettings
     from rulerag.experiments.settings import GeneralisationSettings
     from rulerag.export.settings import ExportSettings
-    from rulerag.generation.config import GenerationSettings
     from rulerag.generation.r2ag.settings import R2AGSettings
+    from rulerag.generation.settings import GenerationSettings
     from rulerag.kg.settings import IngestSettings
     from rulerag.qa.settings import QASettings
     from rulerag.retrieval.settings import (
@@ -90,7 +90,7 @@ SECTIONS: dict[str, str] = {
     "index": "rulerag.retrieval.settings:index_settings",
     "train_retriever": "rulerag.retrieval.settings:train_retriever_settings",
     "retrieve": "rulerag.retrieval.settings:retrieve_settings",
-    "generation": "rulerag.generation.config:generation_settings",
+    "generation": "rulerag.generation.settings:generation_settings",
     "r2ag": "rulerag.generation.r2ag.settings:r2ag_settings",
     "apply_rules": "rulerag.rules.settings:apply_rules_settings",
     "rule_retrieval": "rulerag.rule_retrieval.settings:rule_retrieval_settings",

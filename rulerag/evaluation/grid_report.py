@@ -9,7 +9,7 @@ paper's claims row against row on the same queries (`claims.claims_table`) and r
 `report/` holds (`GridReport.write`).
 
 The evaluation floor sits below generation, so the settings the report reads are named by a
-protocol (`GridSetup`) that `generation.config.GenerationSettings` satisfies.
+protocol (`GridSetup`) that `generation.settings.GenerationSettings` satisfies.
 """
 
 from __future__ import annotations

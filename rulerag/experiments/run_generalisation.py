@@ -32,7 +32,8 @@ from rulerag.experiments.generalisation import (
     to_markdown,
 )
 from rulerag.experiments.settings import GeneralisationSettings
-from rulerag.generation.config import GenerationSettings, grid_config
+from rulerag.generation.grid_names import grid_config
+from rulerag.generation.settings import GenerationSettings
 from rulerag.io import atomic_open, atomic_path, read_jsonl, read_parquet, write_json
 from rulerag.layout import DataLayout
 from rulerag.retrieval.settings import IndexSettings, RetrieveSettings

@@ -37,9 +37,9 @@ from rulerag.export.huggingface import (
 )
 from rulerag.export.official import write_official
 from rulerag.export.settings import ExportSettings
-from rulerag.generation.config import GenerationSettings
 from rulerag.generation.prompts import Sample
 from rulerag.generation.samples import build_samples, selected_rules, united_lists
+from rulerag.generation.settings import GenerationSettings
 from rulerag.io import read_jsonl, read_parquet, verify_output, write_json, write_manifest
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import parse_config

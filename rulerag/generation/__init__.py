@@ -9,7 +9,9 @@
 * `training` - LoRA / QLoRA with the HF Trainer, loss on answer tokens only.
 * `adapters` - the adapter training sequence (`fit_adapter`) and stage `train_generator`'s work.
 * `samples`  - benchmark records + retrieval runs -> generator inputs.
-* `config`   - params profiles (cpu / paper) and the Table 2 grid.
+* `settings` - the `generation` section: params profiles (cpu / paper), the Table 2 grid,
+               training's knobs.
+* `grid_names` - a grid row and the retrieval run it reads, by name.
 * `grid`     - one row of the grid: prompts in, scored answers out (`run_row`).
 * `rows`     - which generator answers a row (stages `generate`, `generate_r2ag`, `robustness`).
 * `r2ag`     - R²AG: retrieval features, the R²-Former and retrieval-aware prompting; `r2ag.fit`

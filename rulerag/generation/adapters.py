@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from rulerag.errors import InputError
-from rulerag.generation.config import GenerationSettings, VariantSpec, retrieval_name
+from rulerag.generation.grid_names import retrieval_name
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.generation.samples import fg_samples, prompt_format
-from rulerag.generation.training import TrainResult, TrainSettings
+from rulerag.generation.settings import GenerationSettings, TrainSettings, VariantSpec
+from rulerag.generation.training import TrainResult
 from rulerag.io import atomic_open, write_json
 from rulerag.layout import DataLayout
 

@@ -37,8 +37,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rulerag.generation.config import CHAIN_METHODS, ChainSettings
 from rulerag.generation.prompts import Sample
+from rulerag.generation.settings import CHAIN_METHODS, ChainSettings
 from rulerag.retrieval.rule_guided import Searcher, compose, rule_query_text
 
 MARKERS = ("First, ", "Second, ", "Third, ", "Fourth, ")

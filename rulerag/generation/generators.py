@@ -23,9 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rulerag.generation.config import GenerationSettings, GridConfig
 from rulerag.generation.prompts import PromptFormat
 from rulerag.generation.samples import fg_examples
+from rulerag.generation.settings import GenerationSettings, GridConfig
 from rulerag.layout import DataLayout
 
 __all__ = [

@@ -16,9 +16,10 @@ from typing import Any
 import pandas as pd
 
 from rulerag.evaluation.metrics import aggregate, score_prediction
-from rulerag.generation.config import GenerationSettings, GridConfig, retrieval_name
 from rulerag.generation.generators import make_generator
+from rulerag.generation.grid_names import retrieval_name
 from rulerag.generation.samples import load_samples, prompt_format, sample_queries
+from rulerag.generation.settings import GenerationSettings, GridConfig
 from rulerag.io import read_jsonl, write_json, write_jsonl, write_parquet
 from rulerag.layout import RUN_FILENAME, DataLayout
 

@@ -31,10 +31,11 @@ from typing import Any
 import pandas as pd
 
 from rulerag.errors import InputError
-from rulerag.generation.config import GenerationSettings, GridConfig, grid_config, retrieval_name
 from rulerag.generation.grid import RowResult, run_row
+from rulerag.generation.grid_names import grid_config, retrieval_name
 from rulerag.generation.r2ag.settings import R2AGSettings
 from rulerag.generation.samples import sample_queries
+from rulerag.generation.settings import GenerationSettings, GridConfig
 from rulerag.io import read_jsonl
 from rulerag.layout import ROBUST, RUN_FILENAME, DataLayout
 from rulerag.retrieval.settings import IndexSettings, RetrieveSettings

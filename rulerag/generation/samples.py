@@ -22,8 +22,8 @@ import numpy as np
 import pandas as pd
 
 from rulerag.benchmark.sampling import sample_queries
-from rulerag.generation.config import RULE_FILTERS, GenerationSettings
 from rulerag.generation.prompts import PromptFormat, Sample
+from rulerag.generation.settings import RULE_FILTERS, GenerationSettings
 from rulerag.io import iter_jsonl, read_jsonl, read_parquet
 from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
 from rulerag.retrieval.data import read_rule_texts

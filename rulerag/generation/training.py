@@ -40,25 +40,23 @@ import re
 import shutil
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
 from rulerag.generation.prompts import prompt_token_ids, use_chat_template
 from rulerag.gpu_libraries import quiet_gpu_libraries
-from rulerag.settings import Count, Fraction, NonNegative, Positive, PositiveReal, Seed
+
+if TYPE_CHECKING:  # its settings (generation/settings.py), which training only reads
+    from rulerag.generation.settings import LoraSettings, TrainSettings
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
     "AnswerOnlyCollator",
-    "LoraSettings",
-    "ModelSettings",
     "TrainResult",
-    "TrainerSettings",
-    "TrainSettings",
     "encode_example",
     "load_adapter_model",
     "train_lora",
@@ -68,105 +66,6 @@ IGNORE_INDEX = -100
 #: the file saved beside the adapter: what it was trained from and how it went
 TRAIN_STATS_FILE = "train_stats.json"
 DEFAULT_DEEPSPEED_CONFIG = Path(__file__).resolve().parent / "configs" / "deepspeed_zero2.json"
-
-
-@dataclass
-class LoraSettings:
-    """peft LoRA knobs (paper / official script defaults)."""
-
-    r: Positive = 4
-    alpha: Positive = 16
-    dropout: Fraction = 0.05
-    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
-    # Adapt only these transformer layers: None = all (the paper), an int N = the last N, or a
-    # list of layer indices. On a CPU, adapting only the top layers means the backward pass
-    # stops there, which roughly halves training time for a small loss in capacity.
-    layers: Count | list[Count] | None = None
-
-    def layer_indices(self, num_layers: int) -> list[int] | None:
-        """peft's `layers_to_transform` for a model of `num_layers` layers."""
-        if self.layers is None:
-            return None
-        if isinstance(self.layers, int):
-            if not 0 < self.layers <= num_layers:
-                raise ValueError(f"lora.layers must be in 1..{num_layers}, not {self.layers}")
-            return list(range(num_layers - self.layers, num_layers))
-        return [int(i) for i in self.layers]
-
-
-@dataclass
-class ModelSettings:
-    """How the base model is loaded, prompted and seeded: shared by generator training and
-    inference (params' top-level `generation` keys), so both read one value."""
-
-    # base weights' dtype when not quantised; None = the checkpoint's
-    dtype: str | None = field(
-        default=None, metadata={"help": "float32 / bfloat16 / float16; null = the checkpoint's own"}
-    )
-    # nf4: QLoRA (GPU, or slowly on CPU)
-    quantization: Literal["nf4"] | None = field(
-        default=None,
-        metadata={"help": "null, or nf4 (4-bit QLoRA base through bitsandbytes; GPU only)"},
-    )
-    chat_template: bool | str | None = field(
-        default="auto",
-        metadata={"help": "wrap prompts in the model's chat template when it has one"},
-    )
-    max_prompt_tokens: Positive | None = field(
-        default=768,
-        metadata={"help": "longer prompts are cut from the left (keeps Query / Answer:)"},
-    )
-    seed: Seed = 12
-
-
-@dataclass
-class TrainerSettings:
-    """The Trainer's knobs (params' `generation.train`). CPU-friendly defaults; the paper
-    profile overrides them."""
-
-    lora: LoraSettings = field(default_factory=LoraSettings)
-    deepspeed: str | None = field(
-        default=None, metadata={"help": "a ZeRO config path for GPU runs"}
-    )
-    gpus: Positive | Literal["auto"] = "auto"  # processes on a multi-GPU worker (`launch.py`)
-    epochs: PositiveReal = 1.0
-    learning_rate: PositiveReal = field(
-        default=3e-4, metadata={"help": "few CPU steps; the paper (Table 7, LLAMA2_7B): 3e-4"}
-    )
-    batch_size: Positive = 4
-    gradient_accumulation: Positive = 1
-    warmup: NonNegative = field(
-        default=0.1, metadata={"help": "ratio of all steps (< 1) or a number of steps"}
-    )
-    weight_decay: NonNegative = 0.0
-    adam_beta2: Fraction = field(
-        default=0.95, metadata={"help": "Adam betas (0.9, 0.95) as the official script"}
-    )
-    max_answer_tokens: Positive = 32
-    eval_steps: Positive = field(
-        default=20, metadata={"help": "dev loss every N steps; the best checkpoint is kept"}
-    )
-    logging_steps: Positive = 5
-    save_total_limit: Positive = field(
-        default=2, metadata={"help": "checkpoints kept on disk while training"}
-    )
-    bf16: bool | str = field(
-        default="auto",
-        metadata={"help": "bfloat16 mixed precision: auto = on a CUDA GPU that has it"},
-    )
-    gradient_checkpointing: bool = False
-
-
-@dataclass
-class TrainSettings(TrainerSettings, ModelSettings):
-    """Everything `train_lora` needs: the Trainer's knobs and the model's."""
-
-    @classmethod
-    def from_dict(cls, cfg: dict[str, Any]) -> TrainSettings:
-        """From a mapping, strictly (unknown keys fail, so a typo is not silently unused)."""
-        from rulerag.settings import load_settings
-
-        return load_settings(cls, cfg, "generation.train")
 
 
 @dataclass

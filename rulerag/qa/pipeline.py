@@ -22,8 +22,9 @@ from typing import Any
 from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.errors import InputError
 from rulerag.evaluation.claims import PAPER_CLAIMS, claims_table, claims_to_markdown
-from rulerag.generation.config import GenerationSettings, grid_config
 from rulerag.generation.grid import run_row
+from rulerag.generation.grid_names import grid_config
+from rulerag.generation.settings import GenerationSettings
 from rulerag.io import (
     atomic_open,
     read_parquet,

@@ -21,7 +21,7 @@ from typing import Any
 import pandas as pd
 
 from rulerag.benchmark.settings import RuleSelectionSettings
-from rulerag.generation.config import ApiSettings
+from rulerag.generation.settings import ApiSettings
 from rulerag.io import atomic_open, read_jsonl, read_parquet, write_json, write_parquet
 from rulerag.layout import DataLayout
 from rulerag.rule_retrieval.claims import claims_markdown, rule_claims

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from rulerag.benchmark.settings import RuleSelectionSettings
-from rulerag.generation.config import ApiSettings
+from rulerag.generation.settings import ApiSettings
 from rulerag.rule_retrieval.experiment import library_analysis
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import LLMPool

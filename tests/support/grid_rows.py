@@ -12,8 +12,8 @@ from pathlib import Path
 
 import yaml
 
-from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.grid import RowResult
+from rulerag.generation.settings import GenerationSettings, generation_settings
 from rulerag.io import staged_outputs
 from rulerag.layout import ROBUST, DataLayout
 from tests.helpers import PROJECT

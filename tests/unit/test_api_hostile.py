@@ -22,8 +22,8 @@ import yaml
 
 from rulerag.errors import InputError
 from rulerag.generation.api import ApiError, ApiGenerator
-from rulerag.generation.config import generation_settings
 from rulerag.generation.prompts import PromptFormat
+from rulerag.generation.settings import generation_settings
 from rulerag.orchestration import params_check
 from rulerag.settings import SettingsError
 from rulerag.tracking import StageTerminated, stop_on_sigterm

@@ -168,14 +168,14 @@ def test_the_selector_is_built_from_typed_settings_alone(monkeypatch: pytest.Mon
         raise AssertionError("the selector went back to a settings loader")
 
     import rulerag.benchmark.settings
-    import rulerag.generation.config
+    import rulerag.generation.settings
     import rulerag.rule_retrieval.settings
     import rulerag.settings
 
     for module, name in (
         (rulerag.benchmark.settings, "build_benchmark_settings"),
         (rulerag.rule_retrieval.settings, "rule_retrieval_settings"),
-        (rulerag.generation.config, "generation_settings"),
+        (rulerag.generation.settings, "generation_settings"),
         (rulerag.settings, "load_settings"),
     ):
         monkeypatch.setattr(module, name, no_loader)

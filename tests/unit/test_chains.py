@@ -19,8 +19,8 @@ from rulerag.generation.chains import (
     split_rationale,
     vote,
 )
-from rulerag.generation.config import ChainSettings
 from rulerag.generation.prompts import Sample
+from rulerag.generation.settings import ChainSettings
 
 DEMOS = [
     Demo("what does A Consult ?", "[E1, Meet, E2] leads to [E1, Consult, E2]",

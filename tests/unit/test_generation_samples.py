@@ -8,8 +8,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rulerag.generation.config import generation_settings
 from rulerag.generation.samples import load_samples
+from rulerag.generation.settings import generation_settings
 from rulerag.io import write_jsonl
 from rulerag.layout import RUN_FILENAME, DataLayout
 from tests.helpers import run_frame, write_bank

@@ -14,11 +14,10 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("peft")
 
 from rulerag.generation.prompts import render_prompt  # noqa: E402
+from rulerag.generation.settings import LoraSettings, TrainSettings  # noqa: E402
 from rulerag.generation.training import (  # noqa: E402
     IGNORE_INDEX,
     AnswerOnlyCollator,
-    LoraSettings,
-    TrainSettings,
     encode_example,
     load_adapter_model,
     train_lora,
@@ -144,9 +143,9 @@ def test_fit_adapter_trains_on_the_samples_rendered_as_the_grid_renders_them(tin
     first `n_dev` samples as the dev slice. It trains exactly as `train_lora` on those pairs
     does: the same loss curves, the same adapter weights."""
     from rulerag.generation.adapters import fit_adapter
-    from rulerag.generation.config import generation_settings
     from rulerag.generation.models import load_causal_lm, load_tokenizer
     from rulerag.generation.prompts import PromptFormat, Sample
+    from rulerag.generation.settings import generation_settings
 
     base_dir, *_ = tiny
     samples = []
@@ -205,7 +204,8 @@ import json, sys
 from pathlib import Path
 from transformers import AutoTokenizer
 from rulerag.generation.models import load_causal_lm
-from rulerag.generation.training import DEFAULT_DEEPSPEED_CONFIG, TrainSettings, train_lora
+from rulerag.generation.training import DEFAULT_DEEPSPEED_CONFIG, train_lora
+from rulerag.generation.settings import TrainSettings
 
 base, data, out, quantization = sys.argv[1:5]
 quantization = None if quantization == "none" else quantization
@@ -378,7 +378,8 @@ import json, os, sys
 from pathlib import Path
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from rulerag.generation.launch import is_main_process
-from rulerag.generation.training import TrainSettings, train_lora
+from rulerag.generation.settings import TrainSettings
+from rulerag.generation.training import train_lora
 
 base, data, out = sys.argv[1:4]
 pairs = json.loads(Path(data).read_text())

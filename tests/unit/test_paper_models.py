@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import yaml
 
-from rulerag.generation.config import generation_settings
 from rulerag.generation.models import HUB_ALIASES, resolve_model, trusts_remote_code
+from rulerag.generation.settings import generation_settings
 from rulerag.retrieval import encoders
 from rulerag.retrieval.settings import index_settings
 

@@ -18,8 +18,8 @@ from rulerag import params as params_module
 from rulerag.benchmark.settings import BuildBenchmarkSettings, build_benchmark_settings
 from rulerag.experiments.settings import GeneralisationSettings, generalisation_settings
 from rulerag.export.settings import ExportSettings, export_settings
-from rulerag.generation.config import GenerationSettings, generation_settings
 from rulerag.generation.r2ag.settings import R2AGSettings, r2ag_settings
+from rulerag.generation.settings import GenerationSettings, generation_settings
 from rulerag.kg.settings import IngestSettings, ingest_settings
 from rulerag.orchestration import params_check
 from rulerag.qa.settings import QASettings, qa_settings

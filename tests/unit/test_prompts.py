@@ -7,12 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rulerag.generation.config import (
-    apply_profile,
-    deep_merge,
-    generation_settings,
-    grid_config,
-)
+from rulerag.generation.grid_names import grid_config
 from rulerag.generation.prompts import (
     PLAIN_INSTRUCTION,
     RULE_INSTRUCTION,
@@ -29,7 +24,8 @@ from rulerag.generation.samples import (
     selected_rules,
     united_documents,
 )
-from rulerag.settings import SettingsError
+from rulerag.generation.settings import apply_profile, generation_settings
+from rulerag.settings import SettingsError, deep_merge
 from tests.paper_prompts import TABLE8, TABLE10, TABLE10_TYPOS
 
 QUERY = "Time 2014-12-01 what does Abdullah Abdullah Make a visit ?"

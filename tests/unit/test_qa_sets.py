@@ -14,7 +14,7 @@ import yaml
 
 from pipeline_steps.common import PROJECT_DIR
 from rulerag.errors import InputError
-from rulerag.generation.config import generation_settings
+from rulerag.generation.settings import generation_settings
 from rulerag.qa.build import build_qa_benchmark, union_bank
 from rulerag.qa.reader import QAQuestion, read_qa_set, read_questions
 from rulerag.qa.settings import check_qa_rows

@@ -92,10 +92,10 @@ def test_a_ranked_row_answers_with_its_best_candidate(tmp_path) -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rulerag.generation.config import GridConfig, generation_settings
     from rulerag.generation.grid import run_row
     from rulerag.generation.local import LocalGenerator
     from rulerag.generation.models import load_tokenizer
+    from rulerag.generation.settings import GridConfig, generation_settings
     from rulerag.layout import DataLayout
     from tests.unit.test_symbolic import SETTINGS, toy
 

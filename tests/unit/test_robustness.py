@@ -90,7 +90,7 @@ def test_the_report_sets_robust_rows_beside_table_7_with_paired_tests() -> None:
 def test_robustness_rows_must_be_generating_grid_rows() -> None:
     import yaml
 
-    from rulerag.generation.config import generation_settings
+    from rulerag.generation.settings import generation_settings
     from rulerag.settings import SettingsError
 
     with open("params.yaml", encoding="utf-8") as handle:

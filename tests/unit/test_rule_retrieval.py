@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from rulerag.generation.config import ApiSettings
+from rulerag.generation.settings import ApiSettings
 from rulerag.orchestration.project_copy import kg_mirror_dir
 from rulerag.rule_retrieval.evaluate import match, recall_at_k
 from rulerag.rule_retrieval.library import RuleLibrary

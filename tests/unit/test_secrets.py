@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from rulerag.generation.api import ApiError, ApiGenerator
-from rulerag.generation.config import generation_settings
+from rulerag.generation.settings import generation_settings
 from rulerag.orchestration.run_conf import validate_run_conf
 from rulerag.params import read_params_file
 from rulerag.redact import redact_secrets, redact_url
@@ -176,7 +176,7 @@ def test_a_completion_echoing_the_key_never_reaches_the_predictions() -> None:
 def test_a_base_url_with_credentials_is_refused_without_showing_them() -> None:
     """Issue 28: such a base_url was stored in plain text in dvc.lock (the params of every
     stage that reads generation)."""
-    from rulerag.generation.config import generation_settings
+    from rulerag.generation.settings import generation_settings
     from rulerag.settings import SettingsError
 
     with pytest.raises(SettingsError, match="base_url holds credentials") as caught:

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from rulerag.generation.config import GridConfig, generation_settings
 from rulerag.generation.grid import run_row
 from rulerag.generation.prompts import Sample
+from rulerag.generation.settings import GridConfig, generation_settings
 from rulerag.generation.symbolic import add_evidence, read_answers
 from rulerag.io import write_jsonl
 from rulerag.layout import DataLayout

@@ -21,11 +21,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from rulerag.generation.config import GenerationSettings, retrieval_name
+from rulerag.generation.grid_names import retrieval_name
 from rulerag.generation.prompts import PromptFormat, Sample
 from rulerag.generation.r2ag.encoding import FeatureEncoder, open_feature_encoder
 from rulerag.generation.r2ag.settings import R2AGSettings, R2AGVariant
 from rulerag.generation.samples import fg_samples
+from rulerag.generation.settings import GenerationSettings
 from rulerag.io import atomic_open, staged_outputs, write_json
 from rulerag.layout import DataLayout
 from rulerag.retrieval.data import read_rule_texts
@@ -312,7 +313,7 @@ def generator_factory(
 ) -> Callable[..., Any]:
     """`run_row`'s generator factory for the R²AG row `variant` (its trained folder,
     `DataLayout.r2ag_model`; features from `encoder`'s index for a sparse run)."""
-    from rulerag.generation.config import GridConfig
+    from rulerag.generation.settings import GridConfig
 
     def factory(
         base: Path, grid: GridConfig, settings: GenerationSettings, retrieval: str | None

@@ -18,9 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
-from rulerag.generation.config import RuleFilter
 from rulerag.generation.r2ag.features import FEATURES
-from rulerag.generation.training import LoraSettings
+from rulerag.generation.settings import LoraSettings, RuleFilter
 from rulerag.settings import (
     Count,
     Fraction,

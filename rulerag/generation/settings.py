@@ -1,4 +1,5 @@
-"""The generation section of params.yaml: typed settings, profiles and the Table 2 grid.
+"""The generation section of params.yaml as typed settings: the generator, its profiles, its
+training and the Table 2 grid.
 
 * Settings: `generation_settings(section)` applies the chosen profile and loads the result
   strictly (`rulerag.settings.load_settings`): an unknown key anywhere in the section, a
@@ -9,7 +10,10 @@
   `dvc exp run -S generation.profile=paper` switches every knob of the paper-scale run at once.
 * Grid: each row of the paper's Table 2 is a named configuration saying which retrieval run
   feeds it, which generator answers (the base model, an adapter trained by `train_generator`,
-  or the API) and which prompt it reads.
+  or the API) and which prompt it reads (`grid_names.grid_config` reads one by name).
+* Training: `generation.train` holds the Trainer's and LoRA's knobs (`TrainerSettings`,
+  `LoraSettings`); the model-level keys (`ModelSettings`) are shared by training and inference,
+  and `GenerationSettings.trainer_settings` joins both into what `training.train_lora` takes.
 * Rules per prompt: `max_rules` takes the first N of each query's selected rules, for the
   retrieval lists united into its documents and for the rules printed in its prompt alike
   (`samples.load_samples`). The benchmark selects at most `build_benchmark.rule_selection.top_n`
@@ -24,7 +28,6 @@ from typing import Any, Literal, get_args
 
 from rulerag.generation.api import DEFAULT_KEY_ENV, ApiKeyVariable
 from rulerag.generation.prompts import PromptKind, PromptStyle
-from rulerag.generation.training import ModelSettings, TrainerSettings, TrainSettings
 from rulerag.settings import (
     Count,
     Fraction,
@@ -32,9 +35,9 @@ from rulerag.settings import (
     NonNegative,
     Positive,
     PositiveReal,
+    Seed,
     SettingsError,
     UniqueNames,
-    deep_merge,
     load_settings,
 )
 from rulerag.settings import (
@@ -44,22 +47,23 @@ from rulerag.settings import (
 __all__ = [
     "CHAIN_METHODS",
     "DECODINGS",
-    "RULE_FILTERS",
-    "ChainMethod",
-    "Decoding",
-    "RuleFilter",
     "GENERATOR_KINDS",
+    "RULE_FILTERS",
     "ApiSettings",
+    "ChainMethod",
     "ChainSettings",
+    "Decoding",
     "GenerationSettings",
     "GridConfig",
+    "LoraSettings",
+    "ModelSettings",
+    "RuleFilter",
     "TrainSection",
+    "TrainSettings",
+    "TrainerSettings",
     "VariantSpec",
     "apply_profile",
-    "deep_merge",
     "generation_settings",
-    "grid_config",
-    "retrieval_name",
 ]
 
 #: base: the model as it is (ICL); api: the chat API with k-shot examples; symbolic: the rules'
@@ -156,6 +160,103 @@ class ApiSettings:
                 "base_url holds credentials (user:password@): params.yaml and dvc.lock would "
                 f"keep them in plain text; put the key in {' or '.join(DEFAULT_KEY_ENV)}"
             )
+
+
+@dataclass
+class LoraSettings:
+    """peft LoRA knobs (paper / official script defaults)."""
+
+    r: Positive = 4
+    alpha: Positive = 16
+    dropout: Fraction = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])
+    # Adapt only these transformer layers: None = all (the paper), an int N = the last N, or a
+    # list of layer indices. On a CPU, adapting only the top layers means the backward pass
+    # stops there, which roughly halves training time for a small loss in capacity.
+    layers: Count | list[Count] | None = None
+
+    def layer_indices(self, num_layers: int) -> list[int] | None:
+        """peft's `layers_to_transform` for a model of `num_layers` layers."""
+        if self.layers is None:
+            return None
+        if isinstance(self.layers, int):
+            if not 0 < self.layers <= num_layers:
+                raise ValueError(f"lora.layers must be in 1..{num_layers}, not {self.layers}")
+            return list(range(num_layers - self.layers, num_layers))
+        return [int(i) for i in self.layers]
+
+
+@dataclass
+class ModelSettings:
+    """How the base model is loaded, prompted and seeded: shared by generator training and
+    inference (params' top-level `generation` keys), so both read one value."""
+
+    # base weights' dtype when not quantised; None = the checkpoint's
+    dtype: str | None = field(
+        default=None, metadata={"help": "float32 / bfloat16 / float16; null = the checkpoint's own"}
+    )
+    # nf4: QLoRA (GPU, or slowly on CPU)
+    quantization: Literal["nf4"] | None = field(
+        default=None,
+        metadata={"help": "null, or nf4 (4-bit QLoRA base through bitsandbytes; GPU only)"},
+    )
+    chat_template: bool | str | None = field(
+        default="auto",
+        metadata={"help": "wrap prompts in the model's chat template when it has one"},
+    )
+    max_prompt_tokens: Positive | None = field(
+        default=768,
+        metadata={"help": "longer prompts are cut from the left (keeps Query / Answer:)"},
+    )
+    seed: Seed = 12
+
+
+@dataclass
+class TrainerSettings:
+    """The Trainer's knobs (params' `generation.train`). CPU-friendly defaults; the paper
+    profile overrides them."""
+
+    lora: LoraSettings = field(default_factory=LoraSettings)
+    deepspeed: str | None = field(
+        default=None, metadata={"help": "a ZeRO config path for GPU runs"}
+    )
+    gpus: Positive | Literal["auto"] = "auto"  # processes on a multi-GPU worker (`launch.py`)
+    epochs: PositiveReal = 1.0
+    learning_rate: PositiveReal = field(
+        default=3e-4, metadata={"help": "few CPU steps; the paper (Table 7, LLAMA2_7B): 3e-4"}
+    )
+    batch_size: Positive = 4
+    gradient_accumulation: Positive = 1
+    warmup: NonNegative = field(
+        default=0.1, metadata={"help": "ratio of all steps (< 1) or a number of steps"}
+    )
+    weight_decay: NonNegative = 0.0
+    adam_beta2: Fraction = field(
+        default=0.95, metadata={"help": "Adam betas (0.9, 0.95) as the official script"}
+    )
+    max_answer_tokens: Positive = 32
+    eval_steps: Positive = field(
+        default=20, metadata={"help": "dev loss every N steps; the best checkpoint is kept"}
+    )
+    logging_steps: Positive = 5
+    save_total_limit: Positive = field(
+        default=2, metadata={"help": "checkpoints kept on disk while training"}
+    )
+    bf16: bool | str = field(
+        default="auto",
+        metadata={"help": "bfloat16 mixed precision: auto = on a CUDA GPU that has it"},
+    )
+    gradient_checkpointing: bool = False
+
+
+@dataclass
+class TrainSettings(TrainerSettings, ModelSettings):
+    """Everything `train_lora` needs: the Trainer's knobs and the model's."""
+
+    @classmethod
+    def from_dict(cls, cfg: dict[str, Any]) -> TrainSettings:
+        """From a mapping, strictly (unknown keys fail, so a typo is not silently unused)."""
+        return load_settings(cls, cfg, "generation.train")
 
 
 def _default_variants() -> dict[str, VariantSpec]:
@@ -302,26 +403,3 @@ def generation_settings(section: Mapping[str, Any] | None) -> GenerationSettings
         if isinstance(err, SettingsError):
             raise
         raise SettingsError(f"params.yaml: generation: {err}") from None
-
-
-def grid_config(name: str, settings: GenerationSettings) -> GridConfig:
-    """The named configuration of the grid, checked."""
-    if name not in settings.grid:
-        raise ValueError(
-            f"configuration {name!r} is not in generation.grid ({sorted(settings.grid)})"
-        )
-    config = settings.grid[name]
-    if config.retrieval is None and config.prompt != "query" and config.method is None:
-        raise ValueError(f"{name}: a configuration without retrieval must use prompt 'query'")
-    return config
-
-
-def retrieval_name(value: str, retriever: str) -> str:
-    """The retrieval configuration folder a grid entry reads.
-
-    Retrieval configurations are named `<index>-<mode>` (`minilm-rg`, `bm25-standard`); a grid
-    entry may give the full name, or just the mode (`standard`, `rg`, `ssft`, `rgft`), which is
-    then paired with `generation.retriever`, so one knob moves the whole grid to another
-    retriever.
-    """
-    return value if "-" in value else f"{retriever}-{value}"
