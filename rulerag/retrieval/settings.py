@@ -216,27 +216,64 @@ class TrainRetrieverSettings:
     batch_size: Positive = 32
     temperature: PositiveReal = 0.01
     epochs: Positive = 3
-    min_steps: Count = 0  # train at least this long: small F_R sets cycle through more epochs
+    #: train at least this long
+    min_steps: Count = field(
+        default=0, metadata={"help": "small F_R sets (NELL-995) cycle through more epochs"}
+    )
     max_steps: Positive | None = None  # stop after this many steps even within an epoch
-    max_items: Positive | None = None  # train on at most this many F_R items (a seeded sample)
-    max_positives: Positive = 4  # oracle documents per item put in the batch pool each step
-    heldout_fraction: Fraction = 0.1  # of the F_R items (whole queries), for early stopping
+    max_items: Positive | None = field(
+        default=None,
+        metadata={"help": "train on a seeded sample of this many F_R items; null = all"},
+    )
+    max_positives: Positive = field(
+        default=4, metadata={"help": "oracle documents per item in each batch"}
+    )
+    heldout_fraction: Fraction = field(
+        default=0.1, metadata={"help": "of F_R queries, for early stopping"}
+    )
     heldout_max: Count = 500  # items
     eval_every: Positive = 50  # steps
-    eval_k: Positive = 10  # the k of the held-out Recall@k
-    early_stopping: EarlyStopping = "mrr"  # the held-out figure to keep the best of
+    eval_k: Positive = field(
+        default=10, metadata={"help": "the k of the held-out Recall@k (early_stopping: recall)"}
+    )
+    #: the held-out figure to keep the best of
+    early_stopping: EarlyStopping = field(default="mrr", metadata={"help": "mrr | recall | loss"})
     patience: Positive = 3  # evaluations without improvement before stopping
-    min_delta: NonNegative = 0.0  # the least change that counts as an improvement
-    checkpoint_every: Positive = 50
-    weight_decay: NonNegative = 0.0  # AdamW
-    warmup_steps: Count = 0  # linear learning-rate warm-up
-    grad_clip: NonNegative = 1.0  # gradient norm clipping; 0 = none
-    max_length: Positive | None = None  # tokens of a query (`q ∘ r`); None: the encoder's
-    normalize: bool | None = None  # L2-normalise embeddings; None: as the index was built
+    min_delta: NonNegative = field(
+        default=0.0,
+        metadata={"help": "the least held-out change that counts as an improvement"},
+    )
+    checkpoint_every: Positive = field(
+        default=50, metadata={"help": "resumable checkpoints in retrieval/checkpoints/"}
+    )
+    weight_decay: NonNegative = field(default=0.0, metadata={"help": "AdamW weight decay"})
+    warmup_steps: Count = field(default=0, metadata={"help": "linear learning-rate warm-up steps"})
+    grad_clip: NonNegative = field(
+        default=1.0, metadata={"help": "gradient norm clipping; 0 = none"}
+    )
+    max_length: Positive | None = field(
+        default=None,
+        metadata={"help": "query tokens; null = the encoder's (index.dense.<name>)"},
+    )
+    normalize: bool | None = field(
+        default=None,
+        metadata={"help": "L2-normalised embeddings; null = as the index was built"},
+    )
     seed: Seed = 12
-    positives: Positives = "oracle"  # oracle = every oracle document; answer = answer-bearing
+    positives: Positives = field(
+        default="oracle",
+        metadata={"help": "oracle = every oracle document; answer = answer-bearing only"},
+    )
     threads: Count = 0  # torch threads; 0 = torch's default (all cores)
-    log_model: bool = True  # the trained encoder as an MLflow artifact
+    log_model: bool = field(
+        default=True,
+        metadata={
+            "help": (
+                "log the trained encoder as an MLflow model, registered as "
+                "rulerag-<dataset>-retriever-<encoder>-<mode>"
+            )
+        },
+    )
     #: any of the keys above for one encoder only, by encoder name
     overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
 
