@@ -200,9 +200,7 @@ class _BankRetriever:
 
         trainer = train_retriever.for_encoder(encoder)
         dense = DenseIndex.load(layout.index(encoder), index.faiss)
-        items, _ = training_items(
-            layout, dense.doc_ids, True, trainer.positives, retrieve.rule_query
-        )
+        items, _ = training_items(layout, dense.doc_ids, True, trainer.positives, retrieve)
         return cls(
             dense, index.encoder(encoder), trainer, items, index.device, settings.retriever_steps
         )

@@ -150,7 +150,6 @@ def export_dataset(
     documents, and return what `Export.write` writes. The rule's form in searches and in RGFT
     questions is `retrieve.rule_query` (as training and retrieval use it), the rules per prompt
     are `generation.max_rules` (as the generation grid shows them)."""
-    rule_query = retrieve.rule_query
     where = f"export@{layout.dataset}"
     stats_path = layout.benchmark / "stats.json"
     if not stats_path.is_file():
@@ -173,7 +172,7 @@ def export_dataset(
     corpus = read_corpus(layout.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
     bank = read_rule_texts(layout.rule_bank)
-    search_rules = rule_query_texts(bank, rule_query)
+    search_rules = rule_query_texts(bank, retrieve.rule_query)
 
     negatives = _searcher(settings.untuned, layout, index, model_cache, where)
     doc_ids = list(negatives.corpus_ids)
@@ -183,7 +182,7 @@ def export_dataset(
     doc_row = {doc_id: i for i, doc_id in enumerate(doc_ids)}
     dpr, dropped = {}, {}
     for variant, use_rules in DPR_VARIANTS.items():
-        items, dropped[variant] = make_items(rule_items, doc_row, use_rules, rule_query=rule_query)
+        items, dropped[variant] = make_items(rule_items, doc_row, use_rules, retrieve=retrieve)
         rows, _ = negatives.search([item.text for item in items], settings.search_depth)
         dpr[variant] = dpr_records(items, answers, doc_ids, texts, rows, settings.hard_negatives)
     del negatives

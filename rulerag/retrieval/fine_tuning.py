@@ -120,7 +120,7 @@ def train_retriever(
     set_torch_threads(settings.threads)
     index = DenseIndex.load(layout.index(encoder))
     items, dropped = training_items(
-        layout, index.doc_ids, mode == "rgft", settings.positives, retrieve.rule_query
+        layout, index.doc_ids, mode == "rgft", settings.positives, retrieve
     )
     fitted = fit_query_encoder(
         items,

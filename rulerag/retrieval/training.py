@@ -48,6 +48,7 @@ from rulerag.retrieval.settings import (
     POSITIVES,
     STAGE_KNOBS,
     EncoderSpec,
+    RetrieveSettings,
     TrainRetrieverSettings,
 )
 
@@ -75,10 +76,10 @@ def make_items(
     doc_row: Mapping[str, int],
     use_rules: bool,
     keep: Callable[[RuleItem, str], bool] | None = None,
-    rule_query: str = "rule",
+    retrieve: RetrieveSettings = RetrieveSettings(),
 ) -> tuple[list[TrainItem], dict[str, int]]:
     """F_R items -> training items (RGFT: one per (query, rule), its text `q ∘ r` with the
-    rule in the `rule_query` form retrieval searches with; SSFT: one per query).
+    rule in the `retrieve.rule_query` form retrieval searches with; SSFT: one per query).
 
     Oracle ids missing from the corpus are dropped, and so are those `keep(item, doc_id)`
     rejects (e.g. `answer_bearing`); items left without any are skipped. Returns the items
@@ -108,7 +109,7 @@ def make_items(
                 continue
             text = item.query
             if item.rule_text:
-                text = compose(item.query, rule_query_text(item.rule_text, rule_query))
+                text = compose(item.query, rule_query_text(item.rule_text, retrieve.rule_query))
             out.append(TrainItem(item.item_id, item.qid, text, rows, frozenset(by_qid[item.qid])))
     else:
         seen: dict[str, TrainItem] = {}
@@ -693,7 +694,7 @@ def fit_query_encoder(
 
         index = DenseIndex.load(layout.index(encoder), params.index.faiss)
         settings = params.train_retriever.for_encoder(encoder)
-        items, _ = training_items(layout, index.doc_ids, True, settings.positives, rule_query)
+        items, _ = training_items(layout, index.doc_ids, True, settings.positives, retrieve)
         fitted = fit_query_encoder(
             bank_items, index, params.index.encoder(encoder), settings,
             device=params.index.device, model_cache=model_cache,
@@ -731,11 +732,11 @@ def training_items(
     doc_ids: Sequence[str],
     use_rules: bool,
     positives: str = "oracle",
-    rule_query: str = "rule",
+    retrieve: RetrieveSettings = RetrieveSettings(),
 ) -> tuple[list[TrainItem], dict[str, int]]:
     """F_R's items as training items against the corpus index's rows (`make_items`):
     `positives` oracle keeps every oracle document, answer only the answer-bearing ones;
-    `rule_query` is the form rules take in the search text (`retrieve.rule_query`)."""
+    rules take `retrieve.rule_query`'s form in the search text."""
     if positives not in POSITIVES:
         raise ValueError(f"positives must be one of {POSITIVES}, not {positives!r}")
     rule_items = read_rule_items(paths.queries("f_r"))
@@ -744,4 +745,4 @@ def training_items(
     if positives == "answer":
         corpus = read_corpus(paths.corpus)
         keep = answer_bearing(dict(zip(corpus.ids, corpus.contents, strict=True)))
-    return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep, rule_query=rule_query)
+    return make_items(rule_items, doc_row, use_rules=use_rules, keep=keep, retrieve=retrieve)

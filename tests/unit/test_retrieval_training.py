@@ -20,6 +20,7 @@ from rulerag.retrieval.dense import DenseIndex, encode_corpus
 from rulerag.retrieval.encoders import DualEncoder
 from rulerag.retrieval.settings import (
     EncoderSpec,
+    RetrieveSettings,
     TrainRetrieverSettings,
     train_retriever_settings,
 )
@@ -100,7 +101,9 @@ def test_rgft_items_take_the_rule_in_the_search_form() -> None:
     text = "[Entity1, sub part of, Entity2] leads to [Entity1, proxy for, Entity2]"
     items = [RuleItem("a#R1", "a", "Qa", "R1", text, ("D1",), ("x",))]
     paper, _ = make_items(items, {"D1": 1}, use_rules=True)
-    body, _ = make_items(items, {"D1": 1}, use_rules=True, rule_query="body")
+    body, _ = make_items(
+        items, {"D1": 1}, use_rules=True, retrieve=RetrieveSettings(rule_query="body")
+    )
     assert paper[0].text == f"Qa {text}"
     assert body[0].text == "Qa sub part of"
 
