@@ -45,6 +45,7 @@ _CODE = (
     "rulerag/orchestration/task_names.py",
     "rulerag/orchestration/assets.py",
     "rulerag/kg/registry.py",
+    "rulerag/kg/settings.py",
 )
 _MIRROR_ENV = "RULERAG_DATA_DIR"  # rulerag.kg.ingest.MIRROR_ENV, without importing the KG code
 
