@@ -28,11 +28,12 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import FrameType
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from rulerag.prctl import parent_death_signal
+
+if TYPE_CHECKING:  # psutil is imported where it is used: the KFP SDK's venv, which compiles
+    import psutil  # the pipeline through kfp_tasks -> workspaces -> here, does not have it
 
 __all__ = [
     "GRACE_S",
@@ -85,6 +86,8 @@ def start_group(
 def running(proc: psutil.Process) -> bool:
     """Whether `proc` still runs. A zombie does not: an orphan is reaped by whatever init the
     machine has, and some (a container's) never do."""
+    import psutil
+
     try:  # is_running: not another process that got the same pid meanwhile
         return proc.is_running() and proc.status() not in (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
     except psutil.Error:  # gone meanwhile
@@ -93,6 +96,8 @@ def running(proc: psutil.Process) -> bool:
 
 def group_alive(pgid: int) -> bool:
     """Whether a process of group `pgid` still runs (`running`)."""
+    import psutil
+
     for pid in psutil.pids():
         try:
             if os.getpgid(pid) == pgid and running(psutil.Process(pid)):

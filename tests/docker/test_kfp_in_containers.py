@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from rulerag.orchestration.project_copy import copy_project, cut_project
-from tests.pipeline.test_kfp_pipeline import BIN, KFP_PYTHON, kfp, kfp_env, lock_entries, outputs
+from tests.pipeline.test_kfp_pipeline import BIN, KFP_PYTHON, kfp, kfp_env
+from tests.support.serial_compare import data_digests, lock_entries
 from tests.support.compose_stack import require_docker
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.data,
@@ -62,7 +63,7 @@ def test_the_kfp_pipeline_in_containers_equals_a_serial_dvc_repro(
     assert summary["ran"] == summary["collected"] == sorted(names)
     assert "Found image 'rulerag-cpu:latest'" in out  # the tasks ran in the built image
 
-    assert outputs(project) == outputs(serial) and outputs(serial)
+    assert data_digests(project) == data_digests(serial) and data_digests(serial)
     assert lock_entries(project, names) == lock_entries(serial, names)
     status = subprocess.run([str(BIN / "dvc"), "status", "--json"], cwd=project, env=env,
                             capture_output=True, text=True, check=True)  # fmt: skip
