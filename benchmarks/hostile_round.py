@@ -201,11 +201,13 @@ def api_echo_case(tmp: Path) -> Outcome:
 
     from rulerag.fake_openai import FakeOpenAI
     from rulerag.generation.api import ApiError, ApiGenerator
+    from rulerag.generation.settings import ApiSettings
 
     encoded = base64.b64encode(f"user:{SECRET}".encode()).decode()
     answer = {"choices": [{"message": {"content": f"Answer: Kabul {SECRET}"}}]}
     with FakeOpenAI([(200, answer), (401, {"error": encoded})]) as server:
-        generator = ApiGenerator(base_url=server.url, model="m", api_key=SECRET, max_retries=0)
+        endpoint = ApiSettings(base_url=server.url, model="m", max_retries=0, concurrency=1)
+        generator = ApiGenerator(endpoint, api_key=SECRET)
         text = generator.complete("q")
         try:
             generator.complete("q")
@@ -677,11 +679,13 @@ _ANSWER = 'json.dumps({"choices": [{"message": {"content": "Kabul"}}]}).ljust(20
 API_TRICKLE = f"""
 import json, sys, time
 from rulerag.generation.api import ApiError, ApiGenerator
+from rulerag.generation.settings import ApiSettings
 from rulerag.fake_openai import FakeOpenAI, RawReply
 reply = RawReply({_ANSWER}, trickle=2.0, trickle_headers=sys.argv[1] == "headers")
 with FakeOpenAI([], default=reply) as server:
-    generator = ApiGenerator(base_url=server.url, model="m", api_key=sys.argv[2], timeout=5,
-                             max_retries=1, sleep=lambda s: None)
+    endpoint = ApiSettings(base_url=server.url, model="m", timeout=5, max_retries=1,
+                           concurrency=1)
+    generator = ApiGenerator(endpoint, api_key=sys.argv[2], sleep=lambda s: None)
     started = time.monotonic()
     try:
         said = "answer: " + generator.complete("q")
@@ -717,11 +721,13 @@ def api_trickle_case(mode: str) -> Callable[[Path], Outcome]:
 API_SIGTERM = f"""
 import json, threading, time
 from rulerag.generation.api import ApiGenerator
+from rulerag.generation.settings import ApiSettings
 from rulerag.tracking import StageTerminated, stop_on_sigterm
 from rulerag.fake_openai import FakeOpenAI, RawReply
 with FakeOpenAI([], default=RawReply({_ANSWER}, trickle=2.0)) as server:
-    generator = ApiGenerator(base_url=server.url, model="m", api_key="sk-k", timeout=120,
-                             max_retries=3, concurrency=4)
+    endpoint = ApiSettings(base_url=server.url, model="m", timeout=120, max_retries=3,
+                           concurrency=4)
+    generator = ApiGenerator(endpoint, api_key="sk-k")
     def watch():
         while len(server.requests) < 4:
             time.sleep(0.05)
@@ -1021,16 +1027,17 @@ def api_reply_case(script: list[Any], attempts: int) -> Callable[[Path], Outcome
     def case(tmp: Path) -> Outcome:
         from rulerag.fake_openai import FakeOpenAI
         from rulerag.generation.api import ApiError, ApiGenerator
+        from rulerag.generation.settings import ApiSettings
 
         logged = _Logged()
         logger = logging.getLogger("rulerag")
         logger.addHandler(logged)
         try:
             with FakeOpenAI(list(script) * 3) as server:
-                generator = ApiGenerator(
-                    base_url=server.url, model="m", api_key=SECRET, timeout=10, max_retries=2,
-                    sleep=lambda s: None,
-                )  # fmt: skip
+                endpoint = ApiSettings(
+                    base_url=server.url, model="m", timeout=10, max_retries=2, concurrency=1
+                )
+                generator = ApiGenerator(endpoint, api_key=SECRET, sleep=lambda s: None)
                 try:
                     answer = generator.complete("q")
                 except ApiError as err:

@@ -48,12 +48,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 from urllib.parse import urlsplit
 
 from rulerag.errors import InputError
 from rulerag.generation.prompts import PromptFormat
 from rulerag.redact import redact_secrets, redact_url
+
+if TYPE_CHECKING:  # the settings module imports this one (its key variables)
+    from rulerag.generation.settings import ApiSettings
 
 logger = logging.getLogger(__name__)
 
@@ -317,29 +320,28 @@ class ApiGenerator:
 
     def __init__(
         self,
+        settings: ApiSettings,
         *,
-        base_url: str | None,
-        model: str,
         api_key: str | None = None,
-        key_env: Sequence[str] = DEFAULT_KEY_ENV,
-        airflow_conn_id: str | None = None,
         examples: Sequence[tuple[str, str]] = (),
         prompt_format: PromptFormat | None = None,
         system: str | None = None,
         max_tokens: int = 16,
         temperature: float = 0.0,
         stop: Sequence[str] = (),
-        timeout: float = 60.0,
-        max_retries: int = 5,
-        backoff: float = 1.0,
         max_backoff: float = 30.0,
-        concurrency: int = 1,
         sleep: Callable[[float], None] | None = None,
         session: Any = None,
     ) -> None:
+        """`settings`: `generation.api` (endpoint, model, where the key comes from, deadline,
+        retries, backoff, concurrency; its `shots` are the caller's, as `examples`);
+        `api_key`: a key already at hand, in place of `settings.key_env` and the connection."""
+        key_env, model = settings.key_env, settings.model
         check_key_env(key_env)
-        key, conn_url = (api_key, None) if api_key else resolve_api_key(key_env, airflow_conn_id)
-        base_url = base_url or conn_url
+        key, conn_url = (
+            (api_key, None) if api_key else resolve_api_key(key_env, settings.airflow_conn_id)
+        )
+        base_url = settings.base_url or conn_url
         # InputErrors (ValueErrors): the user's to fix, so a stage says it in one line
         if not base_url:
             raise InputError(
@@ -369,11 +371,11 @@ class ApiGenerator:
         self.temperature = float(temperature)
         #: OpenAI's `stop` strings (none: the answer runs to `max_tokens` or the end token)
         self.stop = [str(text) for text in stop]
-        self.timeout = float(timeout)
-        self.max_retries = int(max_retries)
-        self.backoff = float(backoff)
+        self.timeout = float(settings.timeout)
+        self.max_retries = int(settings.max_retries)
+        self.backoff = float(settings.backoff)
         self.max_backoff = float(max_backoff)
-        self.concurrency = max(1, int(concurrency))
+        self.concurrency = max(1, int(settings.concurrency))
         #: the backoff's sleep (None: a wait that ends early when the call is given up)
         self._sleep = sleep
         self._session = _tracked_session() if session is None else session

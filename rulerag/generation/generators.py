@@ -88,17 +88,10 @@ def make_generator(
 
         api = settings.api
         generator = ApiGenerator(
-            base_url=api.base_url,
-            model=api.model,
-            key_env=api.key_env,
-            airflow_conn_id=api.airflow_conn_id,
+            api,
             examples=api_examples(base, grid, settings, retrieval),
             prompt_format=prompt_format,
             max_tokens=settings.max_new_tokens,
-            timeout=api.timeout,
-            max_retries=api.max_retries,
-            backoff=api.backoff,
-            concurrency=api.concurrency,
         )
         if not cached:
             return generator

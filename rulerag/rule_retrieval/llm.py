@@ -10,6 +10,7 @@ Hugging Face generator and the OpenAI-compatible API one (`make_generator`), or 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +48,8 @@ def make_generator(
     if kind == "api":
         from rulerag.generation.api import ApiGenerator
 
-        return ApiGenerator(
-            base_url=api.base_url,
-            model=model,
-            key_env=api.key_env,
-            airflow_conn_id=api.airflow_conn_id,
-            max_tokens=max_new_tokens,
-            timeout=api.timeout,
-            max_retries=api.max_retries,
-            backoff=api.backoff,
-            concurrency=api.concurrency,
-        )
+        # the endpoint is generation.api's, the model this LLM's
+        return ApiGenerator(replace(api, model=model), max_tokens=max_new_tokens)
     raise ValueError(f"LLM kind must be 'local' or 'api', not {kind!r}")
 
 

@@ -197,12 +197,13 @@ def test_concurrent_requests_are_all_answered(llm_server: LlmServer) -> None:
     """8 prompts with 4 in flight: every one answered, each with what it gets alone (the
     server queues them; no answer goes to another request)."""
     from rulerag.generation.api import ApiGenerator
+    from rulerag.generation.settings import ApiSettings
 
     def client(concurrency: int) -> ApiGenerator:
-        return ApiGenerator(
-            base_url=llm_server.base_url, model=MODEL, api_key=KEY, max_tokens=6,
-            concurrency=concurrency, max_retries=0,
-        )  # fmt: skip
+        endpoint = ApiSettings(
+            base_url=llm_server.base_url, model=MODEL, concurrency=concurrency, max_retries=0
+        )
+        return ApiGenerator(endpoint, api_key=KEY, max_tokens=6)
 
     prompts = [f"Name a city in country number {i}." for i in range(8)]
     alone = client(1).generate(prompts)

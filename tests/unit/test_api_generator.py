@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 
@@ -11,22 +12,25 @@ import pytest
 
 from rulerag.generation.api import ApiError, ApiGenerator, resolve_api_key
 from rulerag.generation.prompts import PromptFormat
+from rulerag.generation.settings import ApiSettings
 from tests.support.fake_openai import FakeOpenAI
 
 KEY = "sk-test-SECRET-0123456789"
+API_FIELDS = {field.name for field in dataclasses.fields(ApiSettings)}
 
 
 def make(server: FakeOpenAI, **kwargs) -> tuple[ApiGenerator, list[float]]:
+    """A generator for `server`; `kwargs`: `ApiSettings` fields, or the generator's own."""
     sleeps: list[float] = []
     kwargs.setdefault("prompt_format", PromptFormat("legacy"))  # one turn per example
+    given = {name: kwargs.pop(name) for name in list(kwargs) if name in API_FIELDS}
+    endpoint = {"base_url": server.url, "model": "fake-model", "concurrency": 1}
+    settings = ApiSettings(**{**endpoint, "backoff": 0.5, "timeout": 5, **given})
     generator = ApiGenerator(
-        base_url=server.url,
-        model="fake-model",
+        settings,
         api_key=KEY,
         examples=[("ex1", "a1"), ("ex2", "a2"), ("ex3", "a3")],
-        backoff=0.5,
         sleep=sleeps.append,
-        timeout=5,
         **kwargs,
     )
     return generator, sleeps
@@ -120,9 +124,9 @@ def test_missing_key_or_url_is_an_error(monkeypatch):
     monkeypatch.delenv("RULERAG_API_KEY", raising=False)
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     with pytest.raises(ValueError, match="no API key"):
-        ApiGenerator(base_url="http://127.0.0.1:1/v1", model="m")
+        ApiGenerator(ApiSettings(base_url="http://127.0.0.1:1/v1", model="m"))
     with pytest.raises(ValueError, match="base_url"):
-        ApiGenerator(base_url=None, model="m", api_key=KEY)
+        ApiGenerator(ApiSettings(base_url=None, model="m"), api_key=KEY)
 
 
 def test_key_from_a_real_airflow_connection_variable(monkeypatch):

@@ -10,6 +10,7 @@ bound far above what it takes (the trickling replies would hold it for minutes).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import signal
@@ -21,15 +22,16 @@ import pytest
 import yaml
 
 from rulerag.errors import InputError
-from rulerag.generation.api import ApiError, ApiGenerator
+from rulerag.generation.api import ALLOWED_KEY_ENV, ApiError, ApiGenerator
 from rulerag.generation.prompts import PromptFormat
-from rulerag.generation.settings import generation_settings
+from rulerag.generation.settings import ApiSettings, generation_settings
 from rulerag.orchestration import params_check
 from rulerag.settings import SettingsError
 from rulerag.tracking import StageTerminated, stop_on_sigterm
-from tests.support.fake_openai import FakeOpenAI, RawReply
+from tests.support.fake_openai import FakeOpenAI, RawReply, credentialed_endpoint
 
 KEY = "sk-test-SECRET-0123456789"
+API_FIELDS = {field.name for field in dataclasses.fields(ApiSettings)}
 PARAMS_FILE = Path(__file__).resolve().parents[2] / "params.yaml"
 #: far above what a stopped or timed-out call takes, far below what the trickles last
 BOUND = 20.0
@@ -38,13 +40,18 @@ ANSWER = json.dumps({"choices": [{"message": {"content": "Kabul"}}]}).ljust(200)
 TRICKLE = RawReply(ANSWER, trickle=0.25)
 
 
-def make(server: FakeOpenAI, **kwargs) -> tuple[ApiGenerator, list[float]]:
+def make(
+    server: FakeOpenAI, settings: ApiSettings | None = None, **kwargs
+) -> tuple[ApiGenerator, list[float]]:
+    """A generator for `server` (or for `settings`' endpoint); `kwargs`: `ApiSettings` fields,
+    or the generator's own."""
     sleeps: list[float] = []
-    kwargs.setdefault("base_url", server.url)
     kwargs.setdefault("sleep", sleeps.append)
-    generator = ApiGenerator(
-        model="fake-model", api_key=KEY, prompt_format=PromptFormat("legacy"), **kwargs
-    )
+    given = {name: kwargs.pop(name) for name in list(kwargs) if name in API_FIELDS}
+    given = {"base_url": server.url, "model": "fake-model", "concurrency": 1, **given}
+    settings = dataclasses.replace(settings or ApiSettings(), **given)
+    kwargs.setdefault("api_key", KEY)
+    generator = ApiGenerator(settings, prompt_format=PromptFormat("legacy"), **kwargs)
     return generator, sleeps
 
 
@@ -75,7 +82,7 @@ def api_workers() -> list[threading.Thread]:
 # -- 1. one deadline per request -------------------------------------------------------------
 
 
-def test_a_trickled_body_ends_at_the_deadline_and_is_retried(caplog):
+def test_a_trickled_body_ends_at_the_deadline_and_is_retried(caplog, monkeypatch):
     """requests' timeout bounds each socket read: a byte every 0.25 s with a 1 s timeout held
     the request until the body ended. Now each attempt ends at its deadline, is retried as
     a transient failure, and the error names the endpoint (credentials masked) and the
@@ -83,7 +90,10 @@ def test_a_trickled_body_ends_at_the_deadline_and_is_retried(caplog):
     caplog.set_level(logging.WARNING)
     with FakeOpenAI([], default=TRICKLE) as server:
         url = server.url.replace("http://", "http://user:hunter2@")
-        generator, sleeps = make(server, base_url=url, timeout=1, max_retries=1)
+        endpoint = credentialed_endpoint(monkeypatch, url, KEY)
+        generator, sleeps = make(
+            server, endpoint, base_url=None, api_key=None, timeout=1, max_retries=1
+        )
         started = time.monotonic()
         with pytest.raises(ApiError) as info:
             generator.complete("p")
@@ -297,6 +307,10 @@ def test_a_missing_key_or_url_is_the_users_to_fix(monkeypatch):
     for name in ("RULERAG_API_KEY", "OPENAI_API_KEY"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(InputError, match=r"no API key for http://\*\*\*@h/v1: set RULERAG_API"):
-        ApiGenerator(base_url="http://u:p@h/v1", model="m")
+        ApiGenerator(
+            credentialed_endpoint(
+                monkeypatch, "http://u:p@h/v1", model="m", key_env=ALLOWED_KEY_ENV
+            )
+        )
     with pytest.raises(InputError, match="generation.api.base_url"):
-        ApiGenerator(base_url=None, model="m", api_key=KEY)
+        ApiGenerator(ApiSettings(base_url=None, model="m"), api_key=KEY)

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from rulerag.generation.api import ApiError, ApiGenerator
-from rulerag.generation.settings import generation_settings
+from rulerag.generation.settings import ApiSettings, generation_settings
 from rulerag.orchestration.run_conf import validate_run_conf
 from rulerag.params import read_params_file
 from rulerag.redact import redact_secrets, redact_url
 from rulerag.settings import SettingsError
 from rulerag.tracking import flatten_params, stage_run
+from tests.support.fake_openai import credentialed_endpoint
 
 PROJECT = Path(__file__).resolve().parents[2]
 PASSWORD = "s3cret-Pw-9931"
@@ -111,16 +112,18 @@ def test_key_env_cannot_name_another_variable(
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-very-secret")
     url = f"http://127.0.0.1:{server.server_address[1]}/v1"
     with pytest.raises(ValueError, match="key_env may only name"):
-        ApiGenerator(base_url=url, model="m", key_env=("AWS_SECRET_ACCESS_KEY",))
+        ApiGenerator(ApiSettings(base_url=url, model="m", key_env=("AWS_SECRET_ACCESS_KEY",)))
     section = {"api": {"key_env": ["AWS_SECRET_ACCESS_KEY"]}}
     with pytest.raises(SettingsError, match=r"generation\.api\.key_env"):
         generation_settings(section)
     assert server.seen == []
 
 
-def test_an_error_body_echoing_the_key_and_a_url_key_stay_hidden(server: _Server) -> None:
+def test_an_error_body_echoing_the_key_and_a_url_key_stay_hidden(
+    server: _Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
     url = f"http://user:{PASSWORD}@127.0.0.1:{server.server_address[1]}/v1"
-    generator = ApiGenerator(base_url=url, model="m", api_key=KEY, max_retries=0)
+    generator = ApiGenerator(credentialed_endpoint(monkeypatch, url, KEY, model="m", max_retries=0))
     with pytest.raises(ApiError) as caught:
         generator.complete("hello")
     message = str(caught.value)
@@ -164,7 +167,8 @@ def test_a_completion_echoing_the_key_never_reaches_the_predictions() -> None:
         {"choices": [{"message": {"content": f"Answer: Kabul ({KEY[3:14]})"}}]},
     ]
     with FakeOpenAI([(200, a) for a in answers] + [(401, {"error": encoded})]) as server:
-        generator = ApiGenerator(base_url=server.url, model="m", api_key=KEY, max_retries=0)
+        settings = ApiSettings(base_url=server.url, model="m", max_retries=0)
+        generator = ApiGenerator(settings, api_key=KEY)
         first, second = generator.complete("q1"), generator.complete("q2")
         with pytest.raises(ApiError) as caught:
             generator.complete("q3")
