@@ -15,42 +15,40 @@ from pathlib import Path
 from typing import Any
 
 from rulerag.generation.answer_cache import CachedLLM, TextGenerator
+from rulerag.generation.settings import ApiSettings
+from rulerag.rule_retrieval.settings import LLMSettings
 
 __all__ = ["CachedLLM", "LLMPool", "TextGenerator", "make_generator"]
 
 
 def make_generator(
-    kind: str,
-    model: str,
-    *,
-    max_new_tokens: int,
-    batch_size: int = 8,
-    cache_dir: Path | None = None,
-    api: Any = None,
-    dtype: str | None = None,
-    quantization: str | None = None,
+    llm: LLMSettings, api: ApiSettings | None = None, *, cache_dir: Path | None = None
 ) -> TextGenerator:
-    """`local`: the project's Hugging Face generator for `model` (alias, path or hub id; one
-    line per prompt, greedy); `api`: the OpenAI-compatible chat API (`api` = the
-    `generation.api` settings: base URL, key variables or Airflow connection)."""
-    if kind == "local":
+    """`llm.kind` `local`: the project's Hugging Face generator for `llm.model` (alias, path or
+    hub id; one line per prompt, greedy; `cache_dir`: where the weights are kept); `api`: the
+    OpenAI-compatible chat API serving `llm.model` at `api`'s endpoint (the `generation.api`
+    settings: base URL, key variables or Airflow connection, deadline, retries). Its answer
+    budget starts at `llm.max_new_tokens` (`LLMPool` sets each purpose's before each call)."""
+    if llm.kind == "local":
         from rulerag.generation.local import LocalGenerator
 
         return LocalGenerator.from_pretrained(
-            model,
+            llm.model,
             cache_dir=cache_dir,
-            dtype=dtype,
-            quantization=quantization,
-            max_new_tokens=max_new_tokens,
-            batch_size=batch_size,
+            dtype=llm.dtype,
+            quantization=llm.quantization,
+            max_new_tokens=llm.max_new_tokens,
+            batch_size=llm.batch_size,
             stop_at_newline=True,
         )
-    if kind == "api":
+    if llm.kind == "api":
         from rulerag.generation.api import ApiGenerator
 
-        # the endpoint is generation.api's, the model this LLM's
-        return ApiGenerator(replace(api, model=model), max_tokens=max_new_tokens)
-    raise ValueError(f"LLM kind must be 'local' or 'api', not {kind!r}")
+        if api is None:
+            raise ValueError("an API LLM needs the generation.api settings (its endpoint)")
+        # the endpoint is generation.api's, the model rule_retrieval.llm's
+        return ApiGenerator(replace(api, model=llm.model), max_tokens=llm.max_new_tokens)
+    raise ValueError(f"LLM kind must be 'local' or 'api', not {llm.kind!r}")
 
 
 class _Budget:
@@ -83,7 +81,12 @@ class LLMPool:
     PURPOSES = {"induce": ("max_new_tokens", False), "rank": ("rank_max_new_tokens", True)}
 
     def __init__(
-        self, settings: Any, cache_path: Path | None, *, model_cache: Path | None, api: Any
+        self,
+        settings: LLMSettings,
+        cache_path: Path | None,
+        *,
+        model_cache: Path | None,
+        api: ApiSettings | None,
     ) -> None:
         self.settings, self.cache_path = settings, cache_path
         self.model_cache, self.api = model_cache, api
@@ -96,11 +99,7 @@ class LLMPool:
         tokens = getattr(spec, budget)
         if purpose not in self._llms:
             if self._generator is None:
-                self._generator = make_generator(
-                    spec.kind, spec.model, max_new_tokens=tokens, batch_size=spec.batch_size,
-                    cache_dir=self.model_cache, api=self.api, dtype=spec.dtype,
-                    quantization=spec.quantization,
-                )  # fmt: skip
+                self._generator = make_generator(spec, self.api, cache_dir=self.model_cache)
             stop = "line" if one_line else "budget"
             identity = f"{spec.kind}:{spec.model}:max_new_tokens={tokens}:stop={stop}"
             if spec.kind == "api":  # another server or decoding is another answer

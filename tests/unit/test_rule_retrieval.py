@@ -27,6 +27,7 @@ from rulerag.rule_retrieval.prompts import (
 )
 from rulerag.rule_retrieval.rulebench import load_set, reasoning_prompt, shots_from
 from rulerag.rule_retrieval.search import BM25RuleIndex
+from rulerag.rule_retrieval.settings import LLMSettings
 from tests.support.fake_openai import FakeOpenAI, fake_rule_llm
 
 LIBRARY = RuleLibrary(
@@ -134,7 +135,7 @@ def test_the_api_path_against_a_local_fake_server(monkeypatch: pytest.MonkeyPatc
             (200, {"choices": [{"message": {"content": "[2] > [1] > [3]"}}]}),
         ]
         api = ApiSettings(base_url=server.url, backoff=0.0, concurrency=1)
-        generator = make_generator("api", "fake-model", max_new_tokens=64, api=api)
+        generator = make_generator(LLMSettings(kind="api", model="fake-model"), api)
         llm = CachedLLM(generator, None, progress=False)
         index = BM25RuleIndex(LIBRARY.natural)
         picked = select_rules("siar_r3", [QUERY], LIBRARY, index, llm=llm, top_n=3, top_k=3)
@@ -319,7 +320,6 @@ def test_the_self_induced_rule_may_span_lines_and_the_ranking_may_not() -> None:
     """A local model decodes SI to its budget (the rule may follow a label line) and R³'s
     one-line ranking to the first line break; the cache keeps the two apart."""
     from rulerag.rule_retrieval.llm import LLMPool
-    from rulerag.rule_retrieval.settings import LLMSettings
 
     class LocalLike:
         name = "local-like"
