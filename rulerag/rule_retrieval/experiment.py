@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from rulerag import markdown
+from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.rule_retrieval.evaluate import recall_at_k
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM
@@ -136,10 +137,13 @@ def run_evaluation(
                 forms = settings.query_forms if method.startswith("siar") else (None,)
                 for form in forms:
                     started = time.perf_counter()
+                    point = RuleSelectionSettings(
+                        method=method, top_n=settings.top_k, retriever=retriever,
+                        query_form=form or "si", rule_form=rule_form, candidates=settings.top_n,
+                    )  # fmt: skip
                     selection = select_rules(
-                        method, task.queries, task.library, index, rule_form=rule_form,
-                        query_form=form or "si", llm=induce, rank_llm=rank, shots=task.shots,
-                        query_shots=task.query_shots, top_k=settings.top_k, top_n=settings.top_n,
+                        point, task.queries, task.library, index, llm=induce, rank_llm=rank,
+                        shots=task.shots, query_shots=task.query_shots,
                     )  # fmt: skip
                     info = {
                         "llm_calls": selection.llm_calls,

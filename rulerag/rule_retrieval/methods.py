@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.rule_retrieval.library import RuleLibrary
 from rulerag.rule_retrieval.llm import CachedLLM
 from rulerag.rule_retrieval.prompts import (
@@ -87,23 +88,24 @@ def search_text(query: str, induced: str, form: str) -> str:
 
 
 def select_rules(
-    method: str,
+    selection: RuleSelectionSettings,
     queries: Sequence[str],
     library: RuleLibrary,
     index: RuleIndex,
     *,
-    rule_form: str = "natural",
-    query_form: str = "si",
     llm: CachedLLM | None = None,
     rank_llm: CachedLLM | None = None,
     shots: Sequence[tuple[str, str]] = (),
     query_shots: Sequence[Sequence[tuple[str, str]]] | None = None,
-    top_k: int = 10,
-    top_n: int = 20,
 ) -> Selection:
-    """Rule ids per query by `method` (see the module notes). `llm` induces rules (and ranks
-    them unless `rank_llm`, the same model with a longer answer budget, is given) from the
-    demonstrations `shots`, or from `query_shots`, one list per query."""
+    """Rule ids per query by `selection.method` (see the module notes): its `top_n` rules
+    (the paper's k), R³ re-ranking its `candidates` search results (the paper's n), SIAR
+    searching with its `query_form` and R³ shown the rules in its `rule_form` (`index` holds
+    that form's texts; `selection.retriever` is the caller's to match). `llm` induces rules
+    (and ranks them unless `rank_llm`, the same model with a longer answer budget, is given)
+    from the demonstrations `shots`, or from `query_shots`, one list per query."""
+    method, query_form, rule_form = selection.method, selection.query_form, selection.rule_form
+    top_k, top_n = selection.top_n, selection.candidates
     if method not in METHODS:
         raise ValueError(f"rule retrieval method must be one of {METHODS}, not {method!r}")
     rank_llm = rank_llm or llm

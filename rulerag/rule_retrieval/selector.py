@@ -34,26 +34,25 @@ class RetrievalSelector:
 
     def __init__(
         self,
-        method: str,
+        selection: RuleSelectionSettings,
         library: RuleLibrary,
         index: RuleIndex,
         llms: LLMPool | None,
         *,
-        top_n: int = 3,
-        candidates: int = 10,
-        query_form: str = "si_input",
-        rule_form: str = "natural",
         shots: int = 3,
     ) -> None:
+        """`selection`: the method and its numbers (`index` searches its `rule_form`'s texts);
+        `shots`: how many self-induction demonstrations a query gets (`rule_retrieval.shots`,
+        for the caller that draws them)."""
+        method = selection.method
         if method not in METHODS:
             raise ValueError(f"rule retrieval method must be one of {METHODS}, not {method!r}")
         if uses_llm(method) and llms is None:
             raise ValueError(f"rule selection {method!r} needs an LLM")
-        self.method, self.library, self.index, self.llms = method, library, index, llms
-        self.top_n, self.candidates = top_n, max(candidates, top_n)
-        self.query_form, self.rule_form = query_form, rule_form
+        self.selection, self.method = selection, method
+        self.library, self.index, self.llms = library, index, llms
         self.shots = shots
-        self._text = library.text_of(rule_form)
+        self._text = library.text_of(selection.rule_form)
         self.cost = {"queries": 0, "llm_calls": 0, "r3_repaired": 0, "r3_unparsed": 0}
 
     def __call__(self, queries: Sequence[str], shots: Sequence[tuple[str, str]]) -> list[list[str]]:
@@ -62,17 +61,13 @@ class RetrievalSelector:
         llms = self.llms
         siar, rerank = self.method.startswith("siar"), self.method.endswith("_r3")
         picked = select_rules(
-            self.method,
+            self.selection,
             queries,
             self.library,
             self.index,
-            rule_form=self.rule_form,
-            query_form=self.query_form,
             llm=llms("induce") if siar and llms else None,
             rank_llm=llms("rank") if rerank and llms else None,
             shots=[(query, self._text[rule_id]) for query, rule_id in shots],
-            top_k=self.top_n,
-            top_n=self.candidates,
         )
         self.cost["queries"] += len(queries)
         self.cost["llm_calls"] += picked.llm_calls
@@ -108,17 +103,7 @@ def benchmark_selector(
     llms = None
     if uses_llm(selection.method):
         llms = LLMPool(rule_retrieval.llm, cache_path, model_cache=model_cache, api=api)
-    return RetrievalSelector(
-        selection.method,
-        library,
-        index,
-        llms,
-        top_n=selection.top_n,
-        candidates=selection.candidates,
-        query_form=selection.query_form,
-        rule_form=selection.rule_form,
-        shots=rule_retrieval.shots,
-    )
+    return RetrievalSelector(selection, library, index, llms, shots=rule_retrieval.shots)
 
 
 @dataclass(frozen=True)

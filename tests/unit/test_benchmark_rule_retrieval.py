@@ -132,9 +132,8 @@ def test_retrieval_selector_runs_siar_and_r3_over_the_bank() -> None:
         llm = CachedLLM(fake, None, progress=False)
 
     index = BM25RuleIndex(library.natural)
-    selector = RetrievalSelector(
-        "siar_r3", library, index, Pool(), top_n=2, candidates=3, query_form="si"
-    )
+    selection = RuleSelectionSettings(method="siar_r3", top_n=2, candidates=3, query_form="si")
+    selector = RetrievalSelector(selection, library, index, Pool())
     (rules,) = selector(["what does A criticize ?"], [("what does B host ?", "a")])
     (candidates,) = index.search([induced], 3)
     assert rules == [library.ids[candidates[2]], library.ids[candidates[0]]]
@@ -146,7 +145,9 @@ def test_retrieval_selector_runs_siar_and_r3_over_the_bank() -> None:
 def test_an_llm_method_without_an_llm_is_refused() -> None:
     library = RuleLibrary(("a",), ("x leads to y",), ("y(X, Y) <- x(X, Y)",))
     with pytest.raises(ValueError, match="needs an LLM"):
-        RetrievalSelector("siar", library, BM25RuleIndex(library.natural), None)
+        RetrievalSelector(
+            RuleSelectionSettings(method="siar"), library, BM25RuleIndex(library.natural), None
+        )
 
 
 def _project_params(**selection: object):
@@ -184,10 +185,10 @@ def test_the_selector_is_built_from_typed_settings_alone(monkeypatch: pytest.Mon
     selector = benchmark_selector(
         selection, rule_retrieval, api, bank, relations, cache_path=None, model_cache=None
     )
-    assert (selector.method, selector.top_n, selector.llms) == ("vanilla", 2, None)
+    assert (selector.method, selector.selection, selector.llms) == ("vanilla", selection, None)
     assert selector.shots == rule_retrieval.shots
     query = "Time 2014-06-30 what does Entity 3 Host a visit ?"
-    (expected,) = selector.index.search([query], selector.candidates)
+    (expected,) = selector.index.search([query], selection.candidates)
     (picked,) = selector([query], [])
     assert picked == [selector.library.ids[i] for i in expected][:2]
     assert selector.cost["queries"] == 1 and selector.cost["llm_calls"] == 0

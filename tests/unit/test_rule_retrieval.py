@@ -7,10 +7,12 @@ import io
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
+from rulerag.benchmark.settings import RuleSelectionSettings
 from rulerag.generation.settings import ApiSettings
 from rulerag.orchestration.project_copy import kg_mirror_dir
 from rulerag.rule_retrieval.evaluate import match, recall_at_k
@@ -59,6 +61,14 @@ class ScriptedLLM:
         return [self.answer(p) for p in prompts]
 
 
+def pick(method: Any, *, top_k: int = 10, top_n: int = 20, query_form: Any = "si"):
+    """One rule selection for `select_rules` (its former defaults): its `top_k` rules (the
+    selection's `top_n`), R³ over the top `top_n` search results (its `candidates`)."""
+    return RuleSelectionSettings(
+        method=method, top_n=top_k, candidates=top_n, query_form=query_form
+    )
+
+
 def test_the_prompts_are_the_papers() -> None:
     prompt = si_prompt(QUERY, [("Bob owns a cat.", LIBRARY.natural[0])])
     assert prompt.startswith(SI_INSTRUCTION)
@@ -78,11 +88,11 @@ def test_the_self_induced_rule_is_the_search_text() -> None:
     """Vanilla BM25 misses the rule; the SI (written in the rules' words) finds it first."""
     index = BM25RuleIndex(LIBRARY.natural)
     llm = CachedLLM(ScriptedLLM(lambda p: "If Person X works with Device Y, then X needs Y."), None)
-    vanilla = select_rules("vanilla", ["Zed and Kim?"], LIBRARY, index, top_k=2)
+    vanilla = select_rules(pick("vanilla", top_k=2), ["Zed and Kim?"], LIBRARY, index)
     assert vanilla.search_texts == ["Zed and Kim?"] and vanilla.llm_calls == 0
     for form, expected in (("si", "If Person X works"), ("si_input", "Zed and Kim?")):
         picked = select_rules(
-            "siar", ["Zed and Kim?"], LIBRARY, index, llm=llm, query_form=form, top_k=2
+            pick("siar", query_form=form, top_k=2), ["Zed and Kim?"], LIBRARY, index, llm=llm
         )
         assert expected in picked.search_texts[0]
         assert picked.ranked[0][0] == "r2"
@@ -103,7 +113,9 @@ def test_r3_reorders_by_the_llms_list_and_survives_malformed_ones(
 ) -> None:
     index = BM25RuleIndex(["Person X", "Person X", "Person X"])  # ties: library order
     llm = CachedLLM(ScriptedLLM(lambda p: answer), None)
-    picked = select_rules("vanilla_r3", ["Person X"], LIBRARY, index, llm=llm, top_n=3, top_k=3)
+    picked = select_rules(
+        pick("vanilla_r3", top_n=3, top_k=3), ["Person X"], LIBRARY, index, llm=llm
+    )
     assert picked.ranked == [order]
     assert picked.r3_repaired == int(repaired)
     assert picked.r3_unparsed == int(answer.startswith("I cannot"))
@@ -116,15 +128,15 @@ def test_the_cache_makes_a_rerun_free(tmp_path: Path) -> None:
     index = BM25RuleIndex(LIBRARY.natural)
     queries = ["Bob owns a cat.", "Ann owns a dog.", "Bob owns a cat."]
     first = CachedLLM(fake, tmp_path / "cache.sqlite")
-    run1 = select_rules("siar_r3", queries, LIBRARY, index, llm=first, top_n=3, top_k=2)
+    run1 = select_rules(pick("siar_r3", top_n=3, top_k=2), queries, LIBRARY, index, llm=first)
     assert run1.llm_calls == 4 and len(fake.prompts) == 4  # 2 distinct SI + 2 distinct R3
     first.close()
     again = CachedLLM(fake, tmp_path / "cache.sqlite")
-    run2 = select_rules("siar_r3", queries, LIBRARY, index, llm=again, top_n=3, top_k=2)
+    run2 = select_rules(pick("siar_r3", top_n=3, top_k=2), queries, LIBRARY, index, llm=again)
     assert run2.llm_calls == 0 and len(fake.prompts) == 4
     assert run2.ranked == run1.ranked
     other = CachedLLM(fake, tmp_path / "cache.sqlite", identity="another model")
-    assert select_rules("siar", queries[:1], LIBRARY, index, llm=other).llm_calls == 1
+    assert select_rules(pick("siar"), queries[:1], LIBRARY, index, llm=other).llm_calls == 1
 
 
 def test_the_api_path_against_a_local_fake_server(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -138,7 +150,7 @@ def test_the_api_path_against_a_local_fake_server(monkeypatch: pytest.MonkeyPatc
         generator = make_generator(LLMSettings(kind="api", model="fake-model"), api)
         llm = CachedLLM(generator, None, progress=False)
         index = BM25RuleIndex(LIBRARY.natural)
-        picked = select_rules("siar_r3", [QUERY], LIBRARY, index, llm=llm, top_n=3, top_k=3)
+        picked = select_rules(pick("siar_r3", top_n=3, top_k=3), [QUERY], LIBRARY, index, llm=llm)
     (candidates,) = index.search(picked.search_texts, 3)
     assert picked.ranked == [[LIBRARY.ids[candidates[i]] for i in (1, 0, 2)]]
     assert len(server.requests) == 2 and picked.llm_calls == 2
