@@ -112,7 +112,16 @@ def section_loader(section: str) -> Callable[[Any], Any]:
 class Params:
     """The whole of params.yaml, each section as its settings, checked across sections."""
 
-    datasets: tuple[str, ...]
+    datasets: tuple[str, ...] = field(
+        metadata={
+            "help": (
+                "Datasets that `dvc repro` builds: each foreach stage runs once per name here. "
+                "Known names: icews14, yago, wiki, fb15k237, nell995 (rulerag/kg/registry.py) and "
+                "any key of ingest.custom below. The default is the paper's first benchmark, "
+                "RuleQA-I."
+            )
+        },
+    )
     #: the file as plain data (deep-copied; never handed to the library)
     _values: Mapping[str, Any] = field(repr=False, compare=False)
     where: str = "params.yaml"

@@ -20,8 +20,10 @@ classes (`rulerag.orchestration.run_conf`, through `rulerag.params`). A test che
 numeric knob has a range.
 
 A knob's help text lives once, in its field (peft's style: `field(default=..., metadata={"help":
-"..."})`, read by `settings_help`); params.yaml's comment on that key is the same text, written
-and checked by `tests/support/sync_params_help.py` (tests/unit/test_params_help.py).
+"..."})`, read by `settings_help`); a section's, in its settings class's `HELP: ClassVar[str]`.
+params.yaml's comment on that key (at the end of its line, or the block right above it) is the
+same text, written and checked by `tests/support/sync_params_help.py`
+(tests/unit/test_params_help.py); a help with line breaks (a list, an example) keeps them there.
 
 A key that is a Python keyword (`mine_rules.import`) is a field with a trailing underscore
 whose annotation names the key: `import_: Annotated[dict[str, X], param_key("import")]`.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.settings import (
     Count,
@@ -48,7 +48,26 @@ class CorpusSettings:
         default=("train",), metadata={"help": "links that become documents (never a test link)"}
     )
     #: once or by dataset (`{default: ..., <dataset>: ...}`)
-    filter: CorpusFilter | dict[DatasetName, CorpusFilter] = "none"
+    filter: CorpusFilter | dict[DatasetName, CorpusFilter] = field(
+        default="none",
+        metadata={
+            "help": (
+                "Which links of those splits become documents, by dataset (`default` for the "
+                "rest):\n"
+                "  none               every link (ICEWS14: 63,685 docs; the paper's 77,508 = "
+                "train+valid)\n"
+                "  rule_relations     links whose relation occurs in a bank rule\n"
+                "  query_entities     links touching the subject of a candidate query (NELL-995: "
+                "17,398\n"
+                "                     docs without finetune_from_train; paper 18,177)\n"
+                "  rule_neighbourhood links a candidate query reaches through a selected rule's "
+                "body\n"
+                "                     atom (FB15k-237: 46,605 docs; paper 49,088)\n"
+                "Candidate queries = every test/valid query whose relation has a bank rule, so the "
+                "corpus does not change with test_size."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if not self.splits:
@@ -123,6 +142,11 @@ class RuleSelectionSettings:
 class BuildBenchmarkSettings:
     """params.yaml `build_benchmark`."""
 
+    HELP: ClassVar[str] = (
+        "Stage `build_benchmark`: KG + rule bank -> data/<dataset>/benchmark/ (RuleQA-style): "
+        "corpus.jsonl/.parquet, test.jsonl, f_r.jsonl, f_g.jsonl, stats.json."
+    )
+
     seed: Seed = 12
     corpus: CorpusSettings = field(default_factory=CorpusSettings)
     #: paper = the paper's |Q| for the KG (all queries for a KG the paper has no row of); an
@@ -131,13 +155,45 @@ class BuildBenchmarkSettings:
         default="paper",
         metadata={"help": "paper = the paper's |Q| for the KG; an integer; null = all"},
     )
-    strata: StrataSettings = field(default_factory=StrataSettings)
-    rule_selection: RuleSelectionSettings = field(default_factory=RuleSelectionSettings)
+    strata: StrataSettings = field(
+        default_factory=StrataSettings,
+        metadata={
+            "help": (
+                "Popularity strata of the query subject's train degree (equal-frequency, 0 = long "
+                "tail); each stratum contributes to Q in proportion to its weight."
+            )
+        },
+    )
+    rule_selection: RuleSelectionSettings = field(
+        default_factory=RuleSelectionSettings,
+        metadata={
+            "help": (
+                "Rules per query. head: the bank rules of the query's relation, best by confidence "
+                "(the paper's main setting); similarity: Sentence-BERT cosine above threshold (the "
+                "paper's alternative, N=3, θ=0.7); vanilla | vanilla_r3 | siar | siar_r3: a rule "
+                "retriever over the bank that never sees the relation (the SIAR + R³ paper; its "
+                "LLM, shots and analyzer are rule_retrieval's, answers cached in "
+                "data/<dataset>/cache/). Only the sampled test queries and the F_R / F_G pool are "
+                "asked: on a CPU an LLM method costs ~2-4 s per query."
+            )
+        },
+    )
     max_oracle_docs: Positive = field(
         default=5, metadata={"help": "oracle documents kept per F_R item, answer-bearing first"}
     )
     #: train queries moved into the F_R / F_G pool, once or by dataset (`{default: ...}`)
-    finetune_from_train: Count | dict[DatasetName, Count] = 0
+    finetune_from_train: Count | dict[DatasetName, Count] = field(
+        default=0,
+        metadata={
+            "help": (
+                "F_R / F_G come from the valid split. NELL-995's has 543 links (94 F_R items, 150 "
+                "F_G), far below the paper's 4,351 / 4,764: move this many train queries (all "
+                "their links leave the corpus) into the fine-tuning pool, by dataset. NELL-995 "
+                "with 2000: F_R 709, F_G 1,150, corpus 29,515 (the moved queries' subjects join "
+                "the query_entities filter)."
+            )
+        },
+    )
 
     def for_dataset(
         self, dataset: str, paper: Mapping[str, int] | None = None

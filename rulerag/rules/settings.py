@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from annotated_types import Ge, Le
 
@@ -131,6 +131,17 @@ class ApplySettings:
     `candidates`, `seed`). `temporal` is no params.yaml key: the stage takes it from the data
     (`for_data`); the section as loaded leaves it None."""
 
+    HELP: ClassVar[str] = (
+        "Stage `apply_rules`: the mined rules (rules.parquet, every length) applied as TLogic "
+        "applies them (temporal KGs: history before the query time, score a * confidence + (1 - a) "
+        "* exp(λ (t_first_body - t)), noisy-or over rules, stop once the top-k candidates differ) "
+        "or by their PCA confidence (static KGs), evaluated on the KG's test split (MRR, "
+        "Hits@1/3/10, time-aware filtered, both directions) beside TLogic's published ICEWS14 "
+        "figures, and RuleQA's test queries answered with explained candidates (history: the "
+        "corpus splits). -> data/<dataset>/rule_application/{metrics.json, results.md, "
+        "answers.jsonl}"
+    )
+
     lengths: tuple[Positive, ...] = field(
         default=(1, 2, 3), metadata={"help": "rule lengths applied (TLogic's ICEWS14 run: 1 2 3)"}
     )
@@ -165,7 +176,22 @@ class ApplySettings:
     #: noisy_or (TLogic; AnyBURL's `noisyor`), max (AnyBURL's `maxplus`: the best rule's
     #: score, ties broken by the next best rules) or nrnoisy_or (SAFRAN's non-redundant
     #: noisy-or: max inside clusters of overlapping rules, noisy-or across; static only)
-    aggregation: Aggregation = "noisy_or"
+    aggregation: Aggregation = field(
+        default="noisy_or",
+        metadata={
+            "help": (
+                "How a candidate's scores from several rules combine: noisy_or (TLogic; AnyBURL's "
+                "noisyor), max (AnyBURL's default maxplus: the best rule's score, ties broken by "
+                "the next best) or nrnoisy_or (SAFRAN's non-redundant noisy-or, static KGs only: "
+                "rules whose predictions on the train split overlap (Jaccard above a threshold "
+                "searched per head relation on the valid split) form a cluster; max inside a "
+                "cluster, noisy-or across; rulerag/rules/rule_clusters.py). With AMIE's PCA "
+                "confidences noisy-or ranks best by our rank (ties first); with ties ranked last "
+                'or averaged, nrnoisy_or does on FB15k-237 (docs/results.md "Rules that '
+                'answer").'
+            )
+        },
+    )
     #: nrnoisy_or: the Jaccard thresholds SAFRAN's grid search tries per head relation,
     #: i / cluster_resolution for i = 1..cluster_resolution (SAFRAN's RESOLUTION, 200)
     cluster_resolution: Positive = field(
@@ -188,16 +214,69 @@ class ApplySettings:
     #: predicts none for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 in SAFRAN and in
     #: AnyBURL until 2021: so many candidates tell a top-k ranking nothing); 0: no bound.
     #: Temporal rules follow TLogic, which has none
-    discrimination_bound: Count = 0
+    discrimination_bound: Count = field(
+        default=0,
+        metadata={
+            "help": (
+                "Static rules only: a rule that predicts this many candidates or more for a query "
+                "predicts none for it (AnyBURL's and SAFRAN's DISCRIMINATION_BOUND, 1000 in both: "
+                "so many ties tell a ranking nothing); 0 = no bound. Rules with constants r(X, c) "
+                "<= s(X, d | A) also answer r(?, c) with every X their body holds for, as AnyBURL "
+                "applies them; the bound keeps those sets small. Temporal rules follow TLogic, "
+                "which has no bound."
+            )
+        },
+    )
     #: noisy_or in float32 as TLogic computes it, or exact (`NoisyOr`); aggregation noisy_or
-    noisy_or: NoisyOr = "float32"
+    noisy_or: NoisyOr = field(
+        default="float32",
+        metadata={
+            "help": (
+                "noisy_or: float32 computes 1 - Π(1 - s) as TLogic's code does; it rounds to 1.0 "
+                "once Π falls below 2^-24 (about 24 rules of score 0.5), tying every candidate "
+                "that many rules reach, and the answer ranks first among them. exact ranks by -Σ "
+                "log(1 - s) in float64: the same order without the rounding (aggregation noisy_or "
+                "only). ICEWS14 beside baseline: below_rules: level on the default rules (-0.0001, "
+                "not significant), +0.005 with 1,000 walks per relation, where float32 ties many "
+                'more candidates (docs/results.md "The frequency baseline below the rules"). '
+                "float32 stays the default (TLogic's; exact changes RuleQA's answer scores): set "
+                "exact when mining more rules."
+            )
+        },
+    )
     #: where the evaluation (`forecasting.forecast`) ranks by TLogic's baseline (`Baseline`):
     #: below_rules, better on every KG in its comparison protocol (docs/results.md); TLogic's
     #: own protocol is unanswered. RuleQA's explained candidates are the rules' own either way
-    baseline: Baseline = "below_rules"
+    baseline: Baseline = field(
+        default="below_rules",
+        metadata={
+            "help": (
+                "Link forecasting's evaluation: TLogic's baseline (the share of the relation's "
+                "training facts with each object) ranks the candidates of queries no rule answers "
+                "(unanswered: TLogic, whose other queries rank an answer the rules miss at |E|), "
+                "or also orders the candidates the rules tie and ranks every entity they miss "
+                "after theirs (below_rules). below_rules is better in each KG's comparison "
+                "protocol, paired on every test fact: ICEWS14 0.4300 -> 0.4304 (ties first), "
+                "FB15k-237 0.2060 -> 0.2417 and NELL-995 0.4056 -> 0.4143 (ties averaged); docs/ "
+                'results.md "The frequency baseline below the rules". RuleQA\'s answers stay the '
+                "rules' own."
+            )
+        },
+    )
     #: link forecasting on the KG's test split: a seeded sample of this many test facts (both
     #: directions each); None = every test fact (ICEWS14: 13,222 facts)
-    evaluate_facts: Positive | None = 500
+    evaluate_facts: Positive | None = field(
+        default=500,
+        metadata={
+            "help": (
+                "Test facts evaluated (both directions each), a seeded sample; null = every test "
+                'fact (ICEWS14: 13,222 facts, 26,444 queries; README "Rules that answer" has the '
+                "figures). metrics.json ranks the answer first among the candidates tied with it "
+                "(TLogic's protocol) and also averaged and last (ties_average: SAFRAN's / "
+                'AnyBURL\'s protocol; docs/results.md "Which rank the figures use")'
+            )
+        },
+    )
     candidates: Positive = field(
         default=10, metadata={"help": "explained candidates kept per RuleQA test query"}
     )
@@ -289,7 +368,14 @@ class ConstantRuleSettings:
     #: confidence, `anyburl` gives them AnyBURL's too, support / (body size + pc) with the
     #: standard body size (AnyBURL's cyclic rules count every body grounding (X, Y)), so that
     #: all rules share one scale (see `anyburl_miner.closed_rules_confidence`)
-    closed_confidence: Literal["pca", "anyburl"] = "pca"
+    closed_confidence: Literal["pca", "anyburl"] = field(
+        default="pca",
+        metadata={
+            "help": (
+                "pca: closed rules keep AMIE's PCA confidence; anyburl: support / (body size + pc)"
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         check_constant_settings(self)
@@ -355,9 +441,44 @@ class StaticMinerSettings:
         metadata={"help": "keep a refined rule only if it beats its parents' PCA conf"},
     )
     #: AnyBURL's rules with constants (`anyburl_miner`), none by default
-    constants: ConstantRuleSettings = field(default_factory=ConstantRuleSettings)
+    constants: ConstantRuleSettings = field(
+        default_factory=ConstantRuleSettings,
+        metadata={
+            "help": (
+                "AnyBURL's rules with constants (rulerag/rules/anyburl_miner.py), counted exactly: "
+                "ac1 r(X, c) <= s(X, d), ac2 r(X, c) <= s(X, A), zero r(X, c) <= (no body), with "
+                "the constant on either side of the head; confidence = support / (body groundings "
+                '+ pc). Off by default (docs/results.md "AnyBURL\'s rules with constants", '
+                '"Rules with constants read backwards", "The graph static rules are applied '
+                'to"): on FB15k-237 MRR 0.2060 -> 0.3239 with ties averaged, the protocol of '
+                "AnyBURL's published 0.355 (0.2719 -> 0.3245 ties first; all kinds, "
+                "closed_confidence anyburl, apply_rules.aggregation max, min_confidence 0.0001, "
+                "discrimination_bound 1000; rules applied to the training facts), NELL-995 0.4056 "
+                "-> 0.4295 (0.4332 -> 0.4409), for 6.9 million rules and over 15 minutes (14 GB) "
+                "of mining and applying instead of a minute on FB15k-237. apply_rules reads them "
+                "both ways and needs apply_rules.discrimination_bound with them."
+            )
+        },
+    )
     #: AnyBURL's cyclic rules of three body atoms (`long_cyclic`), none by default
-    long_cyclic: LongCyclicSettings = field(default_factory=LongCyclicSettings)
+    long_cyclic: LongCyclicSettings = field(
+        default_factory=LongCyclicSettings,
+        metadata={
+            "help": (
+                "AnyBURL's cyclic rules of three body atoms (rulerag/rules/long_cyclic.py), which "
+                "AMIE's refinement above stops short of: paths x-a-b-y found from sampled head "
+                "facts r(x, y), counted exactly, confidence support / (body pairs + "
+                "constants.unseen_negatives); needs constants.closed_confidence: anyburl. Off by "
+                'default (docs/results.md "Cyclic rules of three body atoms"): beside the rules '
+                "with constants read both ways on FB15k-237 they add 0.0007 of MRR on every test "
+                "fact (ties averaged 0.3391 -> 0.3398, measured with the validation facts as "
+                "evidence, before apply_rules used the training facts only) for a third more time; "
+                "100 samples and 200 rules per head (37,184 rules) lower it, 0.3239 -> 0.3203, "
+                "while AnyBURL's own cyclic rules in place of ours raise it to 0.3283 "
+                '(docs/results.md "AnyBURL\'s own learner on this machine").'
+            )
+        },
+    )
 
     def __post_init__(self) -> None:
         check_long_cyclic(self.long_cyclic, self.constants)
@@ -425,7 +546,21 @@ class TemporalMinerSettings:
     #: one-atom rules: walks (TLogic: the structures 200 walks happen to find, confidence from
     #: samples) or exact (every structure with a body fact before a head fact on the same
     #: entity pair, confidence over every grounding; longer rules still come from walks)
-    length1: Literal["walks", "exact"] = "walks"
+    length1: Literal["walks", "exact"] = field(
+        default="walks",
+        metadata={
+            "help": (
+                "One-atom rules: walks = the structures TLogic's walks happen to find (the paper's "
+                "miner); exact = every one-atom rule with a body fact before a head fact on one "
+                "entity pair, confidence over all its groundings (walks still find the longer "
+                "rules). On ICEWS14 exact finds 18,568 one-atom rules instead of 5,007, none "
+                "confident one missed, but its bank favours rare rules (mean body support 23 "
+                "instead of 104) whose bodies seldom reach a query's documents: F_R shrinks from "
+                "6,875 to 1,676 items, RuleRAG-FT's EM from 17 to 11 (README \"Rules that "
+                "answer\"). Hence the default stays TLogic's."
+            )
+        },
+    )
     min_confidence: Fraction = 0.0
     # 1 = TLogic's `conf > 0`
     min_rule_support: Count = field(
@@ -434,7 +569,27 @@ class TemporalMinerSettings:
     )
     min_body_support: Count = 1
     #: rules with constants (`temporal_constants`), none by default
-    constants: TemporalConstantSettings = field(default_factory=TemporalConstantSettings)
+    constants: TemporalConstantSettings = field(
+        default_factory=TemporalConstantSettings,
+        metadata={
+            "help": (
+                "Rules with constants under TLogic's time order "
+                "(rulerag/rules/temporal_constants.py), counted exactly on the splits above: ac1 "
+                "r(X, c, T) <= s(X, d, T'), ac2 r(X, c, T) <= s(X, A, T'), T' < T, zero r(X, c, T) "
+                "<= (no body), the constant on either side of the head; body groundings = body "
+                "facts, support = those a head fact follows, confidence = weight * support / (body "
+                "groundings + pc). Applied with score_12 of the latest body fact before the query "
+                '(zero rules: a * confidence). Off by default (docs/results.md "Temporal rules '
+                "with constants\"): on ICEWS14's first 2,000 test facts ac1 and ac2 rules lower "
+                'the MRR (max: 0.4248 -> 0.3804 facts / 0.4193 entities; their noisy-or "gains" '
+                "are float32 ties at 1.0), zero rules counted by entity raise it (noisy-or 0.4543 "
+                "-> 0.4566; every test fact: 0.4300 -> 0.4307 against TLogic's 0.4304, ties "
+                "averaged 0.4272 -> 0.4284, with [zero] and groundings: entities), but paired they "
+                "rank 1,973 queries worse and 1,362 better, and Hits@1 falls "
+                "(benchmarks/bench_paired_forecast.py): an option, not the default"
+            )
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -478,18 +633,82 @@ class RuleImport:
 class MineRulesSettings:
     """params.yaml `mine_rules`."""
 
+    HELP: ClassVar[str] = (
+        "Stage `mine_rules`: data/<dataset>/kg -> data/<dataset>/rules/{rules,bank}.parquet, "
+        "rules.txt, stats.json, confidence.csv/png. Static KGs use the AMIE 3-style miner, "
+        "temporal KGs the TLogic-style one."
+    )
+
     #: splits the rules are learned from (the paper: the training links only)
-    splits: tuple[str, ...] = ("train",)
+    splits: tuple[str, ...] = field(
+        default=("train",),
+        metadata={
+            "help": (
+                "Splits the rules are learned from. The paper mines the training links only; a KG "
+                "without a train split (the WIKI mirror) must name another split here explicitly."
+            )
+        },
+    )
     seed: Seed = SEED  # the temporal miner's walks and body samples
-    static: StaticMinerSettings = field(default_factory=StaticMinerSettings)
-    temporal: TemporalMinerSettings = field(default_factory=TemporalMinerSettings)
-    bank: BankConfig = field(default_factory=BankConfig)
+    static: StaticMinerSettings = field(
+        default_factory=StaticMinerSettings,
+        metadata={
+            "help": (
+                "AMIE 3 semantics and AMIE 3's defaults: it prunes on head coverage only, so "
+                "min_support is 0 (an absolute support floor on top; 100 halves the static banks: "
+                "NELL-995 116 rules instead of 282, FB15k-237 218 instead of 441, against the "
+                "paper's 234 and 367)."
+            )
+        },
+    )
+    temporal: TemporalMinerSettings = field(
+        default_factory=TemporalMinerSettings,
+        metadata={
+            "help": (
+                "TLogic semantics: temporal random walks, confidence = rule support / body support."
+            )
+        },
+    )
+    bank: BankConfig = field(
+        default_factory=BankConfig,
+        metadata={
+            "help": (
+                "The RuleRAG rule bank used downstream (the paper: one-body-atom rules). With "
+                "these defaults: ICEWS14 501 rules (paper 557), FB15k-237 441 (367), NELL-995 282 "
+                "(234)."
+            )
+        },
+    )
     #: what a dataset's bank changes of `bank` (keys of `bank`), by dataset: e.g. longer rules
     #: where one-atom rules cannot give the paper's bank (YAGO has 9 one-atom rules in all)
-    bank_by_dataset: dict[DatasetName, dict[str, Any]] = field(default_factory=dict)
+    bank_by_dataset: dict[DatasetName, dict[str, Any]] = field(
+        default_factory=dict,
+        metadata={
+            "help": (
+                "What a dataset's bank changes of `bank`. The paper's yearly banks cannot be "
+                "one-atom rules: YAGO (10 relations, facts repeated every year of their validity) "
+                "has 9 one-atom rules in all, 6 above confidence 0.1 (paper: 99 rules), WIKI 28 "
+                "one-atom bank rules over 24 relations (paper: 78). With rules of up to 3 atoms: "
+                "YAGO 75 rules over 7 relations (born in, graduated from and created have no rule "
+                "of any length), WIKI 72 over all 24."
+            )
+        },
+    )
     #: rules mined elsewhere instead of mining, by dataset
     import_: Annotated[dict[DatasetName, RuleImport], param_key("import")] = field(
-        default_factory=dict
+        default_factory=dict,
+        metadata={
+            "help": (
+                "Rules mined by the original tools instead of mining, by dataset, e.g.\n"
+                "  import: {fb15k237: {format: amie, path: /data/amie_rules.tsv}}   (or format: "
+                "tlogic,\n"
+                "  or format: anyburl for a rule file AnyBURL learned on the KG's training facts; "
+                "its rules\n"
+                "  with constants then need apply_rules.discrimination_bound on a static dataset)\n"
+                "AMIE rules with constants, and AnyBURL's rules with its reflexive token "
+                "me_myself_i, cannot be used; add skip_unsupported: true to drop them."
+            )
+        },
     )
 
     def bank_for(self, dataset: str) -> BankConfig:

@@ -1,5 +1,6 @@
-"""A knob's help lives once, in its settings field; params.yaml's comment on the key is that
-help (`tests/support/sync_params_help.py` writes and checks it)."""
+"""A knob's help lives once, in its settings field; params.yaml's comment on the key (at the
+end of its line, or the block above it) is that help (`tests/support/sync_params_help.py` writes
+and checks it), and every other comment is one of the sync's `NOTES`, with its reason."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ HELPED_SECTIONS = (
 def test_every_help_comment_is_its_fields_help() -> None:
     changes, checked = sync.sync(write=False)
     assert changes == [], "run: python -m tests.support.sync_params_help"
-    assert checked >= 136
+    assert checked >= 197  # 136 end-of-line comments, 61 blocks (13 of them sections')
 
 
 def knob_paths(cls: type, path: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -53,12 +54,36 @@ def test_a_helped_sections_commented_knobs_all_have_help(section: str) -> None:
     """No comment in params.yaml that is not a field's help: written once, in the field."""
     lines = sync.PARAMS.read_text(encoding="utf-8").split("\n")
     helps = sync.all_helps()
+    assert (section,) in helps  # the block above the section: its class's HELP
     unhelped = []
     for path in knob_paths(sync.section_class(section), (section,)):
         i = sync.key_line(lines, path)
-        if i is not None and sync.comment_at(lines, i)[0] and path not in helps:
+        if i is None or path in helps:
+            continue
+        if sync.comment_at(lines, i)[0] or sync.block_above(lines, i) < i:
             unhelped.append(".".join(path))
     assert unhelped == []
+
+
+def test_every_comment_is_a_help_or_a_note(tmp_path: Path) -> None:
+    """A comment that is no field's help (nor a NOTES entry) is named, as is a note that
+    stands above no comment."""
+    assert all(reason for reason in sync.NOTES.values())
+    original = sync.PARAMS.read_text(encoding="utf-8")
+    stray = original.replace("  seed: 12\n  corpus:\n", "  # a stray note\n  seed: 12\n  corpus:\n")
+    stray = stray.replace("  # Table 3's ablations", "  #  Table 3's ablations", 1)
+    unnoted = original.replace(  # the note no longer stands above r2ag.profiles.paper
+        "2,048 F_G samples.\n    paper:", "2,048 F_G samples.\n\n    paper:", 1
+    )
+    assert stray != original and unnoted != stray
+    copy = tmp_path / "params.yaml"
+    copy.write_text(stray, encoding="utf-8")
+    changes, _ = sync.sync(write=False, path=copy)
+    assert len(changes) == 1 and "a stray note" in changes[0], changes
+    copy.write_text(unnoted, encoding="utf-8")
+    changes, _ = sync.sync(write=False, path=copy)
+    assert "NOTES[('r2ag', 'profiles', 'paper')]: no comment stands there" in changes
+    assert sum("# The paper's (App. A and the official code)" in c for c in changes) == 1
 
 
 def test_a_stale_comment_is_found_and_rewritten(tmp_path: Path) -> None:
@@ -79,6 +104,44 @@ def test_a_stale_comment_is_found_and_rewritten(tmp_path: Path) -> None:
     sync.sync(write=True, path=copy)
     assert copy.read_text(encoding="utf-8") == original
     assert sync.sync(write=False, path=copy)[0] == []
+
+
+def test_a_stale_block_is_found_and_rewritten_from_its_help(tmp_path: Path) -> None:
+    """A block is compared by its words: its own wrap is kept; a block whose words differ is
+    rewritten from the help, wrapped at the key's indentation, lists keeping their lines."""
+    original = sync.PARAMS.read_text(encoding="utf-8")
+    helps = sync.all_helps()
+    rewrapped = original.replace(
+        "  # Exact duplicate facts (same head, relation, tail and time within one split):\n",
+        "  # Exact duplicate facts (same head, relation, tail and time\n  # within one split):\n",
+    )
+    stale = original.replace(
+        "sets small. Temporal rules follow TLogic", "sets small. Temporal follow"
+    )
+    stale = stale.replace("  # keep  - keep every line as read\n", "")
+    stale = stale.replace("  #   keep  - keep every line as read\n", "")
+    assert rewrapped != original and stale != original
+    copy = tmp_path / "params.yaml"
+    copy.write_text(rewrapped, encoding="utf-8")
+    assert sync.sync(write=False, path=copy)[0] == []  # the same words, wrapped otherwise
+    copy.write_text(stale, encoding="utf-8")
+    changes, _ = sync.sync(write=False, path=copy)
+    assert [c.split(":")[0] for c in changes] == [
+        "apply_rules.discrimination_bound",
+        "ingest.duplicates",
+    ]
+    sync.sync(write=True, path=copy)
+    assert sync.sync(write=False, path=copy)[0] == []
+    lines = copy.read_text(encoding="utf-8").split("\n")
+    i = sync.key_line(lines, ("ingest", "duplicates"))
+    assert lines[sync.block_above(lines, i) : i] == [
+        f"  # {line}" for line in helps[("ingest", "duplicates")].split("\n")
+    ]
+    i = sync.key_line(lines, ("apply_rules", "discrimination_bound"))
+    block = lines[sync.block_above(lines, i) : i]
+    assert all(line.startswith("  # ") and len(line) <= sync.WIDTH for line in block)
+    wanted = " ".join(helps[("apply_rules", "discrimination_bound")].split())
+    assert sync.block_text(block) == wanted
 
 
 def test_a_long_help_is_wrapped_under_its_column() -> None:

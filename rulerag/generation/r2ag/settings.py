@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 from rulerag.generation.r2ag.features import FEATURES
 from rulerag.generation.settings import LoraSettings, RuleFilter
@@ -97,11 +97,44 @@ def _paper_lora() -> LoraSettings:
 class R2AGSettings:
     """params.yaml's `r2ag` section, with its chosen profile applied."""
 
+    HELP: ClassVar[str] = (
+        "Stages `train_r2ag` and `generate_r2ag`: R²AG (Ye et al. 2024, ../shared/papers/002_*) in "
+        "the result grid. Each variant puts an R²-Former between its retrieval run and "
+        "generation.model: per document, relevance / precedent / neighbour similarity from the "
+        "dense retriever (App. A) -> Linear(3 -> d) + rank embedding -> Transformer encoder -> a "
+        "QDM relevance head and a projection into the LLM's input embeddings at a `<R>` "
+        "placeholder before the document. The LLM stays frozen (lora: true also trains LoRA on it, "
+        "the paper's R²AG + fine-tuning). Documents per prompt, prompt style, test queries and "
+        "decoding are generation's, so `r2ag` differs from standard_rag and `rulerag_r2ag` from "
+        "rulerag_icl by R²AG alone (report: paired McNemar). -> "
+        "data/<dataset>/generation/r2ag_models/<variant>/, train_r2ag_<variant>.json / _loss.csv,\n"
+        "   data/<dataset>/generation/<variant>/{predictions.jsonl, metrics.json}"
+    )
+
     profile: str = "cpu"
-    rows: UniqueNames = ()  # variants dvc.yaml trains and runs (params.yaml: why none)
+    rows: UniqueNames = field(
+        default=(),
+        metadata={
+            "help": (
+                "Variants dvc.yaml trains and answers with. None by default: two R²AG rows add ~10 "
+                "min to make run on 2 cores (each R²-Former step backpropagates through the whole "
+                "frozen LLM), which would pass its 45-minute budget. `make exp-r2ag` runs [r2ag, "
+                "rulerag_r2ag] as a DVC experiment, `make exp-r2ag-ft` adds the LoRA variants, "
+                "`make exp-r2ag-ablation` Table 3."
+            )
+        },
+    )
     variants: dict[Name, R2AGVariant] = field(default_factory=_default_variants)
     #: features the R²-Former sees; a feature left out is zero everywhere (Table 3's "w/o")
-    features: tuple[Feature, ...] = FEATURES
+    features: tuple[Feature, ...] = field(
+        default=FEATURES,
+        metadata={
+            "help": (
+                "Table 3's ablations: leave a feature out (it is zero everywhere) or set "
+                "qdm_weight: 0 (make exp-r2ag-ablation runs all four as DVC experiments)"
+            )
+        },
+    )
     # 0 = without the QDM loss (Table 3)
     qdm_weight: NonNegative = field(
         default=1.0, metadata={"help": "loss = LM + qdm_weight * QDM (BCE of the relevance head)"}
@@ -123,7 +156,17 @@ class R2AGSettings:
     former: FormerSettings = field(
         default_factory=FormerSettings, metadata={"help": "the official code's"}
     )
-    train: R2AGTrain = field(default_factory=R2AGTrain)
+    train: R2AGTrain = field(
+        default_factory=R2AGTrain,
+        metadata={
+            "help": (
+                "CPU profile: the paper's optimiser (Adam, constant lr after a 3 % warm-up, grad "
+                "norm 0.3, batch 2 x 2 accumulation) on as many F_G samples as train_generator's, "
+                "one epoch, and a larger learning rate for so few steps (the paper: 2e-4 over its "
+                "whole training set)."
+            )
+        },
+    )
     lora: LoraSettings = field(default_factory=_paper_lora, metadata={"help": "App. A (RAFT)"})
     seed: Seed = 12
     profiles: dict[str, dict[str, Any]] = field(default_factory=dict)
