@@ -18,8 +18,8 @@ import pytest
 
 from rulerag.orchestration.project_copy import copy_project, cut_project
 from tests.pipeline.test_kfp_pipeline import BIN, KFP_PYTHON, kfp, kfp_env
-from tests.support.serial_compare import data_digests, lock_entries
 from tests.support.compose_stack import require_docker
+from tests.support.serial_compare import data_digests, lock_entries
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, pytest.mark.data,
               pytest.mark.xdist_group("docker")]  # fmt: skip
