@@ -51,7 +51,7 @@ from rulerag.orchestration.airflow_tasks import (
     trigger_params,
 )
 from rulerag.orchestration.assets import ASSET_GROUP
-from rulerag.orchestration.dag_layout import DagLayout, TaskSpec, dag_layout
+from rulerag.orchestration.dag_layout import DagLayout, TaskSpec, dag_layout, unselected_task_ids
 from rulerag.orchestration.dag_settings import GPU_STAGES, DagSettings
 from rulerag.orchestration.run_plan import project_dir, stage_env
 from rulerag.orchestration.workspaces import collect, head_commit, push_outputs
@@ -75,9 +75,8 @@ def apply_conf() -> dict[str, Any]:
     context = get_current_context()
     run_id = str(context["run_id"])
     applied = apply_conf_to_params(PROJECT_DIR, dict(context["dag_run"].conf or {}), run_id)
-    chosen = set(applied["selected"])
-    applied["unselected"] = [t.full_task_id for t in LAYOUT.tasks if t.instance not in chosen]
-    log.info("%d of %d stage tasks selected", len(chosen), len(LAYOUT.tasks))
+    applied["unselected"] = unselected_task_ids(LAYOUT, applied["selected"])
+    log.info("%d of %d stage tasks selected", len(applied["selected"]), len(LAYOUT.tasks))
     workdir = Path(applied["workdir"]) if applied["workdir"] else None
     env = stage_env(run_id)
     if workdir is not None and not WORKSPACES:

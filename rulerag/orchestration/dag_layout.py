@@ -21,7 +21,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -214,17 +214,9 @@ def selected_instances(dvc_yaml: Path, params: Mapping[str, Any]) -> set[str]:
     return {inst.name for inst in build_graph(dvc_yaml, params, selected)}
 
 
-def unselected_task_ids(
-    layout: DagLayout, project: Path, stages: Sequence[str] | None
-) -> list[str]:
-    """The full task ids of the layout's stage tasks a run does not execute: those DVC would
-    not generate from the project's params.yaml as it is now (`selected_instances`), and
-    those of a stage not among `stages` (None: every stage)."""
-    from rulerag.params import read_params_file
-
-    current = selected_instances(project / "dvc.yaml", read_params_file(project / "params.yaml"))
-    return [
-        spec.full_task_id
-        for spec in layout.tasks
-        if spec.instance not in current or (stages is not None and spec.stage not in stages)
-    ]
+def unselected_task_ids(layout: DagLayout, selected: Collection[str]) -> list[str]:
+    """The full task ids of the layout's stage tasks a run does not execute: those whose
+    instance is not among the run plan's `selected` (`run_plan.plan_run`: what DVC generates
+    from the run's params.yaml, of the stages it asks for)."""
+    chosen = set(selected)
+    return [spec.full_task_id for spec in layout.tasks if spec.instance not in chosen]

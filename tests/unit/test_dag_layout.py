@@ -20,6 +20,7 @@ from rulerag.orchestration.dag_layout import (
     unselected_task_ids,
 )
 from rulerag.orchestration.dvc_graph import build_graph
+from rulerag.orchestration.run_plan import plan_run
 from rulerag.params import parse_params, read_params_file
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -107,7 +108,7 @@ def test_the_layout_is_kept_and_worked_out_again_when_an_input_changes(
     assert DagLayout.from_json((project / LAYOUT_FILE).read_text()) == other
 
 
-def test_unselected_tasks_are_the_ones_dvc_would_not_generate_or_of_other_stages(
+def test_unselected_tasks_are_the_ones_the_run_plan_does_not_select(
     project: Path,
 ) -> None:
     layout = build_layout(project, {})
@@ -118,9 +119,13 @@ def test_unselected_tasks_are_the_ones_dvc_would_not_generate_or_of_other_stages
     )
     assert read_params_file(project / "params.yaml")["datasets"] == ["nell995"]
     ids = {t.full_task_id for t in layout.tasks}
-    skipped = set(unselected_task_ids(layout, project, ["ingest", "mine_rules"]))
+    skipped = set(
+        unselected_task_ids(
+            layout, plan_run(project, {"stages": ["ingest", "mine_rules"]}).selected
+        )
+    )
     assert ids - skipped == {"nell995.ingest", "nell995.mine_rules"}
-    everything = set(unselected_task_ids(layout, project, None))
+    everything = set(unselected_task_ids(layout, plan_run(project, {}).selected))
     assert {t for t in ids - everything} == {
         t.full_task_id for t in layout.tasks if t.dataset == "nell995"
     }
