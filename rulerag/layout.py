@@ -20,6 +20,7 @@ real outputs).
     qa/                 metrics.json, results.md                              qa_rag
     generalisation/     results.md, gains.csv, cells.csv, gains.png           generalisation
     export/             huggingface/, dpr/, rulerag_official/, stats.json     export
+    model/              metrics.json (the registered model's row and size)    package_model
     cache/              rule_llm.sqlite (LLM answers kept across reruns; no stage output)
 """
 
@@ -43,7 +44,7 @@ ROBUST = "robust"
 #: instance that writes a file; the others run per dataset and item (`matrix`)
 _PER_DATASET = frozenset(
     {"ingest", "mine_rules", "build_benchmark", "apply_rules", "retrieval_report", "report",
-     "rule_retrieval_eval", "qa_rag", "generalisation", "export"}
+     "rule_retrieval_eval", "qa_rag", "generalisation", "export", "package_model"}
 )  # fmt: skip
 
 
@@ -116,6 +117,7 @@ class DataLayout:
             (self.qa, "qa_rag"),
             (self.generalisation, "generalisation"),
             (self.export, "export"),
+            (self.packaged, "package_model"),
             (self.rule_llm_cache.parent, None),
         ]
 
@@ -304,6 +306,12 @@ class DataLayout:
     def export(self) -> Path:
         """RuleQA in others' formats (`export`): replaced as a whole folder."""
         return self.root / "export"
+
+    @property
+    def packaged(self) -> Path:
+        """What `package_model` records of the model it registered (the model itself is in
+        the MLflow store: `rulerag-<dataset>`)."""
+        return self.root / "model"
 
     # -- caches that are no stage output --------------------------------------------------
     @property

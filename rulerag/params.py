@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the section types, imported when a section is read (see the
     )
     from rulerag.rule_retrieval.settings import RuleRetrievalSettings
     from rulerag.rules.settings import ApplySettings, MineRulesSettings
+    from rulerag.serving.settings import ServeSettings
 
 __all__ = [
     "OTHER_KEYS",
@@ -97,6 +98,7 @@ SECTIONS: dict[str, str] = {
     "qa": "rulerag.qa.settings:qa_settings",
     "generalisation": "rulerag.experiments.settings:generalisation_settings",
     "export": "rulerag.export.settings:export_settings",
+    "serve": "rulerag.serving.settings:serve_settings",
 }
 #: top-level keys that are not a stage's section
 OTHER_KEYS = ("datasets",)
@@ -180,6 +182,10 @@ class Params:
     @cached_property
     def export(self) -> ExportSettings:
         return self._section("export")
+
+    @cached_property
+    def serve(self) -> ServeSettings:
+        return self._section("serve")
 
     def section_values(self, section: str) -> Any:
         """A section as params.yaml writes it (a deep copy): what outputs record as their
@@ -412,6 +418,33 @@ def _export_retriever(params: Params) -> list[str]:
     return problems
 
 
+def _served_row(params: Params) -> list[str]:
+    """`package_model` packs a row the grid runs (its figures decide the `champion` alias)
+    and answers with it live: a local generator (the base model or a trained variant),
+    greedy decoding, no chain and no rule-derived evidence."""
+    generation, name = params.generation, params.serve.row
+    if name not in generation.configs:
+        return [
+            f"serve.row {name!r} is not in generation.configs ({', '.join(generation.configs)}): "
+            "package_model packs a row the grid runs"
+        ]
+    row = generation.grid[name]  # generation.configs are grid rows (GenerationSettings)
+    why = None
+    if row.generator in ("api", "symbolic"):
+        why = f"its generator is {row.generator!r}, not a local model"
+    elif row.trained and row.generator not in generation.train.variants:
+        why = f"its adapter {row.generator!r} is not in generation.train.variants"
+    elif row.method is not None:
+        why = f"it is a {row.method} chain"
+    elif (row.decoding or generation.decoding) != "generate":
+        why = "it ranks candidates (decoding: rank)"
+    elif row.evidence:
+        why = "it adds rule-derived evidence"
+    if why:
+        return [f"serve.row {name!r} cannot be served: {why}; pick a row like rulerag_ft"]
+    return []
+
+
 def _run_datasets_of_kind(params: Params, kind: str) -> list[str]:
     """The run's datasets (`datasets`) of one kind, "temporal" or "static"; an unknown name is
     `_known_datasets`' to report, not this one's."""
@@ -497,6 +530,7 @@ RULES: tuple[Rule, ...] = (
         reads=("datasets", "generalisation.datasets", "ingest"),
     ),
     Rule(("export",), _export_retriever, reads=("export", "datasets", "retrieve.finetune")),
+    Rule(("serve",), _served_row, reads=("serve.row", "generation")),
     Rule(("apply_rules",), _nrnoisy_static, reads=("apply_rules.aggregation", *_KINDS)),
     Rule(
         ("apply_rules", "mine_rules"), _constants_bounded,

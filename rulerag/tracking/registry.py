@@ -40,6 +40,7 @@ from typing import Any
 
 __all__ = [
     "registered_name",
+    "served_name",
     "save_encoder_model",
     "save_generator_model",
 ]
@@ -58,6 +59,12 @@ def registered_name(dataset: str, kind: str, variant: str) -> str:
     dataset and trained variant, so each training run adds a version to the same model."""
     parts = [REGISTRY_PREFIX, dataset, kind, variant]
     return "-".join(_UNSAFE.sub("_", part).strip("_") or "_" for part in parts)
+
+
+def served_name(dataset: str) -> str:
+    """`rulerag-icews14`: the whole trained RuleRAG path of a dataset (`package_model`), the
+    model a user serves (`make serve`, `mlflow models serve -m models:/rulerag-icews14@champion`)."""
+    return f"{REGISTRY_PREFIX}-{_UNSAFE.sub('_', dataset).strip('_') or '_'}"
 
 
 def _pins(*distributions: str) -> list[str]:
