@@ -61,7 +61,8 @@ class RuleRAGModel(mlflow.pyfunc.PythonModel):
         params = load_params(Path(context.artifacts["params"]))
         self.answerer = Answerer(Path(context.artifacts["data"]), params)
 
-    def predict(self, context: Any, model_input: Any, params: dict | None = None) -> list[dict]:
+    # no type hints on `model_input`: MLflow would read them as a schema to convert inputs to
+    def predict(self, context, model_input, params=None):
         from mlflow.exceptions import MlflowException
         from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE
 

@@ -127,13 +127,20 @@ def save_rulerag_model(
     import pandas as pd
     from mlflow.models import ModelSignature
     from mlflow.types import ColSpec, Schema
+    from mlflow.types.schema import AnyType
 
     # the model's code is `serving.model` (imported here so the stage's code deps hold it)
     from rulerag.serving import model
 
     code = Path(model.__file__).resolve().with_name(_MODEL_CODE)
+    # a question is text; a subject, relation, time or qid may be a name or an id
     signature = ModelSignature(
-        inputs=Schema([ColSpec("string", name, required=False) for name in INPUT_COLUMNS])
+        inputs=Schema(
+            [
+                ColSpec("string" if name == "question" else AnyType(), name, required=False)
+                for name in INPUT_COLUMNS
+            ]
+        )
     )
     mlflow.pyfunc.save_model(
         str(path),

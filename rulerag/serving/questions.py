@@ -25,7 +25,7 @@ from typing import Any
 from rulerag.errors import InputError
 from rulerag.serving.linking import LinkedQuery, Linker
 
-__all__ = ["FORMS", "MAX_TEXT", "Question", "QuestionReader"]
+__all__ = ["FORMS", "MAX_TEXT", "Question", "QuestionReader", "check_form"]
 
 #: the keys of each input form
 FORMS: dict[str, frozenset[str]] = {
@@ -72,6 +72,28 @@ def _field(value: Any, key: str, where: str) -> str | int:
     return value
 
 
+def check_form(given: Any, where: str) -> tuple[str, dict[str, Any]]:
+    """The form of one input (`FORMS`) and the values it gives; an `InputError` naming
+    `where` for anything else. The served model's callers run it before MLflow's schema step,
+    which would drop an unknown key without a word."""
+    if not isinstance(given, Mapping):
+        raise InputError(f'{where}: expected an object such as {{"question": ...}}')
+    keys = {str(k) for k, v in given.items() if _present(v)}
+    unknown = sorted(keys - set().union(*FORMS.values()))
+    if unknown:
+        raise InputError(
+            f"{where}: unknown field {unknown[0]!r}; give question, or subject + relation "
+            "(+ time), or qid"
+        )
+    forms = [name for name, fields in FORMS.items() if keys & fields]
+    if len(forms) != 1:
+        raise InputError(
+            f"{where}: give exactly one of question, subject + relation (+ time), or qid"
+            + (f", not {' and '.join(forms)}" if forms else "")
+        )
+    return forms[0], {k: v for k, v in given.items() if str(k) in keys}
+
+
 class QuestionReader:
     """Turns inputs into `Question`s: checks their form, links them, finds the test query."""
 
@@ -98,25 +120,11 @@ class QuestionReader:
         return [self._one(given, f"input {i + 1}") for i, given in enumerate(inputs)]
 
     def _one(self, given: Any, where: str) -> Question:
-        if not isinstance(given, Mapping):
-            raise InputError(f"{where}: expected an object such as {{\"question\": ...}}")
-        keys = {str(k) for k, v in given.items() if _present(v)}
-        unknown = sorted(keys - set().union(*FORMS.values()))
-        if unknown:
-            raise InputError(
-                f"{where}: unknown field {unknown[0]!r}; give question, or subject + relation "
-                "(+ time), or qid"
-            )
-        values = {k: given[k] for k in keys}
-        forms = [name for name, fields in FORMS.items() if keys & fields]
-        if len(forms) != 1:
-            raise InputError(
-                f"{where}: give exactly one of question, subject + relation (+ time), or qid"
-                + (f", not {' and '.join(forms)}" if forms else "")
-            )
-        if forms[0] == "qid":
+        form, values = check_form(given, where)
+        keys = set(values)
+        if form == "qid":
             return self._test_query(_field(values["qid"], "qid", where), values, where)
-        if forms[0] == "question":
+        if form == "question":
             text = _field(values["question"], "question", where)
             link = self.linker.link_question(str(text))
         else:
