@@ -200,7 +200,7 @@ CHAIN_QUERIES ?= 20
 exp-chains: setup  ## VE, CoK and RuleRAG-CoK beside the grid on CHAIN_QUERIES queries
 	export PATH=$(abspath $(BIN)):$$PATH; \
 	$(EXP_RUN) chains -S generation.test_queries=$(CHAIN_QUERIES) \
-	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' && \
+	  -S 'generation.configs=[standard_rag,rulerag_icl,ve,cok,rulerag_cok]' -S serve.row=null && \
 	$(EXP_SUMMARY) chains
 
 # R²AG + fine-tuning: the LoRA variants beside the frozen ones (rulerag_r2ag_ft vs rulerag_ft).

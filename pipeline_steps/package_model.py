@@ -5,7 +5,8 @@ KG's names and history, the rule bank and mined rules, the corpus and its index,
 fine-tuned query encoder and LoRA adapter, params.yaml) into a pyfunc model, logs it to the
 stage's MLflow run and registers it as `rulerag-<dataset>`; the alias `champion` moves to the
 new version only when its grid figure (`serve.champion_metric` of the row's metrics.json) beats
-the champion's. Writes data/<dataset>/model/metrics.json (the row's figures, the model's size).
+the champion's. Writes data/<dataset>/model/metrics.json (the row's figures, the model's size;
+`serve.row: null` registers nothing and says so there).
 `make serve` and `mlflow models serve -m models:/rulerag-<dataset>@champion` serve it.
 """
 
@@ -26,6 +27,11 @@ def main(argv: list[str] | None = None) -> int:
     stage = stage_inputs("package_model", argv, __doc__)
     name, layout, params = stage.dataset, stage.layout, stage.params
     serve = params.serve
+    if serve.row is None:  # switched off: nothing registered, the outputs say so
+        with staged_outputs(layout.packaged, "package_model") as staging:
+            write_json(staging / "metrics.json", {"dataset": name, "row": None})
+        print(f"package_model@{name}: off (serve.row is null), nothing registered")
+        return 0
     with stage.track({"serve": params.section_values("serve")}) as run:
         with tempfile.TemporaryDirectory(prefix=".package_model-", dir=layout.root) as work:
             packaged = package_model(layout, params, Path(stage.args.params), Path(work))

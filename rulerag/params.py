@@ -423,10 +423,12 @@ def _served_row(params: Params) -> list[str]:
     and answers with it live: a local generator (the base model or a trained variant),
     greedy decoding, no chain and no rule-derived evidence."""
     generation, name = params.generation, params.serve.row
+    if name is None:
+        return []
     if name not in generation.configs:
         return [
             f"serve.row {name!r} is not in generation.configs ({', '.join(generation.configs)}): "
-            "package_model packs a row the grid runs"
+            "package_model packs a row the grid runs (serve.row: null switches it off)"
         ]
     row = generation.grid[name]  # generation.configs are grid rows (GenerationSettings)
     why = None
@@ -441,7 +443,10 @@ def _served_row(params: Params) -> list[str]:
     elif row.evidence:
         why = "it adds rule-derived evidence"
     if why:
-        return [f"serve.row {name!r} cannot be served: {why}; pick a row like rulerag_ft"]
+        return [
+            f"serve.row {name!r} cannot be served: {why}; pick a row like rulerag_ft (or null: "
+            "package_model registers nothing)"
+        ]
     return []
 
 

@@ -53,7 +53,7 @@ _MODEL_CODE = "model_code.py"
 def model_files(layout: DataLayout, params: Params) -> list[Path]:
     """The files and folders of data/<dataset>/ the served row answers with (module doc)."""
     generation = params.generation
-    row = grid_config(params.serve.row, generation)
+    row = grid_config(params.serve.row or "", generation)
     paths = [
         layout.entities,
         layout.relations,
@@ -183,6 +183,8 @@ def package_model(
     work/model, with the row's grid figures (generation/<row>/metrics.json), which decide the
     `champion` alias, and the model's size."""
     row = params.serve.row
+    if row is None:
+        raise ValueError("serve.row is null: there is no row to package")
     figures_file = layout.row(row) / "metrics.json"
     if not figures_file.is_file():
         raise InputError(f"package_model@{layout.dataset}: {figures_file} not found: run generate")

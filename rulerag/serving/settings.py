@@ -62,12 +62,13 @@ class ServeSettings:
         "on a page and a JSON API (docs/operations.md, Serving)."
     )
 
-    row: Name = field(
+    row: Name | None = field(
         default="rulerag_ft",
         metadata={
             "help": (
-                "the generation.grid row packaged: a row with a local generator (base, rgft, "
-                "ssft) and documents from generation.retriever"
+                "the generation.grid row packaged: a row of generation.configs with a local "
+                "generator (base, rgft, ssft); null = package_model registers nothing (a grid "
+                "without such a row, e.g. API rows only)"
             )
         },
     )

@@ -265,6 +265,7 @@ def with_api_row(**api) -> dict:
     params = yaml.safe_load(PARAMS_FILE.read_text(encoding="utf-8"))
     params["generation"]["grid"]["gpt"] = API_ROW
     params["generation"]["configs"] = ["gpt"]
+    params["serve"]["row"] = None  # no local row to package
     params["generation"]["api"].update(base_url="https://api.example/v1", **api)
     return params
 
