@@ -8,7 +8,14 @@ from __future__ import annotations
 import copy
 import errno
 import os
-from collections.abc import Mapping, Sequence
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -18,7 +25,11 @@ import pandas as pd
 import pytest
 import yaml
 
+from rulerag.orchestration.processes import stop_group
 from rulerag.retrieval.rule_guided import RUN_COLUMNS
+
+#: the project this checkout is (servers the tests start run from it)
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 Row = tuple[str, str, int, str, float]
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -228,3 +239,45 @@ def process_running(pid: int) -> bool:
             return handle.read().rpartition(b")")[2].split()[0] not in (b"Z", b"X")
     except FileNotFoundError:
         return False
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextmanager
+def mlflow_ui(project: Path) -> Iterator[str]:
+    """`python -m rulerag.tracking ui` (what `make mlflow-ui` runs) on a free port; its URL.
+    The server runs in a process group of its own, ended with it."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    command = [sys.executable, "-m", "rulerag.tracking", "ui", "--project-dir", str(project)]
+    server = subprocess.Popen(
+        [*command, "--port", str(port), "--workers", "1"],
+        cwd=PROJECT_ROOT,  # not the project: the server must not depend on its working dir
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2):
+                    break
+            except (urllib.error.URLError, OSError):
+                if server.poll() is not None or time.monotonic() > deadline:
+                    server.kill()
+                    pytest.fail(f"mlflow server did not start:\n{server.communicate()[0]}")
+                time.sleep(0.5)
+        yield url
+    finally:
+        stop_group(server, grace=30)
+        if server.stdout:
+            server.stdout.close()

@@ -110,8 +110,8 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     ]
     # ingest, mine_rules, build_benchmark, apply_rules 4; index 2; train_retriever 2;
     # retrieve 4 + 2; retrieval_report 1; train_generator 2; generate 14; train_r2ag 2;
-    # generate_r2ag 2; rule_retrieval_eval 1; report 1; generalisation 1
-    assert len(stages) == 38, stages
+    # generate_r2ag 2; rule_retrieval_eval 1; report 1; generalisation 1; package_model 1
+    assert len(stages) == 39, stages
 
     for config in (
         "bm25-standard",
@@ -192,6 +192,7 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
 
     status = dvc("status", "--json", check=True)
     assert json.loads(status.stdout) == {}, status.stdout
+    _served_model_answers_as_the_grid_row(project_copy, layout, env)
 
     # A DVC experiment on one grid row's knob reruns that row (and what reads every row: the
     # report, the generalisation split), not the other rows, retrievers or adapters.
@@ -241,6 +242,85 @@ def test_dvc_repro_runs_every_stage(project_copy: Path, sliced_kg: Path) -> None
     assert float(version.tags["metric.steps"]) == trained.data.metrics["steps"]
 
     _rule_retrieval_selection_runs_the_benchmark(project_copy, env, dvc)
+
+
+def _served_model_answers_as_the_grid_row(project: Path, layout: DataLayout, env: dict) -> None:
+    """package_model registered rulerag-slice with `champion` on it. Loaded as `make serve`
+    loads it, it answers the grid's rulerag_ft queries (asked by id, in the grid's order, in one
+    call) with the row's own generations and documents, and a question in words links to its
+    test query. `mlflow models serve` of `models:/rulerag-slice@champion` (through the tracking
+    server `make mlflow-ui` starts) answers the same JSON, and a bad input with a 400."""
+    from rulerag.serving.loading import load_served
+    from tests.helpers import free_port, mlflow_ui
+
+    packaged = json.loads((layout.packaged / "metrics.json").read_text())
+    assert packaged["row"] == "rulerag_ft" and packaged["model_bytes"] > 0
+    rows = [json.loads(x) for x in (layout.row("rulerag_ft") / "predictions.jsonl")
+            .read_text().splitlines()]  # fmt: skip
+    model = load_served("models:/rulerag-slice@champion", project)
+    answers = model.predict([{"qid": r["qid"]} for r in rows])
+    assert [a["generation"] for a in answers] == [r["generation"] for r in rows]
+    for answer, row in zip(answers, rows, strict=True):
+        assert [d["id"] for d in answer["documents"]["with_rules"]] == row["doc_ids"][:10]
+        assert [r["rule_id"] for r in answer["rules"]] == row["rule_ids"]
+        assert answer["gold"] == row["answers"] and answer["qid"] == row["qid"]
+    (worded,) = model.predict([{"question": rows[0]["query"]}])
+    assert worded["qid"] == rows[0]["qid"] and worded["link"]["subject"]["method"] == "exact"
+
+    port = free_port()
+    log = project.parent / "mlflow-serve.log"  # a file, not a pipe: its progress bars fill one
+    with mlflow_ui(project) as url, open(log, "w", encoding="utf-8") as output:
+        served = subprocess.Popen(
+            [str(BIN / "mlflow"), "models", "serve", "-m", "models:/rulerag-slice@champion",
+             "--env-manager", "local", "--host", "127.0.0.1", "--port", str(port), "-w", "1"],
+            env={**env, "MLFLOW_TRACKING_URI": url},
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:
+            base = f"http://127.0.0.1:{port}"
+            _wait_for(f"{base}/ping", served, 300, log)
+            body = {"dataframe_records": [{"qid": r["qid"]} for r in rows[:2]]}
+            status, reply = _post(f"{base}/invocations", body)
+            assert status == 200, reply
+            assert reply["predictions"] == json.loads(json.dumps(answers[:2]))
+            status, reply = _post(f"{base}/invocations", {"dataframe_records": [{"qid": "x"}]})
+            assert status == 400 and "no RuleQA test query" in reply["message"], reply
+        finally:
+            from rulerag.orchestration.processes import stop_group
+
+            stop_group(served, grace=30)
+
+
+def _wait_for(url: str, server: subprocess.Popen, seconds: float, log: Path) -> None:
+    import time
+    import urllib.request
+
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=2):
+                return
+        except OSError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                pytest.fail(f"{url} did not answer:\n{log.read_text(errors='replace')[-4000:]}")
+            time.sleep(1)
+
+
+def _post(url: str, body: dict) -> tuple[int, dict]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        url, json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            return answer.status, json.loads(answer.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
 
 
 def _rule_retrieval_selection_runs_the_benchmark(project_copy: Path, env: dict, dvc) -> None:

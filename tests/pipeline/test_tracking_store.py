@@ -11,20 +11,17 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from rulerag import tracking
-from rulerag.orchestration.processes import stop_group
 from rulerag.tracking import PIPELINE_RUN_ENV, artifact_repository, stage_run
 from rulerag.tracking.registry import registered_name
+from tests.helpers import mlflow_ui
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("clean_tracking_env")]
 
@@ -194,48 +191,6 @@ def test_replay_cli_sends_spooled_runs(tmp_path: Path) -> None:
         assert [a.path for a in stored.list_artifacts()] == ["d.json"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@contextmanager
-def _mlflow_ui(project: Path) -> Iterator[str]:
-    """`python -m rulerag.tracking ui` (what `make mlflow-ui` runs) on a free port; its URL.
-    The server runs in a process group of its own, ended with it."""
-    port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    command = [sys.executable, "-m", "rulerag.tracking", "ui", "--project-dir", str(project)]
-    server = subprocess.Popen(
-        [*command, "--port", str(port), "--workers", "1"],
-        cwd=PROJECT_ROOT,  # not the project: the server must not depend on its working dir
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    server.kill()
-                    pytest.fail(f"mlflow server did not start:\n{server.communicate()[0]}")
-                time.sleep(0.5)
-        yield url
-    finally:
-        stop_group(server, grace=30)
-        if server.stdout:
-            server.stdout.close()
-
-
 def _save_marker_model(path: Path) -> None:
     """A stand-in MLflow model folder (the registry only needs the folder)."""
     path.mkdir(parents=True)
@@ -264,7 +219,7 @@ def test_a_moved_project_serves_its_artifacts_and_models(
     assert not run.spooled and (old / "mlflow.db").is_file()
     shutil.move(old, new)
 
-    with _mlflow_ui(new) as url:
+    with mlflow_ui(new) as url:
         client = MlflowClient(tracking_uri=url)
         assert client.get_run(run.run_id).data.metrics == {"em": 0.41}
         listed = [a.path for a in client.list_artifacts(run.run_id)]
