@@ -30,7 +30,7 @@ help:  ## this list: every target with what it does
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
 	  awk 'BEGIN {FS = ":.*## "}; {printf "  %-20s %s\n", $$1, $$2}'
 
-.PHONY: setup setup-llm serve-llm run export test test-fast lint lint-docker lock airflow mlflow-ui \
+.PHONY: setup setup-llm serve-llm serve run export test test-fast lint lint-docker lock airflow mlflow-ui \
 	clean-venv exp-k exp-data cluster-deps cluster-up cluster-down cluster-status test-cluster \
 	exp-r2ag exp-r2ag-ablation exp-r2ag-ft exp-robustness exp-generalisation exp-chains \
 	gpu-bundle gpu-check setup-kfp kfp kfp-local lock-kfp docker-deps images stack-up stack-down \
@@ -105,6 +105,18 @@ CTX = 2048
 serve-llm: setup-llm  ## serve the local LLM (OpenAI API) on HOST:PORT until Ctrl-C
 	$(BIN)/python -m rulerag.generation.llm_server --model '$(LLM_MODEL)' --host '$(HOST)' \
 	  --port '$(PORT)' --threads '$(THREADS)' --parallel '$(PARALLEL)' --ctx '$(CTX)'
+
+# `make serve`: the registered RuleRAG model (default models:/rulerag-<params.yaml's first
+# dataset>@champion, registered by the stage `package_model`) on a page and a JSON API until Ctrl-C
+# (rulerag/serving/cli.py checks every value; docs/operations.md, Serving). MODEL, DATASET,
+# HOST and PORT are read from the command line only (`make serve PORT=8051
+# MODEL=models:/rulerag-icews14/3`); one not given there comes from params.yaml's `serve`
+# section (127.0.0.1:8050), never from serve-llm's HOST / PORT defaults above or the environment.
+serve_arg = $(if $(filter command line,$(origin $(1))),$(2) '$($(1))')
+SERVE_ARGS = $(call serve_arg,MODEL,--model) $(call serve_arg,DATASET,--dataset) \
+	$(call serve_arg,HOST,--host) $(call serve_arg,PORT,--port)
+serve: setup  ## the registered RuleRAG model on a page and a JSON API (MODEL, DATASET, HOST, PORT)
+	$(BIN)/python -m rulerag.serving --params params.yaml $(strip $(SERVE_ARGS))
 
 # params.yaml is checked as a whole first (every section, key, type, range and dataset name),
 # so a typo fails in seconds instead of after the stages before the one that reads it.

@@ -30,7 +30,7 @@ from typing import Any
 
 from rulerag.errors import InputError
 
-__all__ = ["ENTITIES", "FakeServedModel", "install_loader", "main", "serving"]
+__all__ = ["ENTITIES", "FakeServedModel", "fake_loading", "install_loader", "main", "serving"]
 
 #: the KG's entities by id; one name carries HTML, which the page must show as text
 ENTITIES = {
@@ -205,12 +205,17 @@ def serving(app: Any) -> Iterator[str]:
         sock.close()
 
 
-def install_loader(model: Any) -> None:
-    """`rulerag.serving.loading.load_served` returns `model` (whatever the URI): the real
-    module is the model engineer's; the command line imports it only once values are checked."""
+def fake_loading(model: Any) -> types.ModuleType:
+    """A `rulerag.serving.loading` whose `load_served` returns `model` whatever the URI (the
+    command line imports the module only once every value is checked)."""
     fake = types.ModuleType("rulerag.serving.loading")
     fake.load_served = lambda uri, project_dir: model  # type: ignore[attr-defined]
-    sys.modules["rulerag.serving.loading"] = fake
+    return fake
+
+
+def install_loader(model: Any) -> None:
+    """`fake_loading(model)` in place of the real module, for this process."""
+    sys.modules["rulerag.serving.loading"] = fake_loading(model)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
