@@ -8,7 +8,8 @@
 * `POST /invocations` speaks `mlflow models serve`'s JSON (`protocol.read_invocation`):
   `{"inputs": [{"question": "..."}]}` in, `{"predictions": [...]}` out.
 * `GET /ping`, `GET /health` (200 once the model is loaded: the app exists only then) and
-  `GET /version`, as MLflow's server has them.
+  `GET /version`, as MLflow's server has them; `GET /examples`, the test queries the page
+  offers.
 
 Every failure is one line, never a traceback: a request to fix gets its 4xx (400 bad input,
 413 too large, 415 not JSON) with a message naming the field; a full line of waiting requests
@@ -96,7 +97,7 @@ def create_app(model: ServedModel, settings: ServeSettings) -> FastAPI:
     ) -> list[dict[str, Any]]:
         """The model's answers to `inputs`, one at a time through the gate."""
         gate: Gate = request.app.state.gate
-        outputs = await gate.run(model.predict, inputs, deadline=deadline)
+        outputs = await gate.run(model.predict, inputs, deadline=deadline, questions=len(inputs))
         if not isinstance(outputs, list) or len(outputs) != len(inputs):
             got = len(outputs) if isinstance(outputs, list) else type(outputs).__name__
             raise TypeError(f"the model answered {got} for {len(inputs)} inputs")
@@ -111,6 +112,11 @@ def create_app(model: ServedModel, settings: ServeSettings) -> FastAPI:
     @app.get("/version")
     async def version() -> JSONResponse:
         return JSONResponse({"model": model.title, **versions})
+
+    @app.get("/examples")
+    async def examples() -> JSONResponse:
+        """The RuleQA test queries the page offers, for clients (`{"qid": ...}` asks one)."""
+        return JSONResponse({"examples": [_example(e) for e in model.examples]})
 
     @app.post("/invocations")
     async def invocations(request: Request) -> Response:

@@ -10,7 +10,11 @@ Every request has `timeout` seconds from its arrival, waiting and running togeth
 it is answered `DeadlineExceeded` (504). Python cannot stop a thread, and a generation
 half-run has nothing to return, so a running call is **abandoned, not interrupted**: it runs
 to its end with the gate still held (the next request waits for it, as the model is still
-busy), and its result is dropped.
+busy), and its result is dropped. Since such a call only delays those behind it, a request
+whose turn comes with less time left than its questions took of late (seconds per question,
+smoothed over recent calls; when that fits in `timeout` at all) gets its 504 at once instead
+of starting: under overload the model's time goes to answers that are still awaited (measured with benchmarks/bench_serve.py:
+docs/operations.md, Serving).
 """
 
 from __future__ import annotations
@@ -55,8 +59,8 @@ class Gate:
         self.timeout = timeout
         self._lock = asyncio.Lock()
         self.waiting = 0
-        #: seconds of the last calls, smoothed: what Retry-After is reckoned from
-        self._seconds: float | None = None
+        #: seconds per question of the last calls, smoothed: what a call is expected to take
+        self._per_question: float | None = None
 
     @property
     def running(self) -> bool:
@@ -66,9 +70,10 @@ class Gate:
         """A new request's deadline on `time.monotonic`'s clock."""
         return time.monotonic() + self.timeout
 
-    async def run(self, fn: Callable[..., T], *args: Any, deadline: float) -> T:
-        """`fn(*args)` in a worker thread once the gate is free; Busy when `queue` requests
-        wait already, DeadlineExceeded at `deadline` (the call, if it started, runs on)."""
+    async def run(self, fn: Callable[..., T], *args: Any, deadline: float, questions: int) -> T:
+        """`fn(*args)` (an answer to `questions` questions) in a worker thread once the gate
+        is free; Busy when `queue` requests wait already, DeadlineExceeded at `deadline` (the
+        call, if it started, runs on) or when too little of it is left to start (module doc)."""
         if self._lock.locked() and self.waiting >= self.queue:
             raise Busy(self.retry_after(), self.waiting)
         self.waiting += 1
@@ -81,7 +86,18 @@ class Gate:
             ) from None
         finally:
             self.waiting -= 1
-        future = self._start(fn, args)
+        # refused only when it could have fit the whole timeout: a request that got its turn
+        # at once always starts, so the estimate follows the model (no request waits forever
+        # behind one slow call's estimate)
+        expected, left = self.expected(questions), deadline - time.monotonic()
+        if expected is not None and left < expected <= self.timeout:
+            self._lock.release()
+            raise DeadlineExceeded(
+                f"not started: {questions} question(s) take about {expected:.1f} s of late, and "
+                f"{max(left, 0.0):.1f} s of serve.timeout ({self.timeout:g} s) were left after "
+                "waiting"
+            )
+        future = self._start(fn, args, questions)
         try:
             async with asyncio.timeout_at(self._loop_time(deadline)):
                 return await asyncio.shield(future)
@@ -95,7 +111,9 @@ class Gate:
             future.add_done_callback(_log_abandoned)
             raise
 
-    def _start(self, fn: Callable[..., T], args: tuple[Any, ...]) -> asyncio.Future[T]:
+    def _start(
+        self, fn: Callable[..., T], args: tuple[Any, ...], questions: int
+    ) -> asyncio.Future[T]:
         """Run `fn` in a daemon thread (a server that stops does not wait for an abandoned
         answer); the gate is released when the call ends, not when its request does."""
         loop = asyncio.get_running_loop()
@@ -104,7 +122,7 @@ class Gate:
 
         def settle(result: Any, error: BaseException | None) -> None:
             self._lock.release()
-            self._record(time.monotonic() - started)
+            self._record((time.monotonic() - started) / max(questions, 1))
             if error is not None:
                 future.set_exception(error)
             else:
@@ -130,14 +148,21 @@ class Gate:
             raise
         return future
 
-    def _record(self, seconds: float) -> None:
-        previous = self._seconds
-        self._seconds = seconds if previous is None else 0.7 * previous + 0.3 * seconds
+    def _record(self, per_question: float) -> None:
+        previous = self._per_question
+        self._per_question = (
+            per_question if previous is None else 0.7 * previous + 0.3 * per_question
+        )
+
+    def expected(self, questions: int) -> float | None:
+        """Seconds an answer to `questions` questions is expected to take; None before the
+        first call ends."""
+        return None if self._per_question is None else self._per_question * max(questions, 1)
 
     def retry_after(self) -> int:
-        """Seconds until the line has room again, as recent calls took: the running one and
-        those waiting, within 1 and `timeout`."""
-        each = self._seconds if self._seconds is not None else 1.0
+        """Seconds until the line has room again, as recent calls took (a question each: the
+        running one and those waiting), within 1 and `timeout`."""
+        each = self.expected(1) or 1.0
         return int(min(max(1.0, math.ceil(each * (self.waiting + 1))), math.ceil(self.timeout)))
 
     @staticmethod

@@ -91,11 +91,16 @@ def test_structured_input_and_no_content_type_are_taken(client: TestClient) -> N
     assert response.json()["predictions"][0]["input"] == given
 
 
-def test_ping_health_and_version(client: TestClient) -> None:
+def test_ping_health_version_and_examples(client: TestClient) -> None:
     for path in ("/ping", "/health"):
         assert client.get(path).json() == {"status": "ok", "running": False, "waiting": 0}
     version = client.get("/version").json()
     assert version["model"].startswith("Fake RuleRAG") and version["mlflow"]
+    examples = client.get("/examples").json()["examples"]
+    assert examples[0] == {
+        "qid": "test-00001",
+        "query": "Time 2014-12-18 what does Aam Aadmi Party Accuse ?",
+    }
 
 
 # ------------------------------------------------------------------------------------------
@@ -348,6 +353,25 @@ def test_the_deadline_answers_504_and_the_abandoned_answer_still_holds_the_model
         gate.set()  # the abandoned answer ends: the model is free again
         wait_until(lambda: not client.get("/health").json()["running"])
         assert post(client, {"inputs": [{"qid": "test-00002"}]}).status_code == 200
+
+
+def test_a_turn_that_comes_too_late_to_finish_is_not_started() -> None:
+    """The model took 0.35 s a question of late; a request whose turn comes with about 0.25 s
+    of its 0.6 s left gets its 504 at once, and the model never sees it (an answer nobody
+    would wait for would only delay those behind it)."""
+    model = FakeServedModel(delay=0.35)
+    with TestClient(create_app(model, settings(timeout=0.6))) as client:
+        ask = lambda: post(client, {"inputs": [{"qid": "test-00001"}]})  # noqa: E731
+        assert ask().status_code == 200  # the estimate: 0.35 s a question
+        model.started.clear()
+        first, first_result = in_thread(ask)
+        assert model.started.wait(5)
+        late = ask()
+        first.join(10)
+    assert first_result[0].status_code == 200
+    assert late.status_code == 504
+    assert "not started: 1 question(s) take about 0.4 s" in late.json()["message"]
+    assert len(model.calls) == 2
 
 
 # ------------------------------------------------------------------------------------------
