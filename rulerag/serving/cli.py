@@ -26,6 +26,8 @@ from rulerag.params import load_params
 from rulerag.serving.protocol import ServedModel
 from rulerag.serving.settings import ServeSettings, serve_settings
 from rulerag.settings import NAME_RE, SettingsError, check_dataset_name
+from rulerag.tracking.models import CHAMPION_ALIAS
+from rulerag.tracking.registry import served_name
 
 __all__ = ["check_model_uri", "default_model_uri", "main", "parser", "url"]
 
@@ -33,8 +35,8 @@ __all__ = ["check_model_uri", "default_model_uri", "main", "parser", "url"]
 #: `rulerag.tracking.registry.registered_name` writes them (`rulerag-icews14`)
 _PART = NAME_RE.pattern.strip("^$")
 MODEL_NAME_RE = re.compile(rf"^{_PART}(-{_PART}){{0,7}}$")
-#: a registered model's version: a number, or MLflow's `latest`
-VERSION_RE = re.compile(r"^([1-9][0-9]{0,8}|latest)$")
+#: a registered model's version: a number (`loading.load_served` takes no other)
+VERSION_RE = re.compile(r"^[1-9][0-9]{0,8}$")
 #: `models:/<name>@<alias>` or `models:/<name>/<version>`
 _MODELS_URI = re.compile(r"^models:/(?P<name>[^/@]*)(@(?P<alias>[^/@]*)|/(?P<version>[^/@]*))$")
 FORMS = "models:/<name>@<alias>, models:/<name>/<version> or a model folder"
@@ -42,7 +44,7 @@ FORMS = "models:/<name>@<alias>, models:/<name>/<version> or a model folder"
 
 def default_model_uri(dataset: str) -> str:
     """The champion of a dataset's registered RuleRAG model (`package_model` registers it)."""
-    return f"models:/rulerag-{check_dataset_name(dataset)}@champion"
+    return f"models:/{served_name(check_dataset_name(dataset))}@{CHAMPION_ALIAS}"
 
 
 def check_model_uri(uri: str, base: Path) -> str:
@@ -68,7 +70,7 @@ def check_model_uri(uri: str, base: Path) -> str:
         elif not VERSION_RE.fullmatch(match["version"]):
             raise InputError(
                 f"--model {uri[:120]!r}: the version {match['version'][:40]!r} is not a "
-                "number (or latest)"
+                "version number"
             )
         return uri
     if "://" in uri or uri.startswith(("runs:", "file:")):

@@ -25,7 +25,6 @@ PROJECT = Path(__file__).resolve().parents[2]
     [
         "models:/rulerag-icews14@champion",
         "models:/rulerag-icews14/3",
-        "models:/rulerag-icews14/latest",
         "models:/rulerag-icews14-generator-rgft@best_2",
     ],
 )
@@ -34,8 +33,8 @@ def test_registered_model_uris_pass(uri: str, tmp_path: Path) -> None:
 
 
 def test_a_folder_passes_made_absolute(tmp_path: Path) -> None:
-    (tmp_path / "model").mkdir()
-    assert cli.check_model_uri("model", tmp_path) == str(tmp_path / "model")
+    (tmp_path / "served").mkdir()
+    assert cli.check_model_uri("served", tmp_path) == str(tmp_path / "served")
 
 
 @pytest.mark.parametrize(
@@ -46,7 +45,8 @@ def test_a_folder_passes_made_absolute(tmp_path: Path) -> None:
         ("models:/rulerag icews14@champion", "is not a registered name"),
         ("models:/rulerag-icews14@", "the alias '' is not an alias"),
         ("models:/rulerag-icews14@cham;pion", "is not an alias"),
-        ("models:/rulerag-icews14/0", "the version '0' is not a number"),
+        ("models:/rulerag-icews14/0", "the version '0' is not a version number"),
+        ("models:/rulerag-icews14/latest", "the version 'latest' is not a version number"),
         ("models:/rulerag-icews14/3/extra", "give models:/<name>@<alias>"),
         ("models:/-x@champion", "is not a registered name"),
         ("runs:/abc/model", "give models:/<name>@<alias>"),
@@ -130,7 +130,7 @@ def test_the_command_line_overrides_host_port_and_model(
     [
         (["--port", "80"], "--port: Input should be greater than or equal to 1024 (got 80)"),
         (["--host", "bad host"], "--host: Value error, 'bad host' is neither an IP address"),
-        (["--model", "models:/x/y"], "the version 'y' is not a number"),
+        (["--model", "models:/x/y"], "the version 'y' is not a version number"),
         (["--dataset", "../etc"], "invalid dataset name '../etc'"),
     ],
 )
