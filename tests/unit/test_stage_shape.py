@@ -4,7 +4,8 @@
   params through the one shared helper (`pipeline_steps.common.stage_inputs`), so no stage
   repeats a parser, a params loader or the data folder's layout;
 * no library function receives params.yaml as a mapping: below `pipeline_steps/` the library
-  takes its section's typed settings; only `rulerag/params.py` reads the file, and only the
+  takes its section's typed settings; only `rulerag/params.py` reads the file (called by the
+  stage scripts, the orchestration and `make serve`'s command line), and only the
   orchestration (which validates a run conf as the file it would produce) handles it raw.
 """
 
@@ -20,8 +21,10 @@ STAGES = sorted(
     p for p in (PROJECT / "pipeline_steps").glob("*.py") if p.stem not in {"__init__", "common"}
 )
 MAX_MAIN_LINES = 40
-#: where params.yaml may be read or handled as plain data
-RAW_PARAMS_ALLOWED = ("rulerag/params.py", "rulerag/orchestration/")
+#: where params.yaml may be read or handled as plain data; `make serve`'s command line
+#: (rulerag/serving/cli.py) is a shell as a stage script is: it reads the file once, through
+#: `load_params`, and hands the typed `serve` section on
+RAW_PARAMS_ALLOWED = ("rulerag/params.py", "rulerag/orchestration/", "rulerag/serving/cli.py")
 #: functions whose `params` is another API's, not params.yaml (MLflow's pyfunc inference
 #: params; the MLflow params a stage run logs, and those its pipeline's parent run logs: all of
 #: params.yaml flattened into MLflow params, the one place a raw copy is wanted)
