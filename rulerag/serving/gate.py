@@ -13,8 +13,8 @@ to its end with the gate still held (the next request waits for it, as the model
 busy), and its result is dropped. Since such a call only delays those behind it, a request
 whose turn comes with less time left than its questions took of late (seconds per question,
 smoothed over recent calls; when that fits in `timeout` at all) gets its 504 at once instead
-of starting: under overload the model's time goes to answers that are still awaited (measured with benchmarks/bench_serve.py:
-docs/operations.md, Serving).
+of starting: under overload the model's time goes to answers that are still awaited
+(measured with benchmarks/bench_serve.py: docs/operations.md, Serving).
 """
 
 from __future__ import annotations
