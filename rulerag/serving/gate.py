@@ -74,7 +74,9 @@ class Gate:
         """`fn(*args)` (an answer to `questions` questions) in a worker thread once the gate
         is free; Busy when `queue` requests wait already, DeadlineExceeded at `deadline` (the
         call, if it started, runs on) or when too little of it is left to start (module doc)."""
-        if self._lock.locked() and self.waiting >= self.queue:
+        # busy also while a released gate wakes its next waiter (unlocked for a moment)
+        busy = self._lock.locked() or self.waiting > 0
+        if busy and self.waiting >= self.queue:
             raise Busy(self.retry_after(), self.waiting)
         self.waiting += 1
         try:
@@ -93,9 +95,9 @@ class Gate:
         if expected is not None and left < expected <= self.timeout:
             self._lock.release()
             raise DeadlineExceeded(
-                f"not started: {questions} question(s) take about {expected:.1f} s of late, and "
-                f"{max(left, 0.0):.1f} s of serve.timeout ({self.timeout:g} s) were left after "
-                "waiting"
+                f"not started: {questions} question(s) take about {expected:.1f} s (recent "
+                f"answers), and only {max(left, 0.0):.1f} s of serve.timeout "
+                f"({self.timeout:g} s) were left after waiting"
             )
         future = self._start(fn, args, questions)
         try:

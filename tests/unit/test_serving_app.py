@@ -260,21 +260,14 @@ def test_a_model_that_answers_another_number_of_inputs_is_a_500(
     assert response.json()["error_code"] == "INTERNAL_ERROR"
 
 
-def test_what_no_handler_catches_is_still_one_line() -> None:
-    class Broken(FakeServedModel):
-        @property
-        def examples(self) -> list[dict[str, Any]]:  # type: ignore[override]
-            raise RuntimeError("boom")
-
-        @examples.setter
-        def examples(self, value: Any) -> None:
-            pass
-
-    app = create_app(Broken(), settings())
-    with TestClient(app, raise_server_exceptions=False) as broken:
-        response = broken.get("/")
+def test_what_no_handler_catches_is_still_one_line(model: FakeServedModel) -> None:
+    """A fault outside the handlers' own catch (here: the app run without its lifespan, so
+    without its gate) is still one line of JSON, not Starlette's page or a traceback."""
+    broken = TestClient(create_app(model, settings()), raise_server_exceptions=False)
+    response = broken.get("/ping")  # no `with`: the lifespan never ran
     assert response.status_code == 500
-    assert "RuntimeError" in response.json()["message"] and "Traceback" not in response.text
+    assert response.json()["error_code"] == "INTERNAL_ERROR"
+    assert "AttributeError" in response.json()["message"] and "Traceback" not in response.text
 
 
 def test_scores_that_are_no_json_numbers_become_null() -> None:
