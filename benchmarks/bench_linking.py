@@ -10,7 +10,7 @@ built from sampled test facts (`rulerag.kg.text.query_text`):
 - the queries as written: share linked back to (subject, relation, time), milliseconds per
   link (median, 95th percentile, max);
 - the same facts asked in other words (`What did <subject> <relation> on <time>?`);
-- one typo in the subject (tests/data/test_linking_real.py's `with_typo`): share fixed,
+- one typo in the subject (`with_typo`, tests/data/test_linking_real.py's too): share fixed,
   refused (LinkError), linked to another name, and milliseconds;
 - `MIN_FUZZY_CHARS`: for each shortest fuzzy name length, typos fixed and linked wrongly, and
   junk subjects linked: those of the 1,000 commonest English words (wordninja's list) that
@@ -47,9 +47,25 @@ from rulerag.serving.linking import (  # noqa: E402
     LinkError,
     _keys,
 )
-from tests.data.test_linking_real import with_typo  # noqa: E402
 
 Fact = tuple[int, int, int | None]
+LETTERS = "abcdefghijklmnopqrstuvwxyz"
+
+
+def with_typo(name: str, rng: np.random.Generator) -> str:
+    """One edit at a letter or digit: substitute, drop, insert, or swap with the next one."""
+    where = [i for i, c in enumerate(name) if c.isalnum()]
+    i = int(rng.choice(where))
+    edit = int(rng.integers(4))
+    if edit == 0:
+        return (
+            name[:i] + str(rng.choice([c for c in LETTERS if c != name[i].lower()])) + name[i + 1 :]
+        )
+    if edit == 2:
+        return name[:i] + str(rng.choice(list(LETTERS))) + name[i:]
+    if edit == 3 and i + 1 < len(name) and name[i + 1].isalnum() and name[i + 1] != name[i]:
+        return name[:i] + name[i + 1] + name[i] + name[i + 2 :]
+    return name[:i] + name[i + 1 :]
 
 
 def timed(linker: Linker, question: str) -> tuple[object, float]:

@@ -180,7 +180,7 @@ def package_model(
     layout: DataLayout, params: Params, params_file: Path, work: Path
 ) -> PackagedModel:
     """The served row's files staged under `work` and saved as the RuleRAG pyfunc model at
-    work/model, with the row's grid figures (generation/<row>/metrics.json), which decide the
+    work/pyfunc, with the row's grid figures (generation/<row>/metrics.json), which decide the
     `champion` alias, and the model's size."""
     row = params.serve.row
     if row is None:
@@ -191,7 +191,7 @@ def package_model(
     figures = json.loads(figures_file.read_text(encoding="utf-8"))
     data = _stage(model_files(layout, params), layout, work / "data")
     tests = read_jsonl(layout.queries("test"))
-    path = work / "model"
+    path = work / "pyfunc"
     save_rulerag_model(data, params_file, path, example=input_example(tests))
     files, size = _size(path)
     metrics = {

@@ -63,7 +63,8 @@ def registered_name(dataset: str, kind: str, variant: str) -> str:
 
 def served_name(dataset: str) -> str:
     """`rulerag-icews14`: the whole trained RuleRAG path of a dataset (`package_model`), the
-    model a user serves (`make serve`, `mlflow models serve -m models:/rulerag-icews14@champion`)."""
+    model a user serves (`make serve`, `mlflow models serve -m models:/rulerag-icews14@champion`).
+    """
     return f"{REGISTRY_PREFIX}-{_UNSAFE.sub('_', dataset).strip('_') or '_'}"
 
 

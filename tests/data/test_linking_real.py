@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.bench_linking import with_typo
 from rulerag.kg.registry import DATASETS
 from rulerag.kg.schema import format_time
 from rulerag.kg.text import query_text
@@ -18,23 +19,6 @@ from tests.helpers import ingest_into
 pytestmark = pytest.mark.data
 
 SAMPLE = 300
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
-
-
-def with_typo(name: str, rng: np.random.Generator) -> str:
-    """One edit at a letter or digit: substitute, drop, insert, or swap with the next one."""
-    where = [i for i, c in enumerate(name) if c.isalnum()]
-    i = int(rng.choice(where))
-    edit = int(rng.integers(4))
-    if edit == 0:
-        return (
-            name[:i] + str(rng.choice([c for c in LETTERS if c != name[i].lower()])) + name[i + 1 :]
-        )
-    if edit == 2:
-        return name[:i] + str(rng.choice(list(LETTERS))) + name[i:]
-    if edit == 3 and i + 1 < len(name) and name[i + 1].isalnum() and name[i + 1] != name[i]:
-        return name[:i] + name[i + 1] + name[i] + name[i + 2 :]
-    return name[:i] + name[i + 1 :]
 
 
 @pytest.fixture(scope="module", params=["icews14", "fb15k237", "nell995", "wiki"])

@@ -235,7 +235,7 @@ def test_a_moved_project_serves_its_artifacts_and_models(
         # how a user loads a registered model: `models:/` URIs through the server
         monkeypatch.setenv("MLFLOW_TRACKING_URI", url)
         model = mlflow.artifacts.download_artifacts(
-            f"models:/{name}/1", dst_path=str(tmp_path / "model")
+            f"models:/{name}/1", dst_path=str(tmp_path / "downloaded")
         )
         assert "marker: moved" in (Path(model) / "MLmodel").read_text(encoding="utf-8")
     assert not old.exists()

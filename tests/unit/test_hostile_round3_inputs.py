@@ -135,6 +135,7 @@ def test_a_params_file_with_a_few_aliases_still_loads(tmp_path: Path) -> None:
     text = _with_configs("  configs: &rows\n    - standard_rag\n    - &icl rulerag_icl\n")
     text = text.replace("  robustness_rows: []", "  robustness_rows: [*icl]")
     text = text.replace("  rows: [standard_rag, rulerag_icl]", "  rows: *rows")
+    text = text.replace("  row: rulerag_ft\n", "  row: *icl\n")  # the served row is a grid row
     path = tmp_path / "params.yaml"
     path.write_text(text, encoding="utf-8")
     values = read_params_file(path)

@@ -30,7 +30,7 @@ def test_a_registered_model_never_writes_into_its_artifact_folder(tmp_path: Path
     """An MLflow pyfunc carries a copy of the package in `<artifacts>/model/code/rulerag`; the
     folder beside that copy is the artifact store (a 517 MB converted base model landed in
     mlartifacts/.../model/code/.models/ before)."""
-    code = tmp_path / "mlartifacts" / "1" / "abc" / "artifacts" / "model" / "code"
+    code = tmp_path.joinpath("mlartifacts/1/abc/artifacts/model/code")
     copy = code / "rulerag"
     shutil.copytree(ROOT / "rulerag", copy, ignore=shutil.ignore_patterns("__pycache__"))
     chosen = model_cache.default_model_cache(copy)

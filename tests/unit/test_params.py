@@ -38,6 +38,7 @@ from rulerag.rules.settings import (
     apply_rules_settings,
     mine_rules_settings,
 )
+from rulerag.serving.settings import ServeSettings, serve_settings
 from rulerag.settings import SettingsError, settings_fields
 
 PARAMS_FILE = Path(__file__).resolve().parents[2] / "params.yaml"
@@ -58,6 +59,7 @@ SECTIONS: dict[str, tuple[type, Callable[[Any], Any]]] = {
     "qa": (QASettings, qa_settings),
     "generalisation": (GeneralisationSettings, generalisation_settings),
     "export": (ExportSettings, export_settings),
+    "serve": (ServeSettings, serve_settings),
 }
 #: top-level keys that are not a stage's section
 NOT_SECTIONS = {"datasets"}

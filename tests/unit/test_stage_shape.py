@@ -23,8 +23,14 @@ STAGES = sorted(
 MAX_MAIN_LINES = 40
 #: where params.yaml may be read or handled as plain data; `make serve`'s command line
 #: (rulerag/serving/cli.py) is a shell as a stage script is: it reads the file once, through
-#: `load_params`, and hands the typed `serve` section on
-RAW_PARAMS_ALLOWED = ("rulerag/params.py", "rulerag/orchestration/", "rulerag/serving/cli.py")
+#: `load_params`, and hands the typed `serve` section on; the registered model's pyfunc
+#: (rulerag/serving/model.py) reads the params.yaml packed with it, once, when it is loaded
+RAW_PARAMS_ALLOWED = (
+    "rulerag/params.py",
+    "rulerag/orchestration/",
+    "rulerag/serving/cli.py",
+    "rulerag/serving/model.py",
+)
 #: functions whose `params` is another API's, not params.yaml (MLflow's pyfunc inference
 #: params; the MLflow params a stage run logs, and those its pipeline's parent run logs: all of
 #: params.yaml flattened into MLflow params, the one place a raw copy is wanted)

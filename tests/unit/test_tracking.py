@@ -199,7 +199,7 @@ def test_unreachable_server_spools_fast(
 
     artifact = tmp_path / "stats.json"
     artifact.write_text('{"facts": 3}')
-    models = tmp_path / "model"
+    models = tmp_path / "model"  # outside data/<dataset>/
     (models / "sub").mkdir(parents=True)
     (models / "sub" / "weights.bin").write_bytes(b"\0\1")
     caplog.set_level(logging.WARNING, logger="rulerag.tracking")
@@ -247,7 +247,8 @@ def test_unreachable_server_spools_fast(
     assert "Connection refused" in record["error"] or "Max retries" in record["error"]
     files = folder / "artifacts"
     assert json.loads((files / "stats.json").read_text()) == {"facts": 3}
-    assert (files / "models" / "model" / "sub" / "weights.bin").read_bytes() == b"\0\1"
+    weights = files / "models" / "model" / "sub" / "weights.bin"  # outside data/<dataset>/
+    assert weights.read_bytes() == b"\0\1"
     assert json.loads((files / "sample" / "rows.json").read_text()) == {"rows": [1, 2]}
     assert not [p for p in (tmp_path / ".mlflow-spool").iterdir() if p.name.startswith(".")]
 

@@ -264,7 +264,7 @@ def test_a_model_spooled_by_the_previous_version_is_logged_on_replay(tmp_path: P
     `artifacts/<path>`: the replay finds them there."""
     folder = tmp_path / ".mlflow-spool" / "20261126T000000000000Z-train_generator-toy-0a1b2c3d"
     (folder / "artifacts").mkdir(parents=True)
-    _save_model(folder / "artifacts" / "model")
+    _save_model(folder / "artifacts" / "model")  # outside data/<dataset>/
     record = {
         "format": 1,
         "experiment": "rulerag/toy",
