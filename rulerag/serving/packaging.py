@@ -32,9 +32,9 @@ from rulerag.io import read_jsonl
 from rulerag.layout import DataLayout
 from rulerag.params import Params
 from rulerag.retrieval.configs import parse_config
+from rulerag.serving.questions import INPUT_FIELDS
 
 __all__ = [
-    "INPUT_COLUMNS",
     "PackagedModel",
     "input_example",
     "model_files",
@@ -42,8 +42,6 @@ __all__ = [
     "save_rulerag_model",
 ]
 
-#: the pyfunc's input columns (all optional: one question uses one form, `serving.questions`)
-INPUT_COLUMNS = ("question", "subject", "relation", "time", "qid")
 #: the `rulerag` package: it travels with the model as its code
 _PACKAGE_DIR = Path(__file__).resolve().parents[1]
 #: the models-from-code file that declares the model (`model_code.py` beside `serving.model`)
@@ -138,7 +136,7 @@ def save_rulerag_model(
         inputs=Schema(
             [
                 ColSpec("string" if name == "question" else AnyType(), name, required=False)
-                for name in INPUT_COLUMNS
+                for name in INPUT_FIELDS  # all optional: an input is one form
             ]
         )
     )

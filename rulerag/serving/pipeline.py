@@ -34,7 +34,12 @@ from rulerag.errors import InputError
 from rulerag.evaluation.metrics import exact_match, extract_answer
 from rulerag.generation.generators import make_generator
 from rulerag.generation.grid_names import grid_config, retrieval_name
-from rulerag.generation.samples import build_samples, prompt_format, united_lists
+from rulerag.generation.samples import (
+    build_samples,
+    prompt_format,
+    selected_rules,
+    united_lists,
+)
 from rulerag.io import read_jsonl, read_parquet
 from rulerag.layout import DataLayout
 from rulerag.params import Params
@@ -143,8 +148,7 @@ class Answerer:
         ]
 
     def _shown_rules(self, record: Mapping[str, Any]) -> list[str]:
-        from rulerag.generation.samples import selected_rules
-
+        """The rules the row's prompt shows and its documents come from (the grid's)."""
         return selected_rules(record, self.rule_texts, self.params.generation.max_rules)
 
     def _search(

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from rulerag.errors import InputError
+from rulerag.serving.questions import INPUT_FIELDS
 
 __all__ = [
     "FORMATS",
@@ -38,9 +39,7 @@ __all__ = [
 
 #: the body formats of MLflow's scoring server, exactly one per request
 FORMATS = ("dataframe_records", "dataframe_split", "instances", "inputs")
-#: every key an input may hold: {"question"}, {"subject", "relation", "time"}, {"qid"}
-INPUT_FIELDS = ("question", "subject", "relation", "time", "qid")
-#: how the three forms read in a message
+#: how the three forms (`questions.FORMS`) read in a message
 FORMS_TEXT = 'question, or subject + relation (+ time), or qid: {"question": "..."}'
 
 

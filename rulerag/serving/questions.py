@@ -25,13 +25,15 @@ from typing import Any
 from rulerag.errors import InputError
 from rulerag.serving.linking import LinkedQuery, Linker
 
-__all__ = ["FORMS", "MAX_TEXT", "Question", "QuestionReader", "check_form"]
+__all__ = ["FORMS", "INPUT_FIELDS", "MAX_TEXT", "Question", "QuestionReader", "check_form"]
 
+#: every key an input may have (the pyfunc's input columns, the JSON API's fields)
+INPUT_FIELDS = ("question", "subject", "relation", "time", "qid")
 #: the keys of each input form
 FORMS: dict[str, frozenset[str]] = {
-    "question": frozenset({"question"}),
-    "structured": frozenset({"subject", "relation", "time"}),
-    "qid": frozenset({"qid"}),
+    "question": frozenset(INPUT_FIELDS[:1]),
+    "structured": frozenset(INPUT_FIELDS[1:4]),
+    "qid": frozenset(INPUT_FIELDS[4:]),
 }
 #: the longest text a field may hold (a question of 100 kB is no question)
 MAX_TEXT = 1000
@@ -79,7 +81,7 @@ def check_form(given: Any, where: str) -> tuple[str, dict[str, Any]]:
     if not isinstance(given, Mapping):
         raise InputError(f'{where}: expected an object such as {{"question": ...}}')
     keys = {str(k) for k, v in given.items() if _present(v)}
-    unknown = sorted(keys - set().union(*FORMS.values()))
+    unknown = sorted(keys - set(INPUT_FIELDS))
     if unknown:
         raise InputError(
             f"{where}: unknown field {unknown[0]!r}; give question, or subject + relation "
