@@ -11,6 +11,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -250,34 +251,36 @@ def free_port() -> int:
 @contextmanager
 def mlflow_ui(project: Path) -> Iterator[str]:
     """`python -m rulerag.tracking ui` (what `make mlflow-ui` runs) on a free port; its URL.
-    The server runs in a process group of its own, ended with it."""
+    The server runs in a process group of its own, ended with it. Its output goes to a file,
+    not a pipe: nobody reads a pipe while the server runs, and a download of a model's 200
+    files logs enough lines to fill one, after which the server blocks on its next line."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "MLFLOW_DISABLE_TELEMETRY": "true"}
     env.pop("MLFLOW_TRACKING_URI", None)
     command = [sys.executable, "-m", "rulerag.tracking", "ui", "--project-dir", str(project)]
-    server = subprocess.Popen(
-        [*command, "--port", str(port), "--workers", "1"],
-        cwd=PROJECT_ROOT,  # not the project: the server must not depend on its working dir
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2):
-                    break
-            except (urllib.error.URLError, OSError):
-                if server.poll() is not None or time.monotonic() > deadline:
-                    server.kill()
-                    pytest.fail(f"mlflow server did not start:\n{server.communicate()[0]}")
-                time.sleep(0.5)
-        yield url
-    finally:
-        stop_group(server, grace=30)
-        if server.stdout:
-            server.stdout.close()
+    with tempfile.TemporaryFile("w+", encoding="utf-8") as log:
+        server = subprocess.Popen(
+            [*command, "--port", str(port), "--workers", "1"],
+            cwd=PROJECT_ROOT,  # not the project: the server must not depend on its working dir
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2):
+                        break
+                except (urllib.error.URLError, OSError):
+                    if server.poll() is not None or time.monotonic() > deadline:
+                        server.kill()
+                        server.wait()
+                        log.seek(0)
+                        pytest.fail(f"mlflow server did not start:\n{log.read()[-4000:]}")
+                    time.sleep(0.5)
+            yield url
+        finally:
+            stop_group(server, grace=30)
