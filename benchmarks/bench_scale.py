@@ -1,0 +1,323 @@
+"""How each stage's cost grows with the graph: ICEWS14 grown by factors, each stage through DVC.
+
+A graph of factor k is k copies of ICEWS14 (TLogic's files from the local mirror), copy i's
+entities renamed `<name>_#i` and relations and times shared: every regularity of ICEWS14 holds
+in the grown graph with the same confidence and k times the support, so the rules mined at
+factor 1 are the planted truth at every factor (the report gives the share of factor 1's rule
+bank each factor's bank holds). Each factor runs in a project copy of its own
+(`rulerag.orchestration.project_copy`), its params.yaml the project's with the grown graph as
+a user KG (`ingest.custom`), stage after stage with `dvc repro --single-item <instance>`:
+
+    .venv/bin/python benchmarks/bench_scale.py --factors 1 4 16 \
+        [--stages ingest mine_rules build_benchmark apply_rules index retrieve generate] \
+        [--work /tmp/bench-scale] [--plot docs/scale.png]
+
+For every stage instance and factor: wall seconds, peak RSS of the whole process tree (dvc,
+the stage and its children, sampled every 0.2 s), bytes the stage wrote under data/<dataset>/;
+per stage the instances are summed (time, bytes) or maxed (RSS). The growth exponent of a
+stage is the least-squares slope of log(seconds) (and of log(peak RSS)) over log(facts)
+across the factors measured. Results go to <work>/results.jsonl as they come (a rerun skips
+what is there), then a Markdown table with command, date and commit, and a log-log plot.
+Run by hand, never as a test; a factor may take hours (the MiniLM index: ~225 documents a
+second on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402 - after the path is set
+import psutil  # noqa: E402
+import yaml  # noqa: E402
+
+from rulerag.layout import DataLayout  # noqa: E402
+from rulerag.markdown import table  # noqa: E402
+from rulerag.orchestration.project_copy import copy_project, cut_project, kg_mirror_dir  # noqa: E402
+
+BIN = Path(sys.executable).parent
+#: the default path's stages, in the order they run
+STAGES = (
+    "ingest",
+    "mine_rules",
+    "build_benchmark",
+    "apply_rules",
+    "index",
+    "retrieve",
+    "generate",
+)
+#: the grid row measured (`generate`): Standard RAG (the base model, no adapter to train)
+ROW = "standard_rag"
+SPLITS = ("train", "valid", "test")
+
+
+def grow(source: Path, factor: int, dest: Path) -> int:
+    """`factor` copies of TLogic's ICEWS14 files into dest/<split>.tsv (module doc); the facts
+    written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for split in SPLITS:
+        lines = (source / f"{split}.txt").read_text(encoding="utf-8").splitlines()
+        with open(dest / f"{split}.tsv", "w", encoding="utf-8") as out:
+            for copy in range(factor):
+                suffix = "" if copy == 0 else f"_#{copy}"
+                for line in lines:
+                    head, rel, tail, when = line.split("\t")
+                    out.write(f"{head}{suffix}\t{rel}\t{tail}{suffix}\t{when}\n")
+                    written += 1
+    return written
+
+
+def tree_rss(process: psutil.Process) -> int:
+    """Resident bytes of a process and all its descendants now (0 for the gone)."""
+    total = 0
+    for proc in [process, *process.children(recursive=True)]:
+        try:
+            total += proc.memory_info().rss
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return total
+
+
+def measured(command: list[str], cwd: Path, env: dict[str, str]) -> dict[str, Any]:
+    """Run `command`; its wall seconds, the peak RSS of its process tree, its exit status."""
+    started = time.perf_counter()
+    process = subprocess.Popen(
+        command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    watched = psutil.Process(process.pid)
+    peak = 0
+    done = threading.Event()
+
+    def sample() -> None:
+        nonlocal peak
+        while not done.is_set():
+            peak = max(peak, tree_rss(watched))
+            done.wait(0.2)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    output, _ = process.communicate()
+    done.set()
+    sampler.join()
+    return {
+        "seconds": round(time.perf_counter() - started, 2),
+        "peak_rss": peak,
+        "returncode": process.returncode,
+        "tail": output[-2000:],
+    }
+
+
+def sizes(folder: Path) -> dict[str, tuple[int, int]]:
+    """Every file under `folder`: (size, mtime_ns), to tell what a stage wrote."""
+    if not folder.is_dir():
+        return {}
+    return {
+        str(p.relative_to(folder)): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file()
+    }
+
+
+def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]) -> int:
+    return sum(size for path, (size, mtime) in after.items() if before.get(path) != (size, mtime))
+
+
+def prepare(work: Path, factor: int, stages: list[str]) -> tuple[Path, str, dict[str, str]]:
+    """The factor's grown graph, its project copy (dvc.yaml cut to `stages`) and environment."""
+    name = f"scale{factor}"
+    graph = work / f"graph-{factor}"
+    project = work / f"project-{factor}"
+    if not project.exists():
+        facts = grow(kg_mirror_dir() / "icews14" / "TLogic_icews14", factor, graph)
+        copy_project(project)
+        cut_project(project, stages, [name])
+        params_file = project / "params.yaml"
+        params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
+        params["ingest"]["custom"] = {name: {"path": str(graph), "time_format": "%Y-%m-%d"}}
+        params["generation"]["configs"] = [ROW]
+        params["serve"]["row"] = None
+        params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
+        (work / f"facts-{factor}.json").write_text(json.dumps({"facts": facts}))
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
+        "RULERAG_MODEL_CACHE": str(ROOT / ".models"),
+        "DVC_NO_ANALYTICS": "1",
+    }
+    return project, name, env
+
+
+def instances(project: Path, env: dict[str, str], stage: str) -> list[str]:
+    listed = subprocess.run(
+        [str(BIN / "dvc"), "stage", "list", "--name-only"],
+        cwd=project, env=env, check=True, capture_output=True, text=True,
+    ).stdout.split()  # fmt: skip
+    return [s for s in listed if s == stage or s.startswith(f"{stage}@")]
+
+
+def run_factor(work: Path, factor: int, stages: list[str], done: set[tuple[int, str]]) -> None:
+    """Each stage of the factor not measured yet, its instances in turn; results appended."""
+    project, name, env = prepare(work, factor, stages)
+    facts = json.loads((work / f"facts-{factor}.json").read_text())["facts"]
+    data = DataLayout.of(project / "data", name).root
+    for stage in stages:
+        for instance in instances(project, env, stage):
+            if (factor, instance) in done:
+                continue
+            before = sizes(data)
+            result = measured([str(BIN / "dvc"), "repro", "--single-item", instance], project, env)
+            record = {
+                "factor": factor,
+                "facts": facts,
+                "stage": stage,
+                "instance": instance,
+                "seconds": result["seconds"],
+                "peak_rss": result["peak_rss"],
+                "bytes": written(before, sizes(data)),
+                "ok": result["returncode"] == 0,
+            }
+            with open(work / "results.jsonl", "a", encoding="utf-8") as out:
+                out.write(json.dumps(record) + "\n")
+            print(json.dumps(record), flush=True)
+            if not record["ok"]:
+                print(result["tail"], file=sys.stderr)
+                return  # the stages after it need its outputs
+
+
+def slope(xs: list[float], ys: list[float]) -> float | None:
+    """The least-squares slope of log(y) over log(x); None with fewer than two points."""
+    points = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
+    if len(points) < 2:
+        return None
+    return float(np.polyfit([p[0] for p in points], [p[1] for p in points], 1)[0])
+
+
+def summary(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
+    """Per (stage, factor): the instances' seconds and bytes summed, peak RSS maxed."""
+    out: dict[tuple[str, int], dict[str, Any]] = {}
+    for r in records:
+        if not r["ok"]:
+            continue
+        cell = out.setdefault(
+            (r["stage"], r["factor"]),
+            {"facts": r["facts"], "seconds": 0.0, "peak_rss": 0, "bytes": 0},
+        )
+        cell["seconds"] += r["seconds"]
+        cell["peak_rss"] = max(cell["peak_rss"], r["peak_rss"])
+        cell["bytes"] += r["bytes"]
+    return out
+
+
+def rules_found_again(work: Path, factors: list[int]) -> dict[int, float]:
+    """Per factor: the share of factor 1's rule bank (the planted truth: module doc) that the
+    factor's bank holds too (rule ids name a rule's structure, not its entities)."""
+    import pandas as pd
+
+    def bank(factor: int) -> set[str] | None:
+        path = DataLayout.of(work / f"project-{factor}" / "data", f"scale{factor}").rule_bank
+        return (
+            set(pd.read_parquet(path, columns=["rule_id"])["rule_id"]) if path.is_file() else None
+        )
+
+    truth = bank(1)
+    if not truth:
+        return {}
+    found = {f: bank(f) for f in factors}
+    return {f: len(ids & truth) / len(truth) for f, ids in found.items() if ids is not None}
+
+
+def report(records: list[dict[str, Any]], command: str, plot: Path | None, work: Path) -> str:
+    cells = summary(records)
+    stages = [s for s in STAGES if any(k[0] == s for k in cells)]
+    factors = sorted({k[1] for k in cells})
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
+    ).stdout.strip()
+    rows = []
+    for stage in stages:
+        points = [cells[(stage, f)] for f in factors if (stage, f) in cells]
+        time_exp = slope([p["facts"] for p in points], [p["seconds"] for p in points])
+        rss_exp = slope([p["facts"] for p in points], [p["peak_rss"] for p in points])
+        for factor in factors:
+            cell = cells.get((stage, factor))
+            if cell is None:
+                continue
+            rows.append(
+                [
+                    stage,
+                    f"×{factor}",
+                    f"{cell['facts']:,}",
+                    f"{cell['seconds']:.1f}",
+                    f"{cell['peak_rss'] / 2**30:.2f}",
+                    f"{cell['bytes'] / 2**20:.1f}",
+                    "–" if time_exp is None else f"{time_exp:.2f}",
+                    "–" if rss_exp is None else f"{rss_exp:.2f}",
+                ]
+            )
+    header = ["stage", "factor", "facts", "seconds", "peak RSS GiB", "written MiB",
+              "time exponent", "RSS exponent"]  # fmt: skip
+    lines = [f"Command: `{command}` · Measured: {date.today()}, commit `{commit}`", ""]
+    lines.append(table(header, rows, align="llrrrrrr"))
+    again = rules_found_again(work, factors)
+    if again:
+        shares = ", ".join(f"×{f} {100 * share:.1f} %" for f, share in sorted(again.items()))
+        lines += ["", f"Factor 1's rule bank found again (the planted truth): {shares}."]
+    if plot is not None and cells:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+        for stage in stages:
+            points = [cells[(stage, f)] for f in factors if (stage, f) in cells]
+            xs = [p["facts"] for p in points]
+            axes[0].loglog(xs, [p["seconds"] for p in points], marker="o", label=stage)
+            axes[1].loglog(xs, [p["peak_rss"] / 2**30 for p in points], marker="o", label=stage)
+        axes[0].set(xlabel="facts", ylabel="seconds", title="wall time per stage")
+        axes[1].set(xlabel="facts", ylabel="GiB", title="peak RSS per stage")
+        axes[1].axhline(24, color="grey", linestyle="--", linewidth=0.8)
+        axes[0].legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(plot, dpi=110)
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--factors", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
+    parser.add_argument("--work", type=Path, default=Path("/tmp/bench-scale"))
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if any(f < 1 for f in args.factors):
+        parser.error("--factors: each factor is a whole number of copies, at least 1")
+    stages = [s for s in STAGES if s in args.stages]
+    args.work.mkdir(parents=True, exist_ok=True)
+    results = args.work / "results.jsonl"
+    records = [json.loads(x) for x in results.read_text().splitlines()] if results.is_file() else []
+    done = {(r["factor"], r["instance"]) for r in records if r["ok"]}
+    for factor in args.factors:
+        run_factor(args.work, factor, stages, done)
+    records = [json.loads(x) for x in results.read_text().splitlines()]
+    command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    print(report(records, command.strip(), args.plot, args.work))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

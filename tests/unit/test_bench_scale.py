@@ -1,0 +1,48 @@
+"""benchmarks/bench_scale.py's pure parts: the grown graph and the fitted growth exponent."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks import bench_scale as bench
+
+
+def _source(folder: Path) -> Path:
+    folder.mkdir()
+    for split, lines in (("train", 3), ("valid", 1), ("test", 2)):
+        rows = [f"A_{i}\tMake_a_visit\tB_{i}\t2014-01-0{i + 1}" for i in range(lines)]
+        (folder / f"{split}.txt").write_text("\n".join(rows) + "\n", encoding="utf-8")
+    return folder
+
+
+def test_a_grown_graph_is_k_renamed_copies_with_shared_relations_and_times(tmp_path: Path) -> None:
+    source = _source(tmp_path / "src")
+    assert bench.grow(source, 3, tmp_path / "out") == 3 * 6
+    train = (tmp_path / "out" / "train.tsv").read_text(encoding="utf-8").splitlines()
+    assert len(train) == 9 and train[0] == "A_0\tMake_a_visit\tB_0\t2014-01-01"
+    assert train[3] == "A_0_#1\tMake_a_visit\tB_0_#1\t2014-01-01"
+    heads = {line.split("\t")[0] for line in train}
+    assert len(heads) == 9  # no entity is shared between copies
+    assert {line.split("\t")[1] for line in train} == {"Make_a_visit"}
+
+
+@pytest.mark.parametrize("power", [0.5, 1.0, 2.0])
+def test_the_exponent_is_the_slope_of_a_power_law(power: float) -> None:
+    xs = [1e5, 4e5, 1.6e6]
+    assert bench.slope(xs, [3.0 * x**power for x in xs]) == pytest.approx(power)
+    assert bench.slope(xs[:1], [1.0]) is None
+
+
+def test_a_stage_s_instances_are_summed_and_their_peaks_maxed() -> None:
+    records = [
+        {"stage": "index", "factor": 1, "facts": 10, "seconds": 2.0, "peak_rss": 5, "bytes": 1,
+         "ok": True},
+        {"stage": "index", "factor": 1, "facts": 10, "seconds": 3.0, "peak_rss": 7, "bytes": 2,
+         "ok": True},
+        {"stage": "index", "factor": 4, "facts": 40, "seconds": 9.0, "peak_rss": 9, "bytes": 4,
+         "ok": False},
+    ]  # fmt: skip
+    cells = bench.summary(records)
+    assert cells == {("index", 1): {"facts": 10, "seconds": 5.0, "peak_rss": 7, "bytes": 3}}
