@@ -10,6 +10,7 @@ a user KG (`ingest.custom`), stage after stage with `dvc repro --single-item <in
 
     .venv/bin/python benchmarks/bench_scale.py --factors 1 4 16 \
         [--stages ingest mine_rules build_benchmark apply_rules index retrieve generate] \
+        (generate brings the stages its row needs: the trained retrievers and adapters)
         [--work /tmp/bench-scale] [--plot docs/scale.png]
 
 For every stage instance and factor: wall seconds, peak RSS of the whole process tree (dvc,
@@ -56,8 +57,14 @@ STAGES = (
     "apply_rules",
     "index",
     "retrieve",
+    "train_retriever",
+    "retrieve_finetuned",
+    "train_generator",
     "generate",
 )
+#: what a grid row's instance needs first: dvc.yaml's `generate` lists every retrieval run
+#: and both adapters as deps, so measuring a row means running (and measuring) these too
+GENERATE_NEEDS = ("index", "retrieve", "train_retriever", "retrieve_finetuned", "train_generator")
 #: the grid row measured (`generate`): Standard RAG (the base model, no adapter to train)
 ROW = "standard_rag"
 SPLITS = ("train", "valid", "test")
@@ -306,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if any(f < 1 for f in args.factors):
         parser.error("--factors: each factor is a whole number of copies, at least 1")
-    stages = [s for s in STAGES if s in args.stages]
+    wanted = set(args.stages) | (set(GENERATE_NEEDS) if "generate" in args.stages else set())
+    stages = [s for s in STAGES if s in wanted]
     args.work.mkdir(parents=True, exist_ok=True)
     results = args.work / "results.jsonl"
     records = [json.loads(x) for x in results.read_text().splitlines()] if results.is_file() else []
