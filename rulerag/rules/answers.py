@@ -39,6 +39,7 @@ from rulerag.rules.settings import ApplySettings, ClusterLabels
 __all__ = [
     "PUBLISHED",
     "AppliedRules",
+    "RuleAnswers",
     "apply_mined_rules",
     "results_markdown",
     "rule_answers",
@@ -145,6 +146,90 @@ def apply_mined_rules(
     return AppliedRules(metrics, answers, results_markdown(metrics, settings))
 
 
+class RuleAnswers:
+    """The mined rules ready to answer RuleQA queries with explained candidates: the rules in
+    TLogic's ids and the history's edges, built once (0.15 s for ICEWS14's 24,025 rules), so a
+    caller that answers again and again (the served model, a question at a time) does not
+    build them per call. `clusters` (nrnoisy_or): the rules' clusters as `rule_clusters`
+    learned them on the KG's splits."""
+
+    def __init__(
+        self,
+        rules: Sequence[Rule],
+        history: pd.DataFrame,
+        n_relations: int,
+        settings: ApplySettings,
+        *,
+        entity_names: Mapping[int, str],
+        relation_names: Mapping[int, str],
+        time_unit: str | None = None,
+        keep: int = 10,
+        clusters: ClusterLabels | None = None,
+    ) -> None:
+        self.rules, self.n_relations, self.settings = rules, n_relations, settings
+        self.entity_names, self.relation_names = entity_names, relation_names
+        self.time_unit, self.keep, self.clusters = time_unit, keep, clusters
+        self.applied = applied_rules(rules, n_relations, settings)
+        self.edges = edges_with_inverses(history, n_relations)
+
+    def __call__(
+        self,
+        queries: Sequence[Mapping[str, Any]],
+        *,
+        progress: bool = True,
+        chunk: int = FORECAST_QUERY_CHUNK,
+    ) -> list[dict[str, Any]]:
+        """For each RuleQA query (`head`, `relation`, `time`): its best `keep` candidates with
+        score, the rule that scored it best (text) and that rule's body facts, written as the
+        corpus writes documents (`Time 2014-06-23 A Make a visit B.`), best first.
+
+        The queries are applied `chunk` at a time, each chunk's candidates reduced to their
+        best `keep` before the next: a query's candidates depend on it alone, so the chunks
+        change nothing but the memory (all of them at once grew with the query count, 7.7 GB
+        for the 46,860 queries of ICEWS14 x 4, benchmarks/bench_scale.py)."""
+        out: list[dict[str, Any]] = []
+        starts = range(0, len(queries), chunk)
+        for start in tqdm(starts, desc="RuleQA answers", unit="chunk", disable=not progress):
+            block = queries[start : start + chunk]
+            frame = pd.DataFrame(
+                {
+                    "key": range(len(block)),
+                    "sub": [int(q["head"]) for q in block],
+                    "rel": [int(q["relation"]) for q in block],
+                    "ts": [0 if q.get("time") is None else int(q["time"]) for q in block],
+                }
+            )
+            found = apply_rules(
+                frame, self.applied, self.edges, self.settings, clusters=self.clusters,
+                progress=False,
+            )  # fmt: skip
+            out.extend(self._explained(query, found[key]) for key, query in enumerate(block))
+        return out
+
+    def _fact_text(self, sub: int, rel: int, obj: int, ts: int) -> str:
+        if rel >= self.n_relations:  # an inverse edge, read forwards
+            sub, rel, obj = obj, rel - self.n_relations, sub
+        when = format_time(ts, self.time_unit) if self.settings.temporal else None
+        names = self.entity_names
+        return document_text(names[sub], self.relation_names[rel], names[obj], when)
+
+    def _explained(self, query: Mapping[str, Any], candidates: Candidates) -> dict[str, Any]:
+        names, relations = self.entity_names, self.relation_names
+        return {
+            "qid": str(query["qid"]),
+            "candidates": [
+                {
+                    "entity": entity,
+                    "name": names[entity],
+                    "score": round(score, 6),
+                    "rule": self.rules[candidates.rules[entity]].text(relations, names),
+                    "evidence": [self._fact_text(*f) for f in candidates.explanations[entity]],
+                }
+                for entity, score in candidates.ranked()[: self.keep]
+            ],
+        }
+
+
 def rule_answers(
     queries: Sequence[Mapping[str, Any]],
     rules: Sequence[Rule],
@@ -158,56 +243,13 @@ def rule_answers(
     keep: int = 10,
     clusters: ClusterLabels | None = None,
     progress: bool = True,
-    chunk: int = FORECAST_QUERY_CHUNK,
 ) -> list[dict[str, Any]]:
-    """For each RuleQA query (`head`, `relation`, `time`): its best `keep` candidates with
-    score, the rule that scored it best (text) and that rule's body facts, written as the
-    corpus writes documents (`Time 2014-06-23 A Make a visit B.`), best first. `clusters`
-    (nrnoisy_or): the rules' clusters as `rule_clusters` learned them on the KG's splits;
-    `chunk` queries are applied at a time."""
-
-    def fact_text(sub: int, rel: int, obj: int, ts: int) -> str:
-        if rel >= n_relations:  # an inverse edge, read forwards
-            sub, rel, obj = obj, rel - n_relations, sub
-        when = format_time(ts, time_unit) if settings.temporal else None
-        return document_text(entity_names[sub], relation_names[rel], entity_names[obj], when)
-
-    def explained(query: Mapping[str, Any], candidates: Candidates) -> dict[str, Any]:
-        return {
-            "qid": str(query["qid"]),
-            "candidates": [
-                {
-                    "entity": entity,
-                    "name": entity_names[entity],
-                    "score": round(score, 6),
-                    "rule": rules[candidates.rules[entity]].text(relation_names, entity_names),
-                    "evidence": [fact_text(*f) for f in candidates.explanations[entity]],
-                }
-                for entity, score in candidates.ranked()[:keep]
-            ],
-        }
-
-    # the rules and the history's edge index once; the queries a chunk at a time, each chunk's
-    # candidates reduced to their best `keep` before the next (a query's candidates depend on
-    # it alone, so the chunks change nothing but the memory: all of them at once grew with the
-    # query count, 7.7 GB for the 46,860 queries of ICEWS14 x 4, benchmarks/bench_scale.py)
-    applied = applied_rules(rules, n_relations, settings)
-    edges = edges_with_inverses(history, n_relations)
-    out: list[dict[str, Any]] = []
-    starts = range(0, len(queries), chunk)
-    for start in tqdm(starts, desc="RuleQA answers", unit="chunk", disable=not progress):
-        block = queries[start : start + chunk]
-        frame = pd.DataFrame(
-            {
-                "key": range(len(block)),
-                "sub": [int(q["head"]) for q in block],
-                "rel": [int(q["relation"]) for q in block],
-                "ts": [0 if q.get("time") is None else int(q["time"]) for q in block],
-            }
-        )
-        found = apply_rules(frame, applied, edges, settings, clusters=clusters, progress=False)
-        out.extend(explained(query, found[key]) for key, query in enumerate(block))
-    return out
+    """`RuleAnswers` built for one call: the RuleQA queries' explained candidates."""
+    answer = RuleAnswers(
+        rules, history, n_relations, settings, entity_names=entity_names,
+        relation_names=relation_names, time_unit=time_unit, keep=keep, clusters=clusters,
+    )  # fmt: skip
+    return answer(queries, progress=progress)
 
 
 def results_markdown(metrics: Mapping[str, Any], settings: ApplySettings) -> str:

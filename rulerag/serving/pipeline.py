@@ -13,7 +13,7 @@ with the history they are applied to. Per question it
    beside it, with the plain query alone (Standard RAG's untuned encoder, or BM25): the
    documents the rules brought in, and those plain retrieval would have;
 4. renders the row's prompt and generates (`LocalGenerator.generate`, the grid's own batching);
-5. applies the mined rules to the query (`rules.answers.rule_answers`: TLogic's semantics, each
+5. applies the mined rules to the query (`rules.answers.RuleAnswers`: TLogic's semantics, each
    candidate with the rule and body facts that explain it).
 
 Steps 2-4 are the grid's own functions (`samples.united_lists`, `samples.build_samples`,
@@ -47,7 +47,7 @@ from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.data import Query, read_corpus
 from rulerag.retrieval.rule_guided import retrieve, rule_query_texts, unite
 from rulerag.retrieval.runs import open_searcher
-from rulerag.rules.answers import rule_answers
+from rulerag.rules.answers import RuleAnswers
 from rulerag.rules.bank import frame_rules
 from rulerag.rules.selection import select_by_head
 from rulerag.serving.linking import Linker
@@ -97,20 +97,27 @@ class Answerer:
         )
         corpus = read_corpus(layout.corpus)
         self.corpus = dict(zip(corpus.ids, corpus.contents, strict=True))
-        self.searcher = self.plain = None
+        self.searcher = self.plain = self.config = None
+        self.rule_queries: dict[str, str] = {}
         if self.retrieval:
-            config = parse_config(self.retrieval)
-            self.searcher = self._searcher(config.name, model_cache)
-            plain = f"{config.index}-standard"
-            self.plain = self.searcher if plain == config.name else self._searcher(plain, None)
-            self.plain_name = plain
             self.rule_queries = rule_query_texts(self.rule_texts, params.retrieve.rule_query)
+            self.config = parse_config(self.retrieval)
+            self.searcher = self._searcher(self.config.name, model_cache)
+            plain = f"{self.config.index}-standard"
+            self.plain = self.searcher if plain == self.config.name else self._searcher(plain, None)
         self.generator = make_generator(layout.root, self.grid, generation, self.retrieval)
         facts = read_parquet(layout.facts)
-        self.history = facts[facts["split"].isin(params.build_benchmark.corpus.splits)]
-        self.rules = frame_rules(read_parquet(layout.rules))
-        self.applying = params.apply_rules.for_data(self.time_unit is not None)
-        self.n_relations = len(relations)
+        # the mined rules and the history they are applied to, built once (not per question)
+        self.rule_answers = RuleAnswers(
+            frame_rules(read_parquet(layout.rules)),
+            facts[facts["split"].isin(params.build_benchmark.corpus.splits)],
+            len(relations),
+            params.apply_rules.for_data(self.time_unit is not None),
+            entity_names=self.entity_names,
+            relation_names=self.relation_names,
+            time_unit=self.time_unit,
+            keep=serve.candidates,
+        )
 
     def _searcher(self, name: str, model_cache: Path | None) -> Any:
         try:
@@ -124,16 +131,17 @@ class Answerer:
         fails the whole call with an `InputError` before anything is searched."""
         questions = self.reader.read(inputs)
         records = [{**q.record, "qid": str(i)} for i, q in enumerate(questions)]
-        run = self._search(records, self.searcher, use_rules=True)
-        plain = self._search(records, self.plain, use_rules=False)
-        shown = {r["qid"]: self._shown_rules(r) for r in records}
-        lists = united_lists(run, self.grid.rules, shown) if run is not None else {}
-        documents = {q: [d for d, _ in pairs] for q, pairs in lists.items()}
         settings = self.params.generation
+        # the rules the row's prompt shows and its documents come from (the grid's)
+        shown = {r["qid"]: selected_rules(r, self.rule_texts, settings.max_rules) for r in records}
+        guided = self.config is not None and self.config.use_rules
+        run = self._search(records, self.searcher, shown if guided else None)
+        plain = self._search(records, self.plain, None)
+        lists = united_lists(run, self.grid.rules, shown) if run is not None else {}
         samples = build_samples(
             records,
             rule_texts=self.rule_texts,
-            documents=documents if run is not None else None,
+            documents=None if run is None else {q: [d for d, _ in p] for q, p in lists.items()},
             corpus=self.corpus,
             num_documents=settings.num_documents,
             max_rules=settings.max_rules,
@@ -141,83 +149,65 @@ class Answerer:
         )
         prompts = [prompt_format(settings, s).render_sample(self.grid.prompt, s) for s in samples]
         generations = self.generator.generate(prompts)
-        candidates = self._candidates(records)
-        return [
-            self._output(q, r, run, plain, lists.get(r["qid"], []), g, c)
-            for q, r, g, c in zip(questions, records, generations, candidates, strict=True)
-        ]
-
-    def _shown_rules(self, record: Mapping[str, Any]) -> list[str]:
-        """The rules the row's prompt shows and its documents come from (the grid's)."""
-        return selected_rules(record, self.rule_texts, self.params.generation.max_rules)
-
-    def _search(
-        self, records: Sequence[Mapping[str, Any]], searcher: Any, *, use_rules: bool
-    ) -> pd.DataFrame | None:
-        if searcher is None:
-            return None
-        queries = [
-            Query(r["qid"], r["query"], rule_ids=tuple(self._shown_rules(r) if use_rules else ()))
-            for r in records
-        ]
-        config = parse_config(self.retrieval if use_rules else self.plain_name)
-        run, _ = retrieve(
-            queries,
-            searcher,
-            self.params.retrieve.top_k,
-            self.rule_queries,
-            config.use_rules and use_rules,
-        )
-        return run
-
-    def _candidates(self, records: Sequence[Mapping[str, Any]]) -> list[list[dict[str, Any]]]:
-        answers = rule_answers(
-            records,
-            self.rules,
-            self.history,
-            self.n_relations,
-            self.applying,
-            entity_names=self.entity_names,
-            relation_names=self.relation_names,
-            time_unit=self.time_unit,
-            keep=self.params.serve.candidates,
-            progress=False,
-        )
-        return [a["candidates"] for a in answers]
-
-    def _output(
-        self,
-        question: Question,
-        record: Mapping[str, Any],
-        run: pd.DataFrame | None,
-        plain: pd.DataFrame | None,
-        pairs: Sequence[tuple[str, str]],
-        generation: str,
-        candidates: list[dict[str, Any]],
-    ) -> dict[str, Any]:
+        candidates = self.rule_answers(records, progress=False)
         n = self.params.serve.documents
-        qid = record["qid"]
-        with_rules = []
-        if run is not None:
-            best = run[run["qid"] == qid].groupby("doc_id")["score"].max()
+        best = {} if run is None else run.groupby(["qid", "doc_id"])["score"].max().to_dict()
+        without: dict[str, list[dict[str, Any]]] = {r["qid"]: [] for r in records}
+        if plain is not None:
+            for qid, doc, score in unite(plain, n)[["qid", "doc_id", "score"]].itertuples(
+                index=False
+            ):
+                if doc in self.corpus:
+                    without[qid].append(
+                        {"id": doc, "text": self.corpus[doc], "score": round(float(score), 4)}
+                    )
+        outputs = []
+        for question, record, generation, found in zip(
+            questions, records, generations, candidates, strict=True
+        ):
+            qid = record["qid"]
             with_rules = [
                 {
                     "id": doc,
                     "text": self.corpus[doc],
-                    "score": round(float(best[doc]), 4),
+                    "score": round(float(best[(qid, doc)]), 4),
                     "rule_id": rule,
                 }
-                for doc, rule in pairs[:n]
+                for doc, rule in lists.get(qid, [])[:n]
                 if doc in self.corpus
             ]
-        without = []
-        if plain is not None:
-            united = unite(plain[plain["qid"] == qid], n)
-            without = [
-                {"id": doc, "text": self.corpus[doc], "score": round(float(score), 4)}
-                for doc, score in zip(united["doc_id"], united["score"], strict=True)
-                if doc in self.corpus
-            ]
+            outputs.append(
+                self._output(question, shown[qid], with_rules, without[qid], generation, found)
+            )
+        return outputs
+
+    def _search(
+        self,
+        records: Sequence[Mapping[str, Any]],
+        searcher: Any,
+        shown: Mapping[str, Sequence[str]] | None,
+    ) -> pd.DataFrame | None:
+        """The run of `searcher` for the records: one search per (query, shown rule), or per
+        query alone when `shown` is None (the plain retrieval, or a row without rules)."""
+        if searcher is None:
+            return None
+        queries = [
+            Query(r["qid"], r["query"], rule_ids=tuple(shown[r["qid"]] if shown else ()))
+            for r in records
+        ]
+        top_k = self.params.retrieve.top_k
+        run, _ = retrieve(queries, searcher, top_k, self.rule_queries, shown is not None)
+        return run
+
+    def _output(
+        self,
+        question: Question,
+        rule_ids: Sequence[str],
+        with_rules: list[dict[str, Any]],
+        without_rules: list[dict[str, Any]],
+        generation: str,
+        candidates: Mapping[str, Any],
+    ) -> dict[str, Any]:
         answer = extract_answer(generation)
         gold = question.gold
         return {
@@ -227,13 +217,13 @@ class Answerer:
             "gold": gold,
             "rules": [
                 {"rule_id": r, "text": self.rule_texts[r], "confidence": self.confidence[r]}
-                for r in self._shown_rules(record)
+                for r in rule_ids
             ],
-            "documents": {"with_rules": with_rules, "without_rules": without},
+            "documents": {"with_rules": with_rules, "without_rules": without_rules},
             "answer": answer,
             "generation": generation,
             "correct": None if gold is None else bool(exact_match(answer, gold)),
-            "candidates": candidates,
+            "candidates": candidates["candidates"],
         }
 
     @property
