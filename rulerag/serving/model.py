@@ -15,7 +15,6 @@ code INVALID_PARAMETER_VALUE, which MLflow's scoring server answers with 400 and
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -31,16 +30,11 @@ def as_inputs(model_input: Any) -> list[Any]:
     such key), a list as it is, a single mapping as a list of one."""
     import pandas as pd
 
+    from rulerag.serving.questions import is_given
+
     if isinstance(model_input, pd.DataFrame):
         rows = model_input.to_dict(orient="records")
-        return [
-            {
-                str(k): v
-                for k, v in row.items()
-                if v is not None and not (isinstance(v, float) and math.isnan(v))
-            }
-            for row in rows
-        ]
+        return [{str(k): v for k, v in row.items() if is_given(v)} for row in rows]
     if isinstance(model_input, Mapping):
         return [dict(model_input)]
     if isinstance(model_input, (list, tuple)):

@@ -22,7 +22,6 @@ import os
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +32,7 @@ from rulerag.layout import DataLayout
 from rulerag.params import Params
 from rulerag.retrieval.configs import parse_config
 from rulerag.serving.questions import INPUT_FIELDS
+from rulerag.tracking.registry import installed_pins
 
 __all__ = [
     "PackagedModel",
@@ -103,18 +103,6 @@ def input_example(tests: Sequence[Mapping[str, Any]]) -> list[dict[str, str]]:
     return [{"qid": str(first["qid"])}, {"question": str(first["query"])}]
 
 
-def _pins(*distributions: str) -> list[str]:
-    """`name==version` of the installed distributions (stated, not inferred: MLflow's
-    inference loads the model in a subprocess)."""
-    pins = []
-    for name in distributions:
-        try:
-            pins.append(f"{name}=={metadata.version(name)}")
-        except metadata.PackageNotFoundError:
-            pins.append(name)
-    return pins
-
-
 def save_rulerag_model(
     data: Path, params_file: Path, path: Path, *, example: Sequence[Mapping[str, Any]]
 ) -> None:
@@ -147,7 +135,7 @@ def save_rulerag_model(
         code_paths=[str(_PACKAGE_DIR)],
         signature=signature,
         input_example=pd.DataFrame(list(example)).astype(object),
-        pip_requirements=_pins(
+        pip_requirements=installed_pins(
             "mlflow",
             "torch",
             "transformers",

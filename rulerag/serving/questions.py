@@ -25,7 +25,15 @@ from typing import Any
 from rulerag.errors import InputError
 from rulerag.serving.linking import LinkedQuery, Linker
 
-__all__ = ["FORMS", "INPUT_FIELDS", "MAX_TEXT", "Question", "QuestionReader", "check_form"]
+__all__ = [
+    "FORMS",
+    "INPUT_FIELDS",
+    "MAX_TEXT",
+    "Question",
+    "QuestionReader",
+    "check_form",
+    "is_given",
+]
 
 #: every key an input may have (the pyfunc's input columns, the JSON API's fields)
 INPUT_FIELDS = ("question", "subject", "relation", "time", "qid")
@@ -53,7 +61,7 @@ class Question:
         return list(self.record["answers"]) if self.test_qid else None
 
 
-def _present(value: Any) -> bool:
+def is_given(value: Any) -> bool:
     """A value given (a DataFrame row of mixed forms holds NaN / None where a key is absent)."""
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
@@ -80,7 +88,7 @@ def check_form(given: Any, where: str) -> tuple[str, dict[str, Any]]:
     which would drop an unknown key without a word."""
     if not isinstance(given, Mapping):
         raise InputError(f'{where}: expected an object such as {{"question": ...}}')
-    keys = {str(k) for k, v in given.items() if _present(v)}
+    keys = {str(k) for k, v in given.items() if is_given(v)}
     unknown = sorted(keys - set(INPUT_FIELDS))
     if unknown:
         raise InputError(
@@ -167,4 +175,4 @@ class QuestionReader:
 
 
 def _time(value: Any) -> int | None:
-    return int(value) if _present(value) else None
+    return int(value) if is_given(value) else None

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "installed_pins",
     "registered_name",
     "served_name",
     "save_encoder_model",
@@ -68,7 +69,7 @@ def served_name(dataset: str) -> str:
     return f"{REGISTRY_PREFIX}-{_UNSAFE.sub('_', dataset).strip('_') or '_'}"
 
 
-def _pins(*distributions: str) -> list[str]:
+def installed_pins(*distributions: str) -> list[str]:
     """`name==version` of the installed distributions: the model's pip requirements, stated
     rather than inferred (MLflow's inference loads the model in a subprocess: slow)."""
     pins = []
@@ -87,7 +88,7 @@ def save_encoder_model(model: Any, path: Path) -> None:
     mlflow.sentence_transformers.save_model(
         model,
         str(path),
-        pip_requirements=_pins("mlflow", "sentence-transformers", "transformers", "torch"),
+        pip_requirements=installed_pins("mlflow", "sentence-transformers", "transformers", "torch"),
     )
 
 
@@ -114,5 +115,5 @@ def save_generator_model(adapter: Path, path: Path) -> None:
         # ignores load-time keys a model was not saved with)
         model_config=dict(GENERATOR_CONFIG),
         code_paths=[str(_PACKAGE_DIR)],
-        pip_requirements=_pins("mlflow", "torch", "transformers", "peft", "pandas"),
+        pip_requirements=installed_pins("mlflow", "torch", "transformers", "peft", "pandas"),
     )
