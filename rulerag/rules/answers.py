@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pyarrow.parquet as pq
 from tqdm.auto import tqdm
 
 from rulerag import markdown
@@ -29,11 +30,11 @@ from rulerag.layout import DataLayout
 from rulerag.rules.aggregation import Candidates
 from rulerag.rules.application import apply_rules
 from rulerag.rules.applied_rule import applied_rules
-from rulerag.rules.bank import frame_rules
 from rulerag.rules.edge_index import edges_with_inverses
 from rulerag.rules.forecasting import FORECAST_QUERY_CHUNK, forecast, rounded_metrics
 from rulerag.rules.rule import Rule
 from rulerag.rules.rule_clusters import rule_clusters
+from rulerag.rules.rule_table import RULE_TABLE_COLUMNS, RuleTable
 from rulerag.rules.settings import ApplySettings, ClusterLabels
 
 __all__ = [
@@ -94,7 +95,9 @@ def apply_mined_rules(
     facts = read_parquet(layout.facts)
     entities = read_parquet(layout.entities)
     relations = read_parquet(layout.relations)
-    rules = frame_rules(read_parquet(layout.rules))
+    # columns, not millions of Rule objects (FB15k-237 with rules with constants: rule_table)
+    names = pq.read_schema(layout.rules).names
+    rules = RuleTable(read_parquet(layout.rules, [c for c in RULE_TABLE_COLUMNS if c in names]))
     temporal = bool(facts["time"].notna().any())
     applying = settings.for_data(temporal)
     started = time.perf_counter()

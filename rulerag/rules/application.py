@@ -87,7 +87,7 @@ import numpy as np
 import pandas as pd
 
 from rulerag.rules.aggregation import Candidates, noisy_or, noisy_or_exact, nrnoisy_or
-from rulerag.rules.applied_rule import AppliedRule, applied_rules
+from rulerag.rules.applied_rule import AppliedRule, AppliedRules, applied_rules
 from rulerag.rules.constant_firings import (
     CONSTANT_QUERY_CHUNK,
     ConstantRows,
@@ -99,6 +99,7 @@ from rulerag.rules.edge_index import EdgeIndex, edges_with_inverses
 from rulerag.rules.grounding import bounded, explanation, groundings
 from rulerag.rules.ranking import filtered_rank, filtered_rank_span, time_aware_filter
 from rulerag.rules.rule import Rule
+from rulerag.rules.rule_table import ConstantRules
 from rulerag.rules.settings import (
     AGGREGATIONS,
     BASELINES,
@@ -123,6 +124,7 @@ __all__ = [
     "NoisyOr",
     "NRNOISY_TEMPORAL",
     "AppliedRule",
+    "AppliedRules",
     "ApplySettings",
     "Candidates",
     "ClusterLabels",
@@ -184,7 +186,8 @@ def apply_rules(
     record: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] | None = None,
     progress: bool = True,
 ) -> dict[int, Candidates]:
-    """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key).
+    """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key);
+    `rules` as `applied_rules` gives them (a plain dict of lists works too).
 
     `clusters` (nrnoisy_or, required there): per head relation its rules' cluster labels
     (`rule_clusters.rule_clusters`). `record`, if given, receives for every rule applied its
@@ -199,10 +202,12 @@ def apply_rules(
         raise ValueError(
             "aggregation nrnoisy_or needs the rules' clusters (rulerag.rules.rule_clusters)"
         )
+    if not isinstance(rules, AppliedRules):
+        rules = AppliedRules(rules)
     graph = EdgeIndex.build(edges)
     found = _Scores.of(queries["key"])
     groups = list(queries.groupby("rel", sort=False))
-    total = sum(len(rules.get(int(rel), [])) for rel, _ in groups)
+    total = sum(rules.count(int(rel)) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
     for rel, group in groups:
         head = rules.get(int(rel), [])
@@ -217,8 +222,8 @@ def apply_rules(
                     f"{len(head)} rules (computed for other rules?)"
                 )
             found.maxima.update({int(k): {} for k in key})
-        constant = [r for r in head if r.constant is not None]
-        if constant and nrnoisy:
+        constant = rules.constant_rules(int(rel))
+        if len(constant) and nrnoisy:
             raise ValueError(
                 "aggregation nrnoisy_or does not take rules with constants "
                 "(mine_rules.static.constants.kinds): choose max or noisy_or for them"
@@ -287,7 +292,7 @@ def _apply_closed_rules(
 
 
 def _apply_constant_rules(
-    constant: Sequence[AppliedRule],
+    constant: ConstantRules,
     queries: tuple[np.ndarray, np.ndarray, np.ndarray],
     graph: EdgeIndex,
     settings: ApplySettings,
@@ -296,7 +301,7 @@ def _apply_constant_rules(
     """Rules with constants: every firing at once, for every query of the relation (TLogic's
     stop compares score lists that these rules' equal confidences often tie), in chunks of
     queries whose firings merge into each candidate's list once."""
-    if not constant:
+    if not len(constant):
         return
     key, sub, tq = queries
     reverse = (

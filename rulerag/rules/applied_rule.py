@@ -4,15 +4,19 @@ r + n), and `applied_rules`, a rule list filtered, mirrored and ordered per head
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
+import numpy as np
+
 from rulerag.rules.rule import Rule
+from rulerag.rules.rule_table import ConstantRules, RuleTable
 from rulerag.rules.settings import ApplySettings
 from rulerag.rules.tlogic_io import rule_to_tlogic
 
 __all__ = [
     "AppliedRule",
+    "AppliedRules",
     "applied_rules",
 ]
 
@@ -68,17 +72,53 @@ class AppliedRule:
         return replace(self, head=head, reverse=True)
 
 
+class AppliedRules(dict[int, list[AppliedRule]]):
+    """Head relation (TLogic id) -> its rules in application order; rules read from a
+    `RuleTable` keep their rules with constants out of these lists, as arrays per head
+    (`constant`, in the same order): what `constant_rules` returns either way."""
+
+    def __init__(
+        self,
+        lists: Mapping[int, list[AppliedRule]],
+        constant: Mapping[int, ConstantRules] | None = None,
+    ) -> None:
+        super().__init__(lists)
+        self.constant = dict(constant or {})
+
+    def constant_rules(self, head: int) -> ConstantRules:
+        """The head's rules with constants, in application order."""
+        listed = [r for r in self.get(head, []) if r.constant is not None]
+        columns = self.constant.get(head)
+        if columns is None:
+            return ConstantRules.of(listed)
+        if listed:  # `applied_rules` puts them in one place or the other
+            raise ValueError(f"head {head}: rules with constants both as objects and as arrays")
+        return columns
+
+    def count(self, head: int) -> int:
+        """The head's rules, with constants or without."""
+        columns = self.constant.get(head)
+        return len(self.get(head, [])) + (0 if columns is None else len(columns))
+
+
 def applied_rules(
     rules: Sequence[Rule], n_relations: int, settings: ApplySettings = ApplySettings()
-) -> dict[int, list[AppliedRule]]:
+) -> AppliedRules:
     """Head relation (TLogic id) -> its rules in application order (confidence descending,
     stable), filtered as `filter_rules`; one-atom rules (every static rule) mirrored under the
-    inverse head."""
+    inverse head. From a `RuleTable`, its rules with constants go to `AppliedRules.constant`
+    as arrays, never built into objects (`rule_table`'s docstring says why)."""
     settings.applicable()
     n = n_relations
     by_head: dict[int, list[AppliedRule]] = {}
     seen: set[tuple] = set()
-    for index, rule in enumerate(rules):
+    table = rules if isinstance(rules, RuleTable) else None
+    numbered: Iterable[tuple[int, Rule]] = (
+        zip(table.closed.tolist(), table.rules(table.closed), strict=True)
+        if table is not None
+        else enumerate(rules)
+    )
+    for index, rule in numbered:
         if rule.temporal != settings.temporal:
             continue
         if rule.length not in settings.lengths and (rule.length or not rule.constants):
@@ -107,7 +147,88 @@ def applied_rules(
             by_head.setdefault(copy.head, []).append(copy)
     for head in by_head:
         by_head[head].sort(key=lambda r: -r.confidence)  # stable: ties keep the input order
-    return by_head
+    constant = _constant_columns(table, n, settings) if table is not None else {}
+    return AppliedRules(by_head, constant)
+
+
+def _constant_columns(
+    table: RuleTable, n: int, settings: ApplySettings
+) -> dict[int, ConstantRules]:
+    """`applied_rules` for a table's rules with constants, on arrays: the same filters,
+    shapes (`_constant_applied`), backward reading, duplicates dropped and order as the loop
+    over objects gives them."""
+    c = table.constant_columns()
+    for rule, index in zip(table.rules(c["odd"]), c["odd"].tolist(), strict=True):
+        if _as_applied(rule, index, 0.0, n) is not None:  # only shapes it refuses are odd
+            raise ValueError(f"rule {index} ({rule}): a shape the rule table cannot hold")
+    if not len(c["position"]):
+        return {}
+    keep = (c["temporal"] == settings.temporal) & (
+        np.isin(c["length"], settings.lengths) | (c["length"] == 0)
+    )
+    if settings.temporal:
+        confidence = np.nan_to_num(c["confidence"], nan=0.0)
+        keep &= np.nan_to_num(c["body_support"], nan=0.0) >= settings.min_body_support
+    else:  # Rule.score: the first given of confidence, PCA and standard confidence
+        confidence = np.zeros(len(keep))
+        for name in ("std_confidence", "pca_confidence", "confidence"):
+            confidence = np.where(np.isnan(c[name]), confidence, c[name])
+    keep &= confidence >= settings.min_confidence
+    v1, e1, v2, e2 = c["v1"], c["e1"], c["v2"], c["e2"]
+    a_rel, a_sub, a_obj = c["body_rel"], c["body_sub"], c["body_obj"]
+    last = np.maximum.reduce([np.ones_like(v1), a_sub, a_obj, v1, v2])  # the head's object
+
+    def entity(variable: np.ndarray) -> np.ndarray:
+        """The entity a variable is bound to (-1: free)."""
+        return np.where(v1 == variable, e1, np.where(v2 == variable, e2, -1))
+
+    def bound(variable: np.ndarray) -> np.ndarray:
+        return (v1 == variable) | (v2 == variable)
+
+    first = bound(np.zeros_like(v1))
+    keep &= first != bound(last)  # one head end a constant
+    head = np.where(first, c["head_relation"] + n, c["head_relation"])
+    x = np.where(first, last, 0)
+    constant = np.where(first, entity(np.zeros_like(v1)), entity(last))
+    has_body = a_rel >= 0
+    keep &= ~has_body | (((a_sub == x) | (a_obj == x)) & (a_sub != a_obj))
+    forwards = a_sub == x
+    body = np.where(has_body, np.where(forwards, a_rel, a_rel + n), -1)
+    other = np.where(forwards, a_obj, a_sub)
+    keep &= ~has_body | bound(other) | ((other != 0) & (other != last))
+    body_constant = np.where(has_body, entity(other), -1)  # -1: A, a free variable
+    # every kept rule forwards, then (static, with a body) backwards under the inverse head
+    back = keep & has_body & (not settings.temporal)
+    rows = np.concatenate([np.flatnonzero(keep), np.flatnonzero(back)])
+    copy = np.repeat([0, 1], [int(keep.sum()), int(back.sum())])
+    order = 2 * c["position"][rows] + copy
+    rows, copy, order = (a[np.argsort(order, kind="stable")] for a in (rows, copy, order))
+    columns = {
+        "head": np.where(copy == 1, (head[rows] + n) % (2 * n), head[rows]),
+        "body": body[rows],
+        "constant": constant[rows],
+        "body_constant": body_constant[rows],
+        "reverse": copy == 1,
+    }
+    # a rule seen again (the same shape, from another row) keeps its first place (`order`)
+    _, firsts = np.unique(np.stack(list(columns.values()), axis=1), axis=0, return_index=True)
+    columns = {k: v[firsts] for k, v in columns.items()}
+    rows, order = rows[firsts], order[firsts]
+    conf = confidence[rows]
+    ranked = np.lexsort((order, -conf, columns["head"]))  # per head, stable by confidence
+    heads = columns["head"][ranked]
+    cuts = np.flatnonzero(heads[1:] != heads[:-1]) + 1
+    out: dict[int, ConstantRules] = {}
+    for part in np.split(ranked, cuts):
+        out[int(columns["head"][part[0]])] = ConstantRules(
+            c["position"][rows[part]],
+            columns["constant"][part],
+            columns["body"][part],
+            columns["body_constant"][part],
+            conf[part],
+            columns["reverse"][part],
+        )
+    return out
 
 
 def _as_applied(rule: Rule, index: int, confidence: float, n: int) -> AppliedRule | None:

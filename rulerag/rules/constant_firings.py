@@ -10,9 +10,9 @@ from dataclasses import dataclass, fields
 import numpy as np
 
 from rulerag.rules.aggregation import Candidates
-from rulerag.rules.applied_rule import AppliedRule
 from rulerag.rules.edge_index import Adjacency, EdgeIndex, latest_per_group
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup
+from rulerag.rules.rule_table import ConstantRules
 from rulerag.rules.settings import ApplySettings
 
 __all__ = [
@@ -55,7 +55,7 @@ class ConstantRows:
 
 
 def constant_firings(
-    constant: Sequence[AppliedRule],
+    constant: ConstantRules,
     key: np.ndarray,
     sub: np.ndarray,
     tq: np.ndarray,
@@ -71,12 +71,12 @@ def constant_firings(
     zero-body rule, with no body fact, a * confidence."""
     n = edges.n_entities
     temporal = settings.temporal
-    const = np.array([r.constant for r in constant], np.int64)
-    conf = np.array([r.confidence for r in constant], np.float64 if temporal else np.float32)
-    body = np.array([r.body[0] if r.body else -1 for r in constant], np.int64)
+    const = constant.constant
+    conf = constant.confidence.astype(np.float64 if temporal else np.float32)
+    body = constant.body.copy()
     # a reversed rule (`ReverseSets`) takes no part here: no body relation matches it
-    body[np.array([r.reverse for r in constant], bool)] = -2
-    d = np.array([_or_none(r.body_constant) for r in constant], np.int64)
+    body[constant.reverse] = -2
+    d = constant.body_constant
 
     def block(
         q: np.ndarray, i: np.ndarray, middle: np.ndarray, ts: np.ndarray | None = None
@@ -152,19 +152,18 @@ class ReverseSets:
 
     @classmethod
     def build(
-        cls, rules: Sequence[AppliedRule], queried: np.ndarray, edges: EdgeIndex, bound: int
+        cls, rules: ConstantRules, queried: np.ndarray, edges: EdgeIndex, bound: int
     ) -> ReverseSets:
         """The rows of the reversed rules among `rules` (positions in that list) whose head
         constant is one of the `queried` entities. As AnyBURL fires them
         (`RuleAcyclic.computeValuesReversed`): r(X, c) <= s(X, d) gives every X with s(X, d),
         r(X, c) <= s(X, A) every X with an s-fact to another entity, each X != c (and != d);
         a rule with `bound` or more such X (bound > 0) gives none."""
-        index = np.array([i for i, r in enumerate(rules) if r.reverse], np.int64)
-        const = np.array([rules[i].constant for i in index], np.int64)
+        index = np.flatnonzero(rules.reverse)
+        const = rules.constant[index]
         asked = np.isin(const, queried)
         index, const = index[asked], const[asked]
-        body = np.array([rules[i].body[0] for i in index], np.int64)
-        d = np.array([_or_none(rules[i].body_constant) for i in index], np.int64)
+        body, d = rules.body[index], rules.body_constant[index]
         parts: list[tuple[np.ndarray, ...]] = []
         for relation in np.unique(body).tolist():
             adjacency = edges.by_relation.get(relation)
@@ -207,7 +206,7 @@ class ReverseSets:
             rows, x, middle = rows[keep], x[keep], middle[keep]
         order = np.lexsort((x, rows, const[rows]))
         rows, x, middle = rows[order], x[order], middle[order]
-        score = np.array([rules[i].confidence for i in index], np.float32)
+        score = rules.confidence[index].astype(np.float32)
         return cls(const[rows], index[rows], x, middle, score[rows])
 
     def firings(self, key: np.ndarray, sub: np.ndarray) -> ConstantRows:
@@ -220,11 +219,6 @@ class ReverseSets:
         return ConstantRows(
             key[q], x, x, self.score[pos], self.rule[pos], self.middle[pos], np.zeros_like(x)
         )
-
-
-def _or_none(value: int | None) -> int:
-    """An optional entity id as an array value: -1 for none (no ac1 body constant)."""
-    return -1 if value is None else value
 
 
 def _latest_of(
@@ -250,7 +244,7 @@ def _latest_other(
 
 def merge_constant_rows(
     rows: ConstantRows,
-    constant: Sequence[AppliedRule],
+    constant: ConstantRules,
     lists: dict[int, dict[int, list[float]]],
     out: dict[int, Candidates],
 ) -> None:
@@ -266,14 +260,16 @@ def merge_constant_rows(
     ends = np.r_[cuts, len(order)].tolist()
     scores = rows.score[order].tolist()
     firsts = order[starts]
+    position = rows.rule[firsts]
     best = zip(
-        rows.rule[firsts].tolist(),
+        constant.index[position].tolist(),
+        constant.body[position].tolist(),
         rows.sub[firsts].tolist(),
         rows.middle[firsts].tolist(),
         rows.ts[firsts].tolist(),
         strict=True,
     )
-    for a, b, kk, cc, (position, sub, middle, ts) in zip(
+    for a, b, kk, cc, (index, body, sub, middle, ts) in zip(
         starts.tolist(), ends, k[starts].tolist(), c[starts].tolist(), best, strict=True
     ):
         new = scores[a:b]
@@ -284,6 +280,5 @@ def merge_constant_rows(
             lists[kk][cc] = sorted(ranked + new, reverse=True)
             if not new[0] > ranked[0]:
                 continue
-        rule = constant[position]
-        out[kk].rules[cc] = rule.index
-        out[kk].explanations[cc] = [] if middle < 0 else [(sub, rule.body[0], middle, ts)]
+        out[kk].rules[cc] = index
+        out[kk].explanations[cc] = [] if middle < 0 else [(sub, body, middle, ts)]
