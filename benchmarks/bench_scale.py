@@ -11,7 +11,8 @@ a user KG (`ingest.custom`), stage after stage with `dvc repro --single-item <in
     .venv/bin/python benchmarks/bench_scale.py --factors 1 4 16 \
         [--stages ingest mine_rules build_benchmark apply_rules index retrieve generate] \
         (generate brings the stages its row needs: the trained retrievers and adapters)
-        [--work /tmp/bench-scale] [--plot docs/scale.png]
+        [--work /tmp/bench-scale] [--plot docs/scale.png] [--skip '*minilm*']
+        [--real icews14 yago wiki] [--set KEY=VALUE ... --tag NAME]
 
 For every stage instance and factor: wall seconds, peak RSS of the whole process tree (dvc,
 the stage and its children, sampled every 0.2 s), bytes the stage wrote under data/<dataset>/;
@@ -19,8 +20,11 @@ per stage the instances are summed (time, bytes) or maxed (RSS). The growth expo
 stage is the least-squares slope of log(seconds) (and of log(peak RSS)) over log(facts)
 across the factors measured. Results go to <work>/results.jsonl as they come (a rerun skips
 what is there), then a Markdown table with command, date and commit, and a log-log plot.
-Run by hand, never as a test; a factor may take hours (the MiniLM index: ~225 documents a
-second on 2 cores).
+`--real` measures KGs of the mirror beside the curve (crosses on the plot; the exponents are
+fitted on the grown graphs only); `--set` changes a params.yaml setting for this run's points,
+which `--tag` names (own project copies and table rows), e.g. FB15k-237 with AnyBURL's rules
+with constants. Run by hand, never as a test; a factor may take hours (the MiniLM index: ~225
+documents a second on 2 cores).
 """
 
 from __future__ import annotations
@@ -33,7 +37,9 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from datetime import date
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +96,11 @@ def grow(source: Path, factor: int, dest: Path) -> int:
 def tree_rss(process: psutil.Process) -> int:
     """Resident bytes of a process and all its descendants now (0 for the gone)."""
     total = 0
-    for proc in [process, *process.children(recursive=True)]:
+    try:
+        tree = [process, *process.children(recursive=True)]
+    except psutil.NoSuchProcess:  # it ended between two samples
+        return 0
+    for proc in tree:
         try:
             total += proc.memory_info().rss
         except (psutil.NoSuchProcess, psutil.AccessDenied):
@@ -142,30 +152,82 @@ def written(before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]
     return sum(size for path, (size, mtime) in after.items() if before.get(path) != (size, mtime))
 
 
-def prepare(work: Path, factor: int, stages: list[str]) -> tuple[Path, str, dict[str, str]]:
-    """The factor's grown graph, its project copy (dvc.yaml cut to `stages`) and environment."""
-    name = f"scale{factor}"
-    graph = work / f"graph-{factor}"
-    project = work / f"project-{factor}"
+@dataclass(frozen=True)
+class Point:
+    """One graph measured: a factor of ICEWS14 (`×k`) or a real KG of the mirror, in a project
+    copy of its own."""
+
+    label: str
+    dataset: str
+    project: Path
+    factor: int | None = None
+
+    def facts(self) -> int:
+        """The KG's facts (after `ingest`)."""
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(
+            DataLayout.of(self.project / "data", self.dataset).facts
+        ).metadata.num_rows
+
+
+def set_key(params: dict[str, Any], assignment: str) -> None:
+    """Apply one `--set key.path=value` (value read as YAML, as `dvc exp run -S` reads it)."""
+    key, sep, value = assignment.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set {assignment!r}: expected key.path=value")
+    *parents, last = key.split(".")
+    node = params
+    for part in parents:
+        if not isinstance(node.get(part), dict):
+            raise ValueError(f"--set {assignment!r}: params.yaml has no section {part!r}")
+        node = node[part]
+    if last not in node:
+        raise ValueError(f"--set {assignment!r}: params.yaml has no key {key!r}")
+    node[last] = yaml.safe_load(value)
+
+
+def prepare(
+    work: Path, factor: int | None, dataset: str | None, assignments: list[str], tag: str
+) -> Point:
+    """A factor's grown graph (or a real dataset), its project copy (dvc.yaml cut to the
+    default path's stages, so that a later run may measure more of them; params.yaml with the
+    `--set` assignments) and environment."""
+    if factor is not None:
+        name, label = f"scale{factor}", f"×{factor}"
+    else:
+        assert dataset is not None
+        name, label = dataset, dataset
+    label += f" ({tag})" if tag else ""
+    suffix = f"-{tag}" if tag else ""
+    project = work / (f"project-{factor}" if factor is not None else f"real-{dataset}")
+    project = project.with_name(project.name + suffix)
     if not project.exists():
-        facts = grow(kg_mirror_dir() / "icews14" / "TLogic_icews14", factor, graph)
         copy_project(project)
-        cut_project(project, stages, [name])
+        cut_project(project, list(STAGES), [name])
         params_file = project / "params.yaml"
         params = yaml.safe_load(params_file.read_text(encoding="utf-8"))
-        params["ingest"]["custom"] = {name: {"path": str(graph), "time_format": "%Y-%m-%d"}}
+        if factor is not None:
+            graph = work / f"graph-{factor}"
+            grow(kg_mirror_dir() / "icews14" / "TLogic_icews14", factor, graph)
+            params["ingest"]["custom"] = {name: {"path": str(graph), "time_format": "%Y-%m-%d"}}
         params["generation"]["configs"] = [ROW]
         params["serve"]["row"] = None
+        for assignment in assignments:
+            set_key(params, assignment)
         params_file.write_text(yaml.safe_dump(params, sort_keys=False), encoding="utf-8")
-        (work / f"facts-{factor}.json").write_text(json.dumps({"facts": facts}))
-    env = {
+    return Point(label, name, project, factor)
+
+
+def environment(project: Path) -> dict[str, str]:
+    return {
         **os.environ,
         "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
         "MLFLOW_TRACKING_URI": f"sqlite:///{project / 'mlflow.db'}",
         "RULERAG_MODEL_CACHE": str(ROOT / ".models"),
         "DVC_NO_ANALYTICS": "1",
+        "RULERAG_DATA_DIR": str(kg_mirror_dir()),  # the real KGs, as `make run` finds them
     }
-    return project, name, env
 
 
 def instances(project: Path, env: dict[str, str], stage: str) -> list[str]:
@@ -176,20 +238,24 @@ def instances(project: Path, env: dict[str, str], stage: str) -> list[str]:
     return [s for s in listed if s == stage or s.startswith(f"{stage}@")]
 
 
-def run_factor(work: Path, factor: int, stages: list[str], done: set[tuple[int, str]]) -> None:
-    """Each stage of the factor not measured yet, its instances in turn; results appended."""
-    project, name, env = prepare(work, factor, stages)
-    facts = json.loads((work / f"facts-{factor}.json").read_text())["facts"]
-    data = DataLayout.of(project / "data", name).root
+def run_point(
+    work: Path, point: Point, stages: list[str], done: set[tuple[str, str]], skip: list[str]
+) -> None:
+    """Each stage of the point not measured yet, its instances in turn (but those matching a
+    `skip` pattern); results appended."""
+    env = environment(point.project)
+    data = DataLayout.of(point.project / "data", point.dataset).root
     for stage in stages:
-        for instance in instances(project, env, stage):
-            if (factor, instance) in done:
+        for instance in instances(point.project, env, stage):
+            if (point.label, instance) in done or any(fnmatch(instance, p) for p in skip):
                 continue
             before = sizes(data)
-            result = measured([str(BIN / "dvc"), "repro", "--single-item", instance], project, env)
+            command = [str(BIN / "dvc"), "repro", "--single-item", instance]
+            result = measured(command, point.project, env)
             record = {
-                "factor": factor,
-                "facts": facts,
+                "point": point.label,
+                "factor": point.factor,
+                "facts": point.facts() if result["returncode"] == 0 else None,
                 "stage": stage,
                 "instance": instance,
                 "seconds": result["seconds"],
@@ -205,6 +271,11 @@ def run_factor(work: Path, factor: int, stages: list[str], done: set[tuple[int, 
                 return  # the stages after it need its outputs
 
 
+def label_of(record: dict[str, Any]) -> str:
+    """A record's point (records before real points were measured name only their factor)."""
+    return record.get("point") or f"×{record['factor']}"
+
+
 def slope(xs: list[float], ys: list[float]) -> float | None:
     """The least-squares slope of log(y) over log(x); None with fewer than two points."""
     points = [(math.log(x), math.log(y)) for x, y in zip(xs, ys, strict=True) if x > 0 and y > 0]
@@ -213,20 +284,37 @@ def slope(xs: list[float], ys: list[float]) -> float | None:
     return float(np.polyfit([p[0] for p in points], [p[1] for p in points], 1)[0])
 
 
-def summary(records: list[dict[str, Any]]) -> dict[tuple[str, int], dict[str, Any]]:
-    """Per (stage, factor): the instances' seconds and bytes summed, peak RSS maxed."""
-    out: dict[tuple[str, int], dict[str, Any]] = {}
+def exponent(value: float) -> str:
+    """A fitted exponent to two places (a flat line reads 0.00, not -0.00)."""
+    return f"{round(value, 2) + 0.0:.2f}"
+
+
+def summary(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per (stage, point): the facts and factor, the instances' seconds and bytes summed, peak
+    RSS maxed."""
+    out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
         if not r["ok"]:
             continue
         cell = out.setdefault(
-            (r["stage"], r["factor"]),
-            {"facts": r["facts"], "seconds": 0.0, "peak_rss": 0, "bytes": 0},
-        )
+            (r["stage"], label_of(r)),
+            {"facts": r["facts"], "factor": r["factor"], "seconds": 0.0, "peak_rss": 0,
+             "bytes": 0},
+        )  # fmt: skip
         cell["seconds"] += r["seconds"]
         cell["peak_rss"] = max(cell["peak_rss"], r["peak_rss"])
         cell["bytes"] += r["bytes"]
     return out
+
+
+def points_in_order(cells: dict[tuple[str, str], dict[str, Any]]) -> list[str]:
+    """The points measured: the factors ascending, then the real KGs by size."""
+    first: dict[str, dict[str, Any]] = {}
+    for (_, label), cell in cells.items():
+        first.setdefault(label, cell)
+    return sorted(
+        first, key=lambda x: (first[x]["factor"] is None, first[x]["factor"] or first[x]["facts"])
+    )
 
 
 def rules_found_again(work: Path, factors: list[int]) -> dict[int, float]:
@@ -250,32 +338,35 @@ def rules_found_again(work: Path, factors: list[int]) -> dict[int, float]:
 def report(records: list[dict[str, Any]], command: str, plot: Path | None, work: Path) -> str:
     cells = summary(records)
     stages = [s for s in STAGES if any(k[0] == s for k in cells)]
-    factors = sorted({k[1] for k in cells})
+    labels = points_in_order(cells)
+    factors = sorted({c["factor"] for c in cells.values() if c["factor"] is not None})
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True
     ).stdout.strip()
     rows = []
     for stage in stages:
-        points = [cells[(stage, f)] for f in factors if (stage, f) in cells]
-        time_exp = slope([p["facts"] for p in points], [p["seconds"] for p in points])
-        rss_exp = slope([p["facts"] for p in points], [p["peak_rss"] for p in points])
-        for factor in factors:
-            cell = cells.get((stage, factor))
+        # the exponents are fitted on the grown graphs only: the real KGs differ in more than size
+        grown = [c for (st, _), c in cells.items() if st == stage and c["factor"] is not None]
+        time_exp = slope([p["facts"] for p in grown], [p["seconds"] for p in grown])
+        rss_exp = slope([p["facts"] for p in grown], [p["peak_rss"] for p in grown])
+        for label in labels:
+            cell = cells.get((stage, label))
             if cell is None:
                 continue
+            fitted = cell["factor"] is not None
             rows.append(
                 [
                     stage,
-                    f"×{factor}",
+                    label,
                     f"{cell['facts']:,}",
                     f"{cell['seconds']:.1f}",
                     f"{cell['peak_rss'] / 2**30:.2f}",
                     f"{cell['bytes'] / 2**20:.1f}",
-                    "–" if time_exp is None else f"{time_exp:.2f}",
-                    "–" if rss_exp is None else f"{rss_exp:.2f}",
+                    "–" if time_exp is None or not fitted else exponent(time_exp),
+                    "–" if rss_exp is None or not fitted else exponent(rss_exp),
                 ]
             )
-    header = ["stage", "factor", "facts", "seconds", "peak RSS GiB", "written MiB",
+    header = ["stage", "graph", "facts", "seconds", "peak RSS GiB", "written MiB",
               "time exponent", "RSS exponent"]  # fmt: skip
     lines = [f"Command: `{command}` · Measured: {date.today()}, commit `{commit}`", ""]
     lines.append(table(header, rows, align="llrrrrrr"))
@@ -284,43 +375,85 @@ def report(records: list[dict[str, Any]], command: str, plot: Path | None, work:
         shares = ", ".join(f"×{f} {100 * share:.1f} %" for f, share in sorted(again.items()))
         lines += ["", f"Factor 1's rule bank found again (the planted truth): {shares}."]
     if plot is not None and cells:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
-        for stage in stages:
-            points = [cells[(stage, f)] for f in factors if (stage, f) in cells]
-            xs = [p["facts"] for p in points]
-            axes[0].loglog(xs, [p["seconds"] for p in points], marker="o", label=stage)
-            axes[1].loglog(xs, [p["peak_rss"] / 2**30 for p in points], marker="o", label=stage)
-        axes[0].set(xlabel="facts", ylabel="seconds", title="wall time per stage")
-        axes[1].set(xlabel="facts", ylabel="GiB", title="peak RSS per stage")
-        axes[1].axhline(24, color="grey", linestyle="--", linewidth=0.8)
-        axes[0].legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(plot, dpi=110)
+        draw(cells, stages, labels, plot)
     return "\n".join(lines)
+
+
+def draw(
+    cells: dict[tuple[str, str], dict[str, Any]], stages: list[str], labels: list[str], plot: Path
+) -> None:
+    """Log-log time and peak RSS over facts: a line per stage through the grown graphs, the
+    real KGs as crosses in the stage's colour."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    for stage in stages:
+        here = [cells[(stage, x)] for x in labels if (stage, x) in cells]
+        grown = [c for c in here if c["factor"] is not None]
+        real = [c for c in here if c["factor"] is None]
+        for axis, value in ((axes[0], "seconds"), (axes[1], "peak_rss")):
+            scale = 2**30 if value == "peak_rss" else 1
+            (line,) = axis.loglog(
+                [c["facts"] for c in grown], [c[value] / scale for c in grown], marker="o",
+                label=stage,
+            )  # fmt: skip
+            if real:
+                axis.loglog(
+                    [c["facts"] for c in real], [c[value] / scale for c in real], "x",
+                    color=line.get_color(), markersize=8,
+                )  # fmt: skip
+    axes[0].set(xlabel="facts", ylabel="seconds", title="wall time per stage (x: real KGs)")
+    axes[1].set(xlabel="facts", ylabel="GiB", title="peak RSS per stage (x: real KGs)")
+    axes[1].axhline(24, color="grey", linestyle="--", linewidth=0.8)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(plot, dpi=110)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--factors", type=int, nargs="+", default=[1, 4, 16, 64])
+    parser.add_argument("--factors", type=int, nargs="*", default=[1, 4, 16, 64])
+    parser.add_argument(
+        "--real",
+        nargs="*",
+        default=[],
+        metavar="DATASET",
+        help="real KGs of the mirror measured beside the curve (e.g. icews14 yago wiki)",
+    )
+    parser.add_argument(
+        "--set",
+        dest="assignments",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a params.yaml setting for the points of this run (as dvc exp run -S); needs --tag",
+    )
+    parser.add_argument("--tag", default="", help="names the --set variant's points and copies")
     parser.add_argument("--stages", nargs="+", default=list(STAGES), choices=STAGES)
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-scale"))
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--skip", nargs="*", default=[], metavar="PATTERN",
+        help="stage instances not to run (shell patterns, e.g. '*minilm*'): measured later",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     if any(f < 1 for f in args.factors):
         parser.error("--factors: each factor is a whole number of copies, at least 1")
+    if args.assignments and not args.tag:
+        parser.error("--set needs --tag: the variant's points and project copies are its own")
     wanted = set(args.stages) | (set(GENERATE_NEEDS) if "generate" in args.stages else set())
     stages = [s for s in STAGES if s in wanted]
     args.work.mkdir(parents=True, exist_ok=True)
     results = args.work / "results.jsonl"
     records = [json.loads(x) for x in results.read_text().splitlines()] if results.is_file() else []
-    done = {(r["factor"], r["instance"]) for r in records if r["ok"]}
-    for factor in args.factors:
-        run_factor(args.work, factor, stages, done)
+    done = {(label_of(r), r["instance"]) for r in records if r["ok"]}
+    wanted_points = [(f, None) for f in args.factors] + [(None, d) for d in args.real]
+    for factor, dataset in wanted_points:
+        point = prepare(args.work, factor, dataset, args.assignments, args.tag)
+        run_point(args.work, point, stages, done, args.skip)
     records = [json.loads(x) for x in results.read_text().splitlines()]
     command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(report(records, command.strip(), args.plot, args.work))

@@ -45,4 +45,34 @@ def test_a_stage_s_instances_are_summed_and_their_peaks_maxed() -> None:
          "ok": False},
     ]  # fmt: skip
     cells = bench.summary(records)
-    assert cells == {("index", 1): {"facts": 10, "seconds": 5.0, "peak_rss": 7, "bytes": 3}}
+    assert cells == {
+        ("index", "×1"): {"facts": 10, "factor": 1, "seconds": 5.0, "peak_rss": 7, "bytes": 3}
+    }
+
+
+def test_real_kgs_come_after_the_factors_and_stay_out_of_the_fit() -> None:
+    def record(point: str | None, factor: int | None, facts: int, seconds: float) -> dict:
+        return {"point": point, "stage": "ingest", "factor": factor, "facts": facts,
+                "seconds": seconds, "peak_rss": 2**30, "bytes": 0, "ok": True}  # fmt: skip
+
+    records = [
+        record("yago", None, 1_500_000, 1000.0),  # far off the line: must not bend the slope
+        record(None, 4, 400, 4.0),
+        record(None, 1, 100, 1.0),
+        record("icews14 (constants)", None, 90, 7.0),
+    ]
+    cells = bench.summary(records)
+    assert bench.points_in_order(cells) == ["×1", "×4", "icews14 (constants)", "yago"]
+    text = bench.report(records, "cmd", None, Path("/nonexistent"))
+    rows = {line.split("|")[2].strip(): line for line in text.splitlines() if "| ingest" in line}
+    assert rows["×4"].rstrip(" |").endswith("1.00 | 0.00")  # time exponent 1, RSS flat
+    assert rows["yago"].rstrip(" |").endswith("– | –")
+
+
+def test_a_set_assignment_reads_its_value_as_yaml_and_refuses_unknown_keys() -> None:
+    params = {"mine_rules": {"static": {"constants": {"kinds": []}}}}
+    bench.set_key(params, "mine_rules.static.constants.kinds=[ac1, zero]")
+    assert params["mine_rules"]["static"]["constants"]["kinds"] == ["ac1", "zero"]
+    for bad in ("mine_rules.static.constant.kinds=[]", "mine_rules.static.kind=1", "novalue"):
+        with pytest.raises(ValueError, match="--set"):
+            bench.set_key(params, bad)
