@@ -13,6 +13,7 @@ __all__ = [
     "noisy_or",
     "noisy_or_exact",
     "nrnoisy_or",
+    "shared_floats",
 ]
 
 
@@ -62,3 +63,15 @@ def nrnoisy_or(maxima: Iterable[float]) -> tuple[float, float]:
     for m in sorted((float(x) for x in maxima), reverse=True):
         product *= 1.0 - m
     return 1.0 - product, -product
+
+
+def shared_floats(values: np.ndarray) -> list[float]:
+    """`values.tolist()` with one Python float per distinct value, shared by its repeats: a
+    score list holds 8-byte references instead of a 32-byte float each (rules with constants
+    give millions of scores per chunk of queries, most of them one rule confidence or
+    another). Equal values only: the lists compare, sort and aggregate as before."""
+    if not len(values):
+        return []
+    distinct, which = np.unique(values, return_inverse=True)
+    objects = distinct.tolist()
+    return [objects[i] for i in which.tolist()]

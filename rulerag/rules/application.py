@@ -86,7 +86,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rulerag.rules.aggregation import Candidates, noisy_or, noisy_or_exact, nrnoisy_or
+from rulerag.rules.aggregation import (
+    Candidates,
+    noisy_or,
+    noisy_or_exact,
+    nrnoisy_or,
+    shared_floats,
+)
 from rulerag.rules.applied_rule import AppliedRule, AppliedRules, applied_rules
 from rulerag.rules.constant_firings import (
     CONSTANT_QUERY_CHUNK,
@@ -170,10 +176,14 @@ class _Scores:
     out: dict[int, Candidates]
     lists: dict[int, dict[int, list[float]]]
     maxima: dict[int, dict[int, dict[int, float]]] = field(default_factory=dict)
+    #: whether each candidate's best rule and its explanation are kept (`apply_rules`)
+    explain: bool = True
 
     @classmethod
-    def of(cls, keys: pd.Series) -> _Scores:
-        return cls({int(k): Candidates() for k in keys}, {int(k): {} for k in keys})
+    def of(cls, keys: pd.Series, explain: bool = True) -> _Scores:
+        return cls(
+            {int(k): Candidates() for k in keys}, {int(k): {} for k in keys}, explain=explain
+        )
 
 
 def apply_rules(
@@ -185,9 +195,14 @@ def apply_rules(
     clusters: ClusterLabels | None = None,
     record: list[tuple[int, int, np.ndarray, np.ndarray, np.ndarray]] | None = None,
     progress: bool = True,
+    explain: bool = True,
 ) -> dict[int, Candidates]:
     """Candidates for each query (columns key, sub, rel (TLogic id), ts; one row per key);
     `rules` as `applied_rules` gives them (a plain dict of lists works too).
+
+    `explain=False` leaves each candidate's rule and explanation out (ranks do not read them:
+    link prediction's evaluation asks for none, and on FB15k-237 with rules with constants
+    they were a GB of each chunk of queries); scores and rank keys are the same.
 
     `clusters` (nrnoisy_or, required there): per head relation its rules' cluster labels
     (`rule_clusters.rule_clusters`). `record`, if given, receives for every rule applied its
@@ -205,7 +220,7 @@ def apply_rules(
     if not isinstance(rules, AppliedRules):
         rules = AppliedRules(rules)
     graph = EdgeIndex.build(edges)
-    found = _Scores.of(queries["key"])
+    found = _Scores.of(queries["key"], explain)
     groups = list(queries.groupby("rel", sort=False))
     total = sum(rules.count(int(rel)) for rel, _ in groups)
     bar = tqdm(total=total, desc="apply rules", unit="rule", disable=not progress)
@@ -252,7 +267,7 @@ def _apply_closed_rules(
     """The closed rules of head relation `rel`, in order, for its queries (key, sub, tq),
     each query dropped once TLogic's stop says its top_k are settled."""
     key, sub, tq = queries
-    lists, out, maxima = found.lists, found.out, found.maxima
+    lists, out, maxima, explain = found.lists, found.out, found.maxima, found.explain
     for position, rule in enumerate(head):
         if rule.constant is not None:
             continue
@@ -271,11 +286,11 @@ def _apply_closed_rules(
             scores = np.full(len(paths.key), rule.confidence)
         if record is not None:
             record.append((rel, position, paths.key, paths.ents[-1], scores.astype(np.float32)))
-        scores = scores.astype(np.float32).tolist()
+        scores = shared_floats(scores.astype(np.float32))
         keys, cands = paths.key.tolist(), paths.ents[-1].tolist()
         for row, (k, cand, score) in enumerate(zip(keys, cands, scores, strict=True)):
             ranked = lists[k].setdefault(cand, [])
-            better = not ranked or score > ranked[0]
+            better = explain and (not ranked or score > ranked[0])
             bisect.insort(ranked, score, key=_descending)
             if better:
                 out[k].rules[cand] = rule.index
@@ -316,14 +331,20 @@ def _apply_constant_rules(
         )
         if reverse is not None:
             firings.append(reverse.firings(key[chunk], sub[chunk]))
-        merge_constant_rows(ConstantRows.concat(firings), constant, found.lists, found.out)
+        merge_constant_rows(
+            ConstantRows.concat(firings),
+            constant,
+            found.lists,
+            found.out if found.explain else None,
+        )
 
 
 def _aggregate(found: _Scores, settings: ApplySettings) -> None:
     """Each candidate's final score and rank key from its score list (`settings.aggregation`)."""
     nrnoisy = settings.aggregation == "nrnoisy_or"
     out, maxima = found.out, found.maxima
-    for k, candidates in found.lists.items():
+    while found.lists:  # each query's lists dropped once its keys are made: one copy at a time
+        k, candidates = found.lists.popitem()
         if settings.aggregation == "max" or (nrnoisy and k not in maxima):
             # nrnoisy_or: a head whose search chose SAFRAN's max approach ranks by maxplus
             out[k].scores = {c: s[0] for c, s in candidates.items()}

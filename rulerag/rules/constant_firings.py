@@ -9,7 +9,7 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
-from rulerag.rules.aggregation import Candidates
+from rulerag.rules.aggregation import Candidates, shared_floats
 from rulerag.rules.edge_index import Adjacency, EdgeIndex, latest_per_group
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup
 from rulerag.rules.rule_table import ConstantRules
@@ -246,11 +246,12 @@ def merge_constant_rows(
     rows: ConstantRows,
     constant: ConstantRules,
     lists: dict[int, dict[int, list[float]]],
-    out: dict[int, Candidates],
+    out: dict[int, Candidates] | None,
 ) -> None:
     """Add the firings to each candidate's descending score list; a firing that beats the
     candidate's best score so far becomes its rule and explanation (ties keep the earlier:
-    the closed rule, else the first constant rule in the head's list)."""
+    the closed rule, else the first constant rule in the head's list). `out` None: no rule
+    or explanation kept (`apply_rules`'s `explain`)."""
     if not len(rows.key):
         return
     order = np.lexsort((rows.rule, -rows.score, rows.cand, rows.key))
@@ -258,7 +259,7 @@ def merge_constant_rows(
     cuts = np.flatnonzero((k[1:] != k[:-1]) | (c[1:] != c[:-1])) + 1
     starts = np.r_[0, cuts]
     ends = np.r_[cuts, len(order)].tolist()
-    scores = rows.score[order].tolist()
+    scores = shared_floats(rows.score[order])
     firsts = order[starts]
     position = rows.rule[firsts]
     best = zip(
@@ -280,5 +281,7 @@ def merge_constant_rows(
             lists[kk][cc] = sorted(ranked + new, reverse=True)
             if not new[0] > ranked[0]:
                 continue
+        if out is None:
+            continue
         out[kk].rules[cc] = index
         out[kk].explanations[cc] = [] if middle < 0 else [(sub, body, middle, ts)]

@@ -175,8 +175,8 @@ def forecast(
     obj, ts = queries["obj"].to_numpy(), queries["ts"].to_numpy()
     for part in range(0, len(unique), query_chunk):
         chunk = unique.iloc[part : part + query_chunk]
-        candidates = apply_rules(
-            chunk, applied, edges, settings, clusters=clusters, progress=progress
+        candidates = apply_rules(  # ranks read scores only: no explanations kept
+            chunk, applied, edges, settings, clusters=clusters, progress=progress, explain=False
         )
         for key, found in candidates.items():
             scores = found.rank_keys or found.scores

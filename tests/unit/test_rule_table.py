@@ -136,9 +136,25 @@ def test_application_from_the_table_answers_as_from_objects(seed: int, aggregati
                       progress=False)  # fmt: skip
     want = apply_rules(queries, applied_rules(objects, N_REL, settings), edges, settings,
                        progress=False)  # fmt: skip
+    # what link prediction's ranks use: no rules or explanations kept, the same keys
+    lean = apply_rules(queries, applied_rules(table, N_REL, settings), edges, settings,
+                       progress=False, explain=False)  # fmt: skip
     assert any(c.scores for c in want.values())  # the rules answer something
     for key in want:
         assert got[key].scores == want[key].scores
         assert got[key].rank_keys == want[key].rank_keys
         assert got[key].rules == want[key].rules
         assert got[key].explanations == want[key].explanations
+        assert lean[key].scores == want[key].scores
+        assert lean[key].rank_keys == want[key].rank_keys
+        assert not lean[key].rules and not lean[key].explanations
+
+
+def test_shared_floats_are_the_values_one_object_per_distinct_value() -> None:
+    from rulerag.rules.aggregation import shared_floats
+
+    values = np.array([0.5, 2 / 7, 0.5, 0.125, 2 / 7, 0.5], np.float32)
+    shared = shared_floats(values)
+    assert shared == values.tolist()
+    assert len({id(x) for x in shared}) == 3
+    assert shared_floats(np.zeros(0, np.float32)) == []
