@@ -99,6 +99,7 @@ def mine_rule_bank(
     relation_names = kg.relations.set_index("id")["name"].to_dict()
     entity_names = kg.entities["name"].tolist() if any(r.constants for r in rules) else None
     frame = rules_frame(rules, relation_names, entity_names)
+    del rules  # the frame holds them now (millions of rule objects with constants)
     bank = select_bank(frame, settings.bank_for(dataset))
     miner = "import" if imported else ("temporal" if kg.temporal else "static")
     if bank.empty:
