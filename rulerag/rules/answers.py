@@ -29,7 +29,7 @@ from rulerag.kg.text import document_text
 from rulerag.layout import DataLayout
 from rulerag.rules.aggregation import Candidates
 from rulerag.rules.application import apply_rules
-from rulerag.rules.applied_rule import applied_rules
+from rulerag.rules.applied_rule import RulesByHead, applied_rules
 from rulerag.rules.edge_index import edges_with_inverses
 from rulerag.rules.forecasting import FORECAST_QUERY_CHUNK, forecast, rounded_metrics
 from rulerag.rules.rule import Rule
@@ -107,6 +107,8 @@ def apply_mined_rules(
         else None
     )
     clusters = clustering.labels if clustering else None
+    # made once for both (FB15k-237 with rules with constants: 13.8 million rules and copies)
+    applied = applied_rules(rules, len(relations), applying)
     result = forecast(
         facts,
         rules,
@@ -117,6 +119,7 @@ def apply_mined_rules(
         seed=settings.seed,
         clusters=clusters,
         history_splits=tuple(rule_splits),
+        applied=applied,
     )
     seconds = time.perf_counter() - started
     metrics = {
@@ -143,6 +146,7 @@ def apply_mined_rules(
         time_unit=json.loads(layout.kg_stats.read_text())["time_unit"],
         keep=settings.candidates,
         clusters=clusters,
+        applied=applied,
     )
     answered = sum(bool(a["candidates"]) for a in answers)
     metrics["ruleqa_answered"] = round(answered / max(1, len(answers)), 4)
@@ -168,11 +172,14 @@ class RuleAnswers:
         time_unit: str | None = None,
         keep: int = 10,
         clusters: ClusterLabels | None = None,
+        applied: RulesByHead | None = None,
     ) -> None:
         self.rules, self.n_relations, self.settings = rules, n_relations, settings
         self.entity_names, self.relation_names = entity_names, relation_names
         self.time_unit, self.keep, self.clusters = time_unit, keep, clusters
-        self.applied = applied_rules(rules, n_relations, settings)
+        self.applied = (
+            applied if applied is not None else applied_rules(rules, n_relations, settings)
+        )
         self.edges = edges_with_inverses(history, n_relations)
 
     def __call__(
@@ -246,11 +253,14 @@ def rule_answers(
     keep: int = 10,
     clusters: ClusterLabels | None = None,
     progress: bool = True,
+    applied: RulesByHead | None = None,
 ) -> list[dict[str, Any]]:
-    """`RuleAnswers` built for one call: the RuleQA queries' explained candidates."""
+    """`RuleAnswers` built for one call: the RuleQA queries' explained candidates
+    (`applied`: the rules as `applied_rules` made them, when the caller has them)."""
     answer = RuleAnswers(
         rules, history, n_relations, settings, entity_names=entity_names,
         relation_names=relation_names, time_unit=time_unit, keep=keep, clusters=clusters,
+        applied=applied,
     )  # fmt: skip
     return answer(queries, progress=progress)
 

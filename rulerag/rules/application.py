@@ -93,7 +93,7 @@ from rulerag.rules.aggregation import (
     nrnoisy_or,
     shared_floats,
 )
-from rulerag.rules.applied_rule import AppliedRule, AppliedRules, applied_rules
+from rulerag.rules.applied_rule import AppliedRule, RulesByHead, applied_rules
 from rulerag.rules.constant_firings import (
     CONSTANT_QUERY_CHUNK,
     ConstantRows,
@@ -130,7 +130,7 @@ __all__ = [
     "NoisyOr",
     "NRNOISY_TEMPORAL",
     "AppliedRule",
-    "AppliedRules",
+    "RulesByHead",
     "ApplySettings",
     "Candidates",
     "ClusterLabels",
@@ -217,8 +217,8 @@ def apply_rules(
         raise ValueError(
             "aggregation nrnoisy_or needs the rules' clusters (rulerag.rules.rule_clusters)"
         )
-    if not isinstance(rules, AppliedRules):
-        rules = AppliedRules(rules)
+    if not isinstance(rules, RulesByHead):
+        rules = RulesByHead(rules)
     graph = EdgeIndex.build(edges)
     found = _Scores.of(queries["key"], explain)
     groups = list(queries.groupby("rel", sort=False))

@@ -16,7 +16,7 @@ from rulerag.rules.tlogic_io import rule_to_tlogic
 
 __all__ = [
     "AppliedRule",
-    "AppliedRules",
+    "RulesByHead",
     "applied_rules",
 ]
 
@@ -72,7 +72,7 @@ class AppliedRule:
         return replace(self, head=head, reverse=True)
 
 
-class AppliedRules(dict[int, list[AppliedRule]]):
+class RulesByHead(dict[int, list[AppliedRule]]):
     """Head relation (TLogic id) -> its rules in application order; rules read from a
     `RuleTable` keep their rules with constants out of these lists, as arrays per head
     (`constant`, in the same order): what `constant_rules` returns either way."""
@@ -103,10 +103,10 @@ class AppliedRules(dict[int, list[AppliedRule]]):
 
 def applied_rules(
     rules: Sequence[Rule], n_relations: int, settings: ApplySettings = ApplySettings()
-) -> AppliedRules:
+) -> RulesByHead:
     """Head relation (TLogic id) -> its rules in application order (confidence descending,
     stable), filtered as `filter_rules`; one-atom rules (every static rule) mirrored under the
-    inverse head. From a `RuleTable`, its rules with constants go to `AppliedRules.constant`
+    inverse head. From a `RuleTable`, its rules with constants go to `RulesByHead.constant`
     as arrays, never built into objects (`rule_table`'s docstring says why)."""
     settings.applicable()
     n = n_relations
@@ -148,7 +148,7 @@ def applied_rules(
     for head in by_head:
         by_head[head].sort(key=lambda r: -r.confidence)  # stable: ties keep the input order
     constant = _constant_columns(table, n, settings) if table is not None else {}
-    return AppliedRules(by_head, constant)
+    return RulesByHead(by_head, constant)
 
 
 def _constant_columns(
@@ -210,8 +210,17 @@ def _constant_columns(
         "body_constant": body_constant[rows],
         "reverse": copy == 1,
     }
-    # a rule seen again (the same shape, from another row) keeps its first place (`order`)
-    _, firsts = np.unique(np.stack(list(columns.values()), axis=1), axis=0, return_index=True)
+    # a rule seen again (the same shape, from another row) keeps its first place (`order`):
+    # sorted by shape, then order, the first of each shape's run
+    shape = list(columns.values())
+    by_shape = np.lexsort((order, *reversed(shape)))
+    again = np.zeros(len(by_shape), bool)  # the shape of the row before it
+    again[1:] = True
+    for values in shape:
+        ordered = values[by_shape]
+        again[1:] &= ordered[1:] == ordered[:-1]
+    firsts = by_shape[~again]
+    del by_shape, again, shape
     columns = {k: v[firsts] for k, v in columns.items()}
     rows, order = rows[firsts], order[firsts]
     conf = confidence[rows]

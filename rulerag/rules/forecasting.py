@@ -47,7 +47,7 @@ import pandas as pd
 
 from rulerag.errors import InputError
 from rulerag.rules.application import apply_rules
-from rulerag.rules.applied_rule import applied_rules
+from rulerag.rules.applied_rule import RulesByHead, applied_rules
 from rulerag.rules.edge_index import edges_with_inverses
 from rulerag.rules.ranking import filtered_rank_span, time_aware_filter
 from rulerag.rules.rule import Rule
@@ -139,13 +139,15 @@ def forecast(
     progress: bool = True,
     query_chunk: int = FORECAST_QUERY_CHUNK,
     history_splits: Sequence[str] = ("train",),
+    applied: RulesByHead | None = None,
 ) -> ForecastResult:
     """Apply `rules` to every fact of `split` (a seeded sample of `max_facts`; both
     directions) and rank the answers; the filter is every fact, the history every fact
     before the query time (temporal) or the facts of `history_splits` (static: the splits the
     rules were learned from, `mine_rules.splits`). `clusters` (nrnoisy_or):
     `rule_clusters(...).labels` for these rules, computed here if None. The queries are
-    applied and ranked `query_chunk` distinct queries at a time."""
+    applied and ranked `query_chunk` distinct queries at a time. `applied`: the rules as
+    `applied_rules(rules, n_relations, settings)` made them, when the caller has them."""
     settings = (settings or ApplySettings()).applicable()
     if settings.aggregation == "nrnoisy_or" and clusters is None:
         clusters = rule_clusters(rules, facts, n_relations, settings, progress=progress).labels
@@ -163,7 +165,8 @@ def forecast(
                 f"(it has {sorted(facts['split'].unique())})"
             )
         history = facts[facts["split"].isin(history_splits)]
-    applied = applied_rules(rules, n_relations, settings)
+    if applied is None:
+        applied = applied_rules(rules, n_relations, settings)
     edges = edges_with_inverses(history, n_relations)
     known = time_aware_filter(facts, n_relations)
     baseline = baseline_scores(facts, n_relations)
