@@ -289,15 +289,30 @@ def exponent(value: float) -> str:
     return f"{round(value, 2) + 0.0:.2f}"
 
 
+def row_of(record: dict[str, Any]) -> str:
+    """A record's row: its stage, and the instance's variant where the stage has several per
+    dataset (`index@scale4-minilm` -> `index minilm`, `retrieve@scale4-bm25-rg` -> `retrieve
+    bm25-rg`): each variant grows in its own way."""
+    instance = record.get("instance") or record["stage"]
+    _, _, item = instance.partition("@")
+    _, _, variant = item.partition("-")  # after the dataset (no dataset name has a hyphen)
+    return f"{record['stage']} {variant}" if variant else record["stage"]
+
+
+def row_order(name: str) -> tuple[int, str]:
+    """Rows in the default path's stage order, variants by name."""
+    return STAGES.index(name.split(" ")[0]), name
+
+
 def summary(records: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
-    """Per (stage, point): the facts and factor, the instances' seconds and bytes summed, peak
-    RSS maxed."""
+    """Per (row, point): the facts and factor, the instances' seconds and bytes summed, peak
+    RSS maxed (`row_of`: a stage, or one variant of it)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
     for r in records:
         if not r["ok"]:
             continue
         cell = out.setdefault(
-            (r["stage"], label_of(r)),
+            (row_of(r), label_of(r)),
             {"facts": r["facts"], "factor": r["factor"], "seconds": 0.0, "peak_rss": 0,
              "bytes": 0},
         )  # fmt: skip
@@ -337,7 +352,7 @@ def rules_found_again(work: Path, factors: list[int]) -> dict[int, float]:
 
 def report(records: list[dict[str, Any]], command: str, plot: Path | None, work: Path) -> str:
     cells = summary(records)
-    stages = [s for s in STAGES if any(k[0] == s for k in cells)]
+    stages = sorted({k[0] for k in cells}, key=row_order)
     labels = points_in_order(cells)
     factors = sorted({c["factor"] for c in cells.values() if c["factor"] is not None})
     commit = subprocess.run(

@@ -76,3 +76,23 @@ def test_a_set_assignment_reads_its_value_as_yaml_and_refuses_unknown_keys() -> 
     for bad in ("mine_rules.static.constant.kinds=[]", "mine_rules.static.kind=1", "novalue"):
         with pytest.raises(ValueError, match="--set"):
             bench.set_key(params, bad)
+
+
+def test_a_stage_with_variants_gets_a_row_per_variant() -> None:
+    def record(instance: str, seconds: float) -> dict:
+        stage = instance.split("@")[0]
+        return {"stage": stage, "instance": instance, "factor": 1, "facts": 10,
+                "seconds": seconds, "peak_rss": 1, "bytes": 0, "ok": True}  # fmt: skip
+
+    records = [
+        record("retrieve@scale1-bm25-rg", 5.0),
+        record("retrieve@scale1-bm25-standard", 2.0),
+        record("index@scale1-minilm", 7.0),
+        record("apply_rules@scale1", 3.0),
+    ]
+    assert [bench.row_of(r) for r in records] == [
+        "retrieve bm25-rg", "retrieve bm25-standard", "index minilm", "apply_rules"]  # fmt: skip
+    cells = bench.summary(records)
+    assert sorted({k[0] for k in cells}, key=bench.row_order) == [
+        "apply_rules", "index minilm", "retrieve bm25-rg", "retrieve bm25-standard"]  # fmt: skip
+    assert cells[("retrieve bm25-rg", "×1")]["seconds"] == 5.0
