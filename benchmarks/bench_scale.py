@@ -12,7 +12,7 @@ a user KG (`ingest.custom`), stage after stage with `dvc repro --single-item <in
         [--stages ingest mine_rules build_benchmark apply_rules index retrieve generate] \
         (generate brings the stages its row needs: the trained retrievers and adapters)
         [--work /tmp/bench-scale] [--plot docs/scale.png] [--skip '*minilm*']
-        [--real icews14 yago wiki] [--set KEY=VALUE ... --tag NAME]
+        [--real icews14 yago wiki] [--set KEY=VALUE ... --tag NAME] [--predict 1e8]
 
 For every stage instance and factor: wall seconds, peak RSS of the whole process tree (dvc,
 the stage and its children, sampled every 0.2 s), bytes the stage wrote under data/<dataset>/;
@@ -394,6 +394,41 @@ def report(records: list[dict[str, Any]], command: str, plot: Path | None, work:
     return "\n".join(lines)
 
 
+#: the rows extrapolated as power laws: the queries and the corpus both grow with the graph
+POWER_LAW_ROWS = ("retrieve",)
+
+
+def prediction(records: list[dict[str, Any]], facts: float) -> str:
+    """Each row's time and peak at `facts` facts, from the grown graphs: a fixed cost plus a
+    cost per fact (least squares), or for `POWER_LAW_ROWS` the power law through its points
+    (the peak's exponent at least 0)."""
+    cells = {k: c for k, c in summary(records).items() if c["factor"] is not None}
+    rows = []
+    for name in sorted({k[0] for k in cells}, key=row_order):
+        points = sorted((c["facts"], c["seconds"], c["peak_rss"] / 2**30)
+                        for (row, _), c in cells.items() if row == name)  # fmt: skip
+        if len(points) < 2:
+            continue
+        xs, ts, ms = (np.array(v, float) for v in zip(*points, strict=True))
+        if name.split(" ")[0] in POWER_LAW_ROWS:
+            time_exp = float(np.polyfit(np.log(xs), np.log(ts), 1)[0])
+            rss_exp = max(float(np.polyfit(np.log(xs), np.log(ms), 1)[0]), 0.0)
+            seconds = ts[-1] * (facts / xs[-1]) ** time_exp
+            peak = ms[-1] * (facts / xs[-1]) ** rss_exp
+            fit = f"power law: time exponent {time_exp:.2f}, peak {rss_exp:.2f}"
+        else:
+            per_second, fixed_seconds = np.polyfit(xs, ts, 1)
+            per_gib, fixed_gib = np.polyfit(xs, ms, 1)
+            seconds, peak = fixed_seconds + per_second * facts, fixed_gib + per_gib * facts
+            fit = (f"linear: {per_second * 1e6:,.0f} s and {per_gib * 1e6:.2f} GiB "
+                   "per million facts")  # fmt: skip
+        factors = ", ".join(f"×{c['factor']}" for (row, _), c in sorted(
+            cells.items(), key=lambda kv: kv[1]["facts"]) if row == name)  # fmt: skip
+        rows.append([name, factors, f"{seconds / 3600:,.1f} h", f"{peak:,.0f} GiB", fit])
+    header = ["stage", "fitted on", "predicted time", "predicted peak", "fit"]
+    return table(header, rows, align="llrrl")
+
+
 def draw(
     cells: dict[tuple[str, str], dict[str, Any]], stages: list[str], labels: list[str], plot: Path
 ) -> None:
@@ -451,6 +486,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/bench-scale"))
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument(
+        "--predict", type=float, default=None, metavar="FACTS",
+        help="also each row's time and peak extrapolated to this many facts (e.g. 1e8)",
+    )  # fmt: skip
+    parser.add_argument(
         "--skip", nargs="*", default=[], metavar="PATTERN",
         help="stage instances not to run (shell patterns, e.g. '*minilm*'): measured later",
     )  # fmt: skip
@@ -472,6 +511,9 @@ def main(argv: list[str] | None = None) -> int:
     records = [json.loads(x) for x in results.read_text().splitlines()]
     command = "python benchmarks/bench_scale.py " + " ".join(sys.argv[1:] if argv is None else argv)
     print(report(records, command.strip(), args.plot, args.work))
+    if args.predict:
+        print(f"\nExtrapolated to {args.predict:,.0f} facts:\n")
+        print(prediction(records, args.predict))
     return 0
 
 

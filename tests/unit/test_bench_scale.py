@@ -96,3 +96,19 @@ def test_a_stage_with_variants_gets_a_row_per_variant() -> None:
     assert sorted({k[0] for k in cells}, key=bench.row_order) == [
         "apply_rules", "index minilm", "retrieve bm25-rg", "retrieve bm25-standard"]  # fmt: skip
     assert cells[("retrieve bm25-rg", "×1")]["seconds"] == 5.0
+
+
+def test_the_prediction_extends_a_line_and_a_power_law() -> None:
+    def record(stage: str, factor: int, seconds: float, gib: float) -> dict:
+        return {"stage": stage, "instance": f"{stage}@scale{factor}", "factor": factor,
+                "facts": 100 * factor, "seconds": seconds, "peak_rss": gib * 2**30,
+                "bytes": 0, "ok": True}  # fmt: skip
+
+    records = [record("ingest", f, 10 + 2.0 * 100 * f, 1 + 0.01 * 100 * f) for f in (1, 4, 16)]
+    records += [record("retrieve", f, (100 * f) ** 2 / 1e4, 1.0) for f in (1, 4, 16)]
+    lines = bench.prediction(records, 1e4).splitlines()
+    ingest = [line for line in lines if line.startswith("| ingest")][0]
+    retrieve = [line for line in lines if line.startswith("| retrieve")][0]
+    hours = (10 + 2.0 * 1e4) / 3600
+    assert f"| {hours:,.1f} h | 101 GiB |" in ingest and "linear" in ingest
+    assert "| 2.8 h | 1 GiB |" in retrieve and "time exponent 2.00" in retrieve  # 1e4 s
