@@ -116,34 +116,46 @@ def rules_frame(
 
 def frame_rules(frame: pd.DataFrame) -> list[Rule]:
     """Rebuild Rule objects from a rules frame (the inverse of `rules_frame`)."""
-    rules = []
     has_constants = "constants" in frame.columns
-    for row in frame.itertuples(index=False):
-        body = tuple(Atom(*atom) for atom in json.loads(row.body))
-        constants = (
-            tuple((int(v), int(e)) for v, e in json.loads(row.constants)) if has_constants else ()
-        )
-        # the head is [Entity1, r, EntityN]: N counts the body's variables and the constants'
-        # (a rule without a body still has two head variables)
-        n_vars = 1 + max(
-            [1 if constants else 0]
-            + [max(a.subject, a.object) for a in body]
-            + [v for v, _ in constants]
-        )
-        stats = {
-            c: None if pd.isna(getattr(row, c)) else float(getattr(row, c)) for c in STAT_COLUMNS
-        }
-        rules.append(
-            Rule(
-                head=Atom(int(row.head_relation), 0, n_vars - 1),
-                body=body,
-                temporal=bool(row.temporal),
-                var_constraints=tuple(tuple(g) for g in json.loads(row.var_constraints)),
-                constants=constants,
-                **stats,
-            )
-        )
-    return rules
+    return [
+        rule_of_row(
+            row.head_relation,
+            row.body,
+            row.temporal,
+            row.var_constraints,
+            [getattr(row, c) for c in STAT_COLUMNS],
+            row.constants if has_constants else None,
+        )  # fmt: skip
+        for row in frame.itertuples(index=False)
+    ]
+
+
+def rule_of_row(
+    head_relation: int,
+    body: str,
+    temporal: bool,
+    var_constraints: str,
+    stats: Sequence[object],
+    constants: str | None,
+) -> Rule:
+    """The `Rule` one row of a rules frame describes (`STAT_COLUMNS` in `stats`, NaN for
+    none; `constants` None in a frame without rules with constants)."""
+    atoms = tuple(Atom(*atom) for atom in json.loads(body))
+    bound = tuple((int(v), int(e)) for v, e in json.loads(constants)) if constants else ()
+    # the head is [Entity1, r, EntityN]: N counts the body's variables and the constants'
+    # (a rule without a body still has two head variables)
+    n_vars = 1 + max(
+        [1 if bound else 0] + [max(a.subject, a.object) for a in atoms] + [v for v, _ in bound]
+    )
+    values = (None if pd.isna(s) else float(s) for s in stats)  # NaN or NA: none
+    return Rule(
+        head=Atom(int(head_relation), 0, n_vars - 1),
+        body=atoms,
+        temporal=bool(temporal),
+        var_constraints=tuple(tuple(g) for g in json.loads(var_constraints)),
+        constants=bound,
+        **dict(zip(STAT_COLUMNS, values, strict=True)),
+    )
 
 
 def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:

@@ -12,7 +12,6 @@ a time) and the rules an answer names become objects.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, overload
@@ -22,7 +21,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rulerag.rules.rule import Atom, Rule
+from rulerag.rules.bank import STAT_COLUMNS, rule_of_row
+from rulerag.rules.rule import Rule
 
 if TYPE_CHECKING:
     from rulerag.rules.applied_rule import AppliedRule
@@ -31,58 +31,14 @@ __all__ = [
     "RULE_TABLE_COLUMNS",
     "ConstantRules",
     "RuleTable",
-    "rule_of_row",
 ]
 
 #: the columns of a rules frame a `Rule` is built from (the others, e.g. `text`, are derived)
-RULE_TABLE_COLUMNS = (
-    "head_relation",
-    "body",
-    "temporal",
-    "var_constraints",
-    "support",
-    "body_support",
-    "pca_body_support",
-    "head_coverage",
-    "std_confidence",
-    "pca_confidence",
-    "confidence",
-    "constants",
-)
-_STATS = RULE_TABLE_COLUMNS[4:11]
+RULE_TABLE_COLUMNS = ("head_relation", "body", "temporal", "var_constraints", *STAT_COLUMNS,
+                      "constants")  # fmt: skip
 #: `Rule.body_json` of at most one atom, `Rule.constants_json` of one or two pairs
 _BODY = r"^\[(?:\[(?P<rel>\d+), (?P<sub>\d+), (?P<obj>\d+)\])?\]$"
 _CONSTANTS = r"^\[\[(?P<v1>\d+), (?P<e1>\d+)\](?:, \[(?P<v2>\d+), (?P<e2>\d+)\])?\]$"
-
-
-def _value(value: object) -> float | None:
-    return None if value is None or value != value else float(value)  # NaN: None
-
-
-def rule_of_row(
-    head_relation: int,
-    body: str,
-    temporal: bool,
-    var_constraints: str,
-    stats: Sequence[object],
-    constants: str | None,
-) -> Rule:
-    """The `Rule` a rules frame's row describes (the inverse of `bank.rules_frame`'s row)."""
-    atoms = tuple(Atom(*atom) for atom in json.loads(body))
-    bound = tuple((int(v), int(e)) for v, e in json.loads(constants)) if constants else ()
-    # the head is [Entity1, r, EntityN]: N counts the body's variables and the constants'
-    # (a rule without a body still has two head variables)
-    n_vars = 1 + max(
-        [1 if bound else 0] + [max(a.subject, a.object) for a in atoms] + [v for v, _ in bound]
-    )
-    return Rule(
-        head=Atom(int(head_relation), 0, n_vars - 1),
-        body=atoms,
-        temporal=bool(temporal),
-        var_constraints=tuple(tuple(g) for g in json.loads(var_constraints)),
-        constants=bound,
-        **dict(zip(_STATS, (_value(s) for s in stats), strict=True)),
-    )
 
 
 class RuleTable(Sequence[Rule]):
@@ -116,7 +72,7 @@ class RuleTable(Sequence[Rule]):
         row = self._frame.iloc[index]
         return rule_of_row(
             row["head_relation"], row["body"], row["temporal"], row["var_constraints"],
-            [row[c] for c in _STATS], row["constants"] if self._has_constants else None,
+            [row[c] for c in STAT_COLUMNS], row["constants"] if self._has_constants else None,
         )  # fmt: skip
 
     def __iter__(self) -> Iterator[Rule]:
@@ -125,7 +81,7 @@ class RuleTable(Sequence[Rule]):
     def rules(self, positions: np.ndarray) -> Iterator[Rule]:
         """The rules at `positions`, built one at a time."""
         part = self._frame.iloc[positions]
-        columns = [part[c] for c in RULE_TABLE_COLUMNS[:4]] + [part[c] for c in _STATS]
+        columns = [part[c] for c in RULE_TABLE_COLUMNS[:4]] + [part[c] for c in STAT_COLUMNS]
         constants = part["constants"] if self._has_constants else [None] * len(part)
         for values in zip(*columns, constants, strict=True):
             yield rule_of_row(*values[:4], values[4:11], values[11])
