@@ -51,13 +51,14 @@ class RuleTable(Sequence[Rule]):
         if missing:
             raise ValueError(f"a rules frame without the columns {missing}")
         self._frame = frame.reset_index(drop=True)
-        has = "constants" in frame.columns
-        self._has_constants = has
-        self.closed = (
-            np.flatnonzero((frame["constants"] == "[]").to_numpy(bool))
-            if has
-            else np.arange(len(frame))
+        self._has_constants = "constants" in frame.columns
+        #: per row, whether the rule has constants (a frame without the column has none)
+        self._constant = (
+            (self._frame["constants"] != "[]").to_numpy(bool)
+            if self._has_constants
+            else np.zeros(len(frame), bool)
         )
+        self.closed = np.flatnonzero(~self._constant)
 
     def __len__(self) -> int:
         return len(self._frame)
@@ -95,8 +96,7 @@ class RuleTable(Sequence[Rule]):
         frame = self._frame
         if not self._has_constants:
             return {"position": np.zeros(0, np.int64), "odd": np.zeros(0, np.int64)}
-        mask = ~np.isin(np.arange(len(frame)), self.closed)
-        positions = np.flatnonzero(mask)
+        positions = np.flatnonzero(self._constant)
         part = frame.iloc[positions]
         body = _groups(part["body"], _BODY, ("rel", "sub", "obj"))
         constants = _groups(part["constants"], _CONSTANTS, ("v1", "e1", "v2", "e2"))
