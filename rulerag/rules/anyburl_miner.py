@@ -64,6 +64,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from rulerag.rules.constant_columns import ConstantRuleColumns
 from rulerag.rules.ranges import sorted_lookup
 from rulerag.rules.rule import Rule
 from rulerag.rules.settings import ConstantRuleSettings
@@ -157,14 +158,29 @@ def mine_constant_rules(
 ) -> list[Rule]:
     """Every AC1, AC2 and zero-body rule of `settings.kinds` (see the module docstring) with
     its exact support, body groundings (`body_support`), `std_confidence` and AnyBURL's
-    applied `confidence`; `heads` limits the head relations (default: all)."""
+    applied `confidence`; `heads` limits the head relations (default: all). A `Rule` each:
+    `mine_constant_columns` gives the same rules as arrays (what the stage keeps)."""
+    args = (head, relation, tail, n_entities, n_relations, settings, heads)
+    return mine_constant_columns(*args).rules()
+
+
+def mine_constant_columns(
+    head: np.ndarray,
+    relation: np.ndarray,
+    tail: np.ndarray,
+    n_entities: int,
+    n_relations: int,
+    settings: ConstantRuleSettings,
+    heads: Sequence[int] | None = None,
+) -> ConstantRuleColumns:
+    """`mine_constant_rules`' rules, in its order, as columns (no `Rule` object each)."""
     kinds = set(settings.kinds)
-    if not kinds:
-        return []
-    g = _Graph.build(head, relation, tail, n_entities, n_relations)
     pc = settings.unseen_negatives
+    if not kinds:
+        return ConstantRuleColumns.concat([])
+    g = _Graph.build(head, relation, tail, n_entities, n_relations)
     weight = {"ac1": 1.0, "ac2": settings.ac2_weight, "zero": settings.zero_weight}
-    rules: list[Rule] = []
+    rules: list[ConstantRuleColumns] = []
 
     def keep(kind: str, support: np.ndarray, body: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         confidence = weight[kind] * support / (body + pc)
@@ -186,11 +202,10 @@ def mine_constant_rules(
                 const, support = np.unique(cs, return_counts=True)
                 body = np.full(len(const), n_facts)
                 ok, conf = keep("zero", support, body)
-                rules += build_constant_rules(
-                    r, inverse, const[ok], support[ok], body[ok], conf[ok], pc
-                )
+                of = (const[ok], support[ok], body[ok], conf[ok])
+                rules.append(ConstantRuleColumns.of(r, inverse, *of, pc))
             if "ac2" in kinds:
-                rules.extend(_ac2(g, r, inverse, hc, xs, cs, keep, pc))
+                rules.append(_ac2(g, r, inverse, hc, xs, cs, keep, pc))
             if "ac1" in kinds:
                 rules.extend(
                     _ac1(
@@ -206,7 +221,7 @@ def mine_constant_rules(
                         settings.min_body_constant_groundings,
                     )
                 )
-    return rules
+    return ConstantRuleColumns.concat(rules)
 
 
 def closed_rules_confidence(rules: Sequence[Rule], settings: ConstantRuleSettings) -> list[Rule]:
@@ -224,67 +239,7 @@ def closed_rules_confidence(rules: Sequence[Rule], settings: ConstantRuleSetting
     return out
 
 
-def build_constant_rules(
-    r: int,
-    inverse: bool,
-    const: np.ndarray,
-    support: np.ndarray,
-    body: np.ndarray,
-    confidence: np.ndarray,
-    pc: int,
-    code: np.ndarray | None = None,
-    d: np.ndarray | None = None,
-    *,
-    temporal: bool = False,
-) -> list[Rule]:
-    """The rules with their statistics, structured as `Rule.with_constant` structures them
-    (its layout is rebuilt here without a call per rule: millions of rules are made). Rules
-    of head relation `r` (constant as its subject with `inverse`), the constants `const`, body
-    codes `code` (2 * relation + 1 when read backwards from X) and body constants `d` (or
-    none); `temporal` marks TLogic's rules (`temporal_constants`), which carry support, body
-    support and confidence only."""
-    extra = {"unseen_negatives": pc}
-    out = []
-    templates: dict[tuple, Rule] = {}
-    n = len(const)
-    codes = code.tolist() if code is not None else [None] * n
-    ds = d.tolist() if d is not None else [None] * n
-    for c, cd, dd, s, b, f in zip(
-        const.tolist(),
-        codes,
-        ds,
-        support.tolist(),
-        body.tolist(),
-        confidence.tolist(),
-        strict=True,
-    ):
-        body_atom = None if cd is None else (cd >> 1, bool(cd & 1))
-        shape = (body_atom, dd is None, dd == c)
-        template = templates.get(shape)
-        if template is None:  # the layout for any constants: made once per shape
-            template = Rule.with_constant(
-                r, -1, constant_is_subject=inverse, body=body_atom,
-                body_constant=None if dd is None else (-1 if dd == c else -2),
-            )  # fmt: skip
-            templates[shape] = template
-        value = {-1: c, -2: dd}
-        out.append(
-            Rule(
-                head=template.head,
-                body=template.body,
-                constants=tuple(sorted((v, value[e]) for v, e in template.constants)),
-                temporal=temporal,
-                support=float(s),
-                body_support=float(b),
-                std_confidence=s / b if b and not temporal else None,
-                confidence=float(f),
-                extra=extra,
-            )
-        )
-    return out
-
-
-def _ac2(g: _Graph, r: int, inverse: bool, hc: int, xs, cs, keep, pc) -> list[Rule]:
+def _ac2(g: _Graph, r: int, inverse: bool, hc: int, xs, cs, keep, pc) -> ConstantRuleColumns:
     """r(X, c) <= s(X, A): for each head pair, the codes X has to another entity."""
     lo = np.searchsorted(g.out_key, xs * g.n_codes)
     hi = np.searchsorted(g.out_key, (xs + 1) * g.n_codes)
@@ -300,7 +255,7 @@ def _ac2(g: _Graph, r: int, inverse: bool, hc: int, xs, cs, keep, pc) -> list[Ru
     n_src = np.bincount(g.out_key % g.n_codes, minlength=g.n_codes)  # X with a code-edge
     body = n_src[code] - (g.out_degree(const, code) > 0)
     ok, conf = keep("ac2", support, body)
-    return build_constant_rules(
+    return ConstantRuleColumns.of(
         r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok]
     )
 
@@ -316,7 +271,7 @@ def _ac1(
     pc: int,
     min_support: int,
     min_groundings: int,
-) -> list[Rule]:
+) -> list[ConstantRuleColumns]:
     """r(X, c) <= s(X, d): head pairs joined with X's edges, counted per constant chunk."""
     deg = np.diff(g.indptr)
     out = []
@@ -341,7 +296,9 @@ def _ac1(
         body = groundings - ((const != d) & g.has_edge(const, code, d))
         ok, conf = keep("ac1", support, body)
         ok &= groundings >= min_groundings
-        out += build_constant_rules(
-            r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok], d[ok]
-        )  # fmt: skip
+        out.append(
+            ConstantRuleColumns.of(
+                r, inverse, const[ok], support[ok], body[ok], conf[ok], pc, code[ok], d[ok]
+            )
+        )
     return out

@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
+from rulerag.rules.constant_columns import RuleSet
 from rulerag.rules.rule import Atom, Rule
 
 if TYPE_CHECKING:  # a type only: the stages that read banks (build_benchmark) need no settings
@@ -59,37 +61,27 @@ def rule_id(rule: Rule) -> str:
 
 
 def rules_frame(
-    rules: Iterable[Rule],
+    rules: Iterable[Rule] | RuleSet,
     relation_names: Sequence[str] | Mapping[int, str],
     entity_names: Sequence[str] | Mapping[int, str] | None = None,
 ) -> pd.DataFrame:
     """One row per rule: id, structure, statistics, the ranking score and the text form
     (constants by `entity_names`, needed when a rule has constants); with any rule that has
-    constants or no body, the `constants` and `kind` columns too.
+    constants or no body, the `constants` and `kind` columns too. A `RuleSet`'s rules with
+    constants are written from its columns (`ConstantRuleColumns.frame_columns`): the same
+    rows as from a `Rule` each.
 
     Rows are sorted by head relation, score (descending) and id, so files are deterministic.
     """
-    rules = list(rules)
-    with_constants = any(rule.constants or not rule.body for rule in rules)
-    ids = [rule_id(rule) for rule in rules]
-    # Sorted before the frame is built, as a stable sort of (head relation, score descending,
-    # id) with NaN scores last: the frame's string columns are never taken in a new order,
-    # which for FB15k-237's 6.9 million rules with constants asked for GBs at once.
-    scores = [rule.score for rule in rules]
-    order = sorted(
-        range(len(rules)),
-        key=lambda i: (
-            rules[i].head.relation,
-            scores[i] != scores[i],  # NaN
-            0.0 if scores[i] != scores[i] else -scores[i],
-            ids[i],
-        ),
+    columns_part = rules.constants if isinstance(rules, RuleSet) else None
+    if columns_part is not None and not len(columns_part):
+        columns_part = None
+    rules = list(rules.objects if isinstance(rules, RuleSet) else rules)
+    with_constants = columns_part is not None or any(
+        rule.constants or not rule.body for rule in rules
     )
-    rules, ids, scores = ([seq[i] for i in order] for seq in (rules, ids, scores))
-    del order
-    # each column made a Series (Arrow-backed strings) before the next is listed: one column
-    # of Python objects at a time (FB15k-237's 6.9 million rules: GBs of strings at once)
     makers: dict[str, Callable[[Rule], object]] = {
+        "rule_id": rule_id,
         "head_relation": lambda rule: rule.head.relation,
         "head_relation_name": lambda rule: relation_names[rule.head.relation],
         "length": lambda rule: rule.length,
@@ -97,6 +89,7 @@ def rules_frame(
         "body_relations": lambda rule: json.dumps([a.relation for a in rule.body]),
         "temporal": lambda rule: rule.temporal,
         "var_constraints": lambda rule: json.dumps([list(g) for g in rule.var_constraints]),
+        "score": lambda rule: rule.score,
     }
     for column in STAT_COLUMNS:
         makers[column] = partial(_stat, column)
@@ -104,14 +97,81 @@ def rules_frame(
     if with_constants:
         makers["constants"] = Rule.constants_json
         makers["kind"] = lambda rule: rule.kind
-    columns: dict[str, pd.Series] = {"rule_id": pd.Series(ids)}
-    ids.clear()
-    for name, make in makers.items():
-        if name == STAT_COLUMNS[0]:  # the score first, then the miners' statistics
-            columns["score"] = pd.Series(scores)
-        columns[name] = pd.Series([make(rule) for rule in rules])
+    from_columns: dict[str, Callable[[np.ndarray], list | np.ndarray]] = {}
+    if columns_part is not None:
+        if entity_names is None:
+            raise ValueError("rules with constants need entity names")
+        from_columns = dict(columns_part.frame_columns(relation_names, entity_names))
+    n_objects, n = len(rules), len(rules) + (len(columns_part) if columns_part else 0)
+
+    def values(name: str, at: np.ndarray, of_objects: list | None = None) -> list:
+        """The column's values at positions `at` of the rules (the objects, then the
+        columns' entries); `of_objects`: the objects' values, made once per column."""
+        if of_objects is None:
+            of_objects = [makers[name](rule) for rule in rules]
+        if not from_columns:
+            return [of_objects[i] for i in at.tolist()]
+        out = np.empty(len(at), dtype=object)
+        objects = at < n_objects
+        if objects.any():
+            out[objects] = [of_objects[i] for i in at[objects].tolist()]
+        made = from_columns[name](at[~objects] - n_objects)
+        out[~objects] = made.tolist() if isinstance(made, np.ndarray) else made
+        return out.tolist()
+
+    # sorted by keys made first; then each column made in that order a chunk at a time, never
+    # all of a column's Python objects at once (FB15k-237's 6.9 million rules with constants:
+    # GBs of strings), its strings let go once Arrow holds them
+    everything = np.arange(n)
+    id_key = np.empty(n, dtype=np.int64)
+    for chunk in _chunks(everything):
+        id_key[chunk] = [int(i[1:], 16) for i in values("rule_id", chunk)]
+    heads = np.asarray(values("head_relation", everything), dtype=np.int64)
+    order = _frame_order(heads, np.asarray(values("score", everything), dtype=np.float64), id_key)
+    del heads
+    columns: dict[str, pd.Series] = {}
+    for name in makers:
+        if name == "rule_id":  # "R" and the 12 hex digits the key was read from
+            columns[name] = _series(
+                [f"R{k:012x}" for k in id_key[chunk].tolist()] for chunk in _chunks(order)
+            )
+            continue
+        of_objects = [makers[name](rule) for rule in rules]
+        columns[name] = _series(values(name, chunk, of_objects) for chunk in _chunks(order))
     frame = pd.DataFrame(columns)
     return frame.astype({"head_relation": "int32", "length": "int8", "temporal": "bool"})
+
+
+_CHUNK = 1 << 20  # rows of a column made at once
+
+
+def _chunks(positions: np.ndarray) -> Iterator[np.ndarray]:
+    for start in range(0, max(len(positions), 1), _CHUNK):
+        yield positions[start : start + _CHUNK]
+
+
+def _series(chunks: Iterable[list]) -> pd.Series:
+    """`pd.Series` of the chunks' values joined, as `pd.Series(values)` would make it; strings
+    go to Arrow a chunk at a time (as pandas' "str" dtype stores them), so that the Python
+    strings of a whole column never exist at once."""
+    listed: list = []
+    arrays: list[pa.Array] = []
+    for chunk in chunks:
+        if arrays or (not listed and chunk and isinstance(chunk[0], str)):
+            arrays.append(pa.array(chunk, type=pa.large_string(), from_pandas=True))
+        else:
+            listed += chunk
+    if not arrays:
+        return pd.Series(listed)
+    return pd.Series(pd.array(pa.concat_arrays(arrays), dtype=pd.StringDtype(na_value=np.nan)))
+
+
+def _frame_order(heads: np.ndarray, scores: np.ndarray, id_key: np.ndarray) -> np.ndarray:
+    """Positions in a stable sort by (head relation, score descending with NaN last, id);
+    `id_key` is each id's 12 hex digits read as a number, which sorts as the id does."""
+    missing = np.isnan(scores)
+    descending = np.where(missing, 0.0, -scores)
+    return np.lexsort((id_key, descending, missing, heads))
 
 
 def frame_rules(frame: pd.DataFrame) -> list[Rule]:
@@ -180,16 +240,36 @@ def select_bank(frame: pd.DataFrame, config: BankConfig) -> pd.DataFrame:
 
 def rules_text(frame: pd.DataFrame) -> str:
     """rules.txt: readable, grouped by head relation, best first, one rule per line."""
-    lines = []
-    for head, group in frame.groupby("head_relation_name", sort=True):
-        lines.append(f"# {head} ({len(group)} rules)")
-        for row in group.itertuples(index=False):
-            stats = f"conf={row.score:.3f}"
-            if not pd.isna(row.support):
-                stats += f" supp={row.support:g}"
-            lines.append(f"{stats}\t{row.text}")
+    return "\n".join(_rules_text_groups(frame))
+
+
+def write_rules_text(frame: pd.DataFrame, handle: TextIO) -> None:
+    """`rules_text` written a head relation at a time: the whole text of millions of rules
+    (and its lines) is never held at once."""
+    for i, group in enumerate(_rules_text_groups(frame)):
+        handle.write(f"\n{group}" if i else group)
+
+
+def _rules_text_groups(frame: pd.DataFrame) -> Iterator[str]:
+    """rules.txt's block of each head relation, in name order (joined by newlines): what
+    `groupby("head_relation_name", sort=True)` gives, each group's rows taken only when its
+    block is written (grouping took a sorted copy of every column at once)."""
+    codes, names = pd.factorize(frame["head_relation_name"], sort=True)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(names) + 1))
+    columns = frame[["score", "support", "text"]]
+    for k, head in enumerate(names):
+        group = columns.iloc[order[bounds[k] : bounds[k + 1]]]
+        lines = [f"# {head} ({len(group)} rules)"]
+        for score, support, text in zip(
+            group["score"].tolist(), group["support"].tolist(), group["text"].tolist(), strict=True
+        ):
+            stats = f"conf={score:.3f}"
+            if not pd.isna(support):
+                stats += f" supp={support:g}"
+            lines.append(f"{stats}\t{text}")
         lines.append("")
-    return "\n".join(lines)
+        yield "\n".join(lines)
 
 
 def confidence_histogram(rules: pd.DataFrame, bank: pd.DataFrame, bins: int = 20) -> pd.DataFrame:

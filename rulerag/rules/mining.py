@@ -24,9 +24,10 @@ from rulerag.rules.bank import (
     confidence_histogram,
     frame_rules,
     rules_frame,
-    rules_text,
     select_bank,
+    write_rules_text,
 )
+from rulerag.rules.constant_columns import RuleSet
 from rulerag.rules.rule import RULE_KINDS, Rule
 from rulerag.rules.settings import MineRulesSettings, RuleImport
 
@@ -63,7 +64,7 @@ class MinedRules:
         write_parquet(folder / "rules.parquet", self.rules, provenance)
         write_parquet(folder / "bank.parquet", self.bank, provenance)
         with atomic_open(folder / "rules.txt") as handle:
-            handle.write(rules_text(self.rules))
+            write_rules_text(self.rules, handle)
         with atomic_open(folder / "confidence.csv") as handle:
             self.histogram.to_csv(handle, index=False)
         plot_confidence(
@@ -87,19 +88,19 @@ def mine_rule_bank(
     if imported:
         relation_keys = dict(zip(kg.relations["key"], kg.relations["id"], strict=True))
         entity_keys = dict(zip(kg.entities["key"], kg.entities["id"], strict=True))
-        rules = import_rules(imported, relation_keys, len(kg.relations), entity_keys)
+        rules = RuleSet(import_rules(imported, relation_keys, len(kg.relations), entity_keys))
     elif facts.empty:
         raise InputError(
             f"mine_rules@{dataset}: the KG has no facts in splits {splits} "
             f"(it has {sorted(kg.lines_read)}); set mine_rules.splits"
         )
     else:
-        rules = mine(facts, len(kg.entities), len(kg.relations), kg.temporal, settings)
+        rules = mine_set(facts, len(kg.entities), len(kg.relations), kg.temporal, settings)
     seconds = time.perf_counter() - started
     relation_names = kg.relations.set_index("id")["name"].to_dict()
-    entity_names = kg.entities["name"].tolist() if any(r.constants for r in rules) else None
+    entity_names = kg.entities["name"].tolist() if rules.has_constants else None
     frame = rules_frame(rules, relation_names, entity_names)
-    del rules  # the frame holds them now (millions of rule objects with constants)
+    del rules  # the frame holds them now
     bank = select_bank(frame, settings.bank_for(dataset))
     miner = "import" if imported else ("temporal" if kg.temporal else "static")
     if bank.empty:
@@ -175,7 +176,7 @@ def mine(
     temporal: bool,
     settings: MineRulesSettings,
 ) -> list[Rule]:
-    """Run the miner that fits the KG (temporal or static) with its settings."""
+    """Run the miner that fits the KG (temporal or static) with its settings: a `Rule` each."""
     if temporal:
         from rulerag.rules.temporal_miner import mine_temporal
 
@@ -183,6 +184,21 @@ def mine(
     from rulerag.rules.static_miner import mine_static
 
     return mine_static(facts, n_entities, n_relations, settings.static, seed=settings.seed)
+
+
+def mine_set(
+    facts: pd.DataFrame,
+    n_entities: int,
+    n_relations: int,
+    temporal: bool,
+    settings: MineRulesSettings,
+) -> RuleSet:
+    """`mine`'s rules as the stage keeps them: AnyBURL's rules with constants as columns."""
+    if temporal:
+        return RuleSet(mine(facts, n_entities, n_relations, temporal, settings))
+    from rulerag.rules.static_miner import mine_static_set
+
+    return mine_static_set(facts, n_entities, n_relations, settings.static, seed=settings.seed)
 
 
 def import_rules(

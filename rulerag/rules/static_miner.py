@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 
+from rulerag.rules.constant_columns import RuleSet
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.settings import StaticMinerSettings, check_long_cyclic
 
@@ -451,6 +452,23 @@ def mine_static(
     seed: int = 12,
     progress: bool = True,
 ) -> list[Rule]:
+    """`mine_static_set`'s rules, every one a `Rule`, sorted by head relation, score
+    (descending) and structure."""
+    found = mine_static_set(facts, n_entities, n_relations, settings, seed=seed, progress=progress)
+    if found.constants is None:
+        return found.objects
+    return sorted(found, key=_sort_key)
+
+
+def mine_static_set(
+    facts: pd.DataFrame,
+    n_entities: int,
+    n_relations: int,
+    settings: StaticMinerSettings = _DEFAULT,
+    *,
+    seed: int = 12,
+    progress: bool = True,
+) -> RuleSet:
     """Mine closed Horn rules of up to `settings.max_atoms` atoms (head included) from static
     facts, with params.yaml `mine_rules.static`'s thresholds (`settings`).
 
@@ -464,7 +482,8 @@ def mine_static(
     With `settings.constants.kinds`, AnyBURL's rules with constants of those kinds follow (each
     head relation's after its closed rules; `anyburl_miner`), scored by AnyBURL's confidence;
     with `settings.long_cyclic.samples_per_head`, AnyBURL's cyclic rules of three body atoms
-    (`long_cyclic`, sampled with `seed`), scored the same way.
+    (`long_cyclic`, sampled with `seed`), scored the same way. The rules with constants come
+    as the set's columns (millions of rules: no `Rule` object each), the others as objects.
     """
     constants, long_cyclic = settings.constants, settings.long_cyclic
     check_long_cyclic(long_cyclic, constants)
@@ -489,8 +508,8 @@ def mine_static(
 
         rules = sorted(closed_rules_confidence(rules, constants), key=_sort_key)
     if not (long_cyclic.enabled or constants.kinds):
-        return rules
-    # AnyBURL's further kinds, from the same fact arrays, joined to the closed rules in one sort
+        return RuleSet(rules)
+    # AnyBURL's further kinds, from the same fact arrays
     triples = [facts[c].to_numpy(np.int64) for c in ("head", "relation", "tail")]
     more: list[Rule] = []
     if long_cyclic.enabled:
@@ -505,8 +524,9 @@ def mine_static(
             seed=seed,
             progress=progress,
         )
+    with_constants = None
     if constants.kinds:
-        from rulerag.rules.anyburl_miner import mine_constant_rules
+        from rulerag.rules.anyburl_miner import mine_constant_columns
 
-        more += mine_constant_rules(*triples, n_entities, n_relations, constants)
-    return sorted([*rules, *more], key=_sort_key)
+        with_constants = mine_constant_columns(*triples, n_entities, n_relations, constants)
+    return RuleSet(sorted([*rules, *more], key=_sort_key), with_constants)

@@ -51,7 +51,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from rulerag.rules.anyburl_miner import build_constant_rules, chunks_by_constant
+from rulerag.rules.anyburl_miner import chunks_by_constant
+from rulerag.rules.constant_columns import ConstantRuleColumns
 from rulerag.rules.ranges import ragged_ranges, sorted_lookup
 from rulerag.rules.rule import Rule
 from rulerag.rules.settings import TemporalConstantSettings
@@ -178,7 +179,7 @@ def mine_temporal_constant_rules(
         ok &= (confidence > 0) & (body > 0)
         for head in np.unique(h[ok]).tolist():
             sel = ok & (h == head)
-            rules += build_constant_rules(
+            rules += ConstantRuleColumns.of(
                 head % n_relations,
                 head >= n_relations,
                 c[sel],
@@ -189,12 +190,12 @@ def mine_temporal_constant_rules(
                 None if code is None else _anyburl_code(code[sel], n_relations),
                 None if d is None else d[sel],
                 temporal=True,
-            )
+            ).rules()
     return rules
 
 
 def _anyburl_code(code: np.ndarray, n_relations: int) -> np.ndarray:
-    """TLogic's body ids (r, or r + n backwards) as `build_constant_rules`' 2 r (+ 1)."""
+    """TLogic's body ids (r, or r + n backwards) as `ConstantRuleColumns`' codes, 2 r (+ 1)."""
     return 2 * (code % n_relations) + (code >= n_relations)
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+
 import pandas as pd
 
 from rulerag.rules.bank import (
@@ -11,6 +13,7 @@ from rulerag.rules.bank import (
     rules_frame,
     rules_text,
     select_bank,
+    write_rules_text,
 )
 from rulerag.rules.rule import Atom, Rule
 from rulerag.rules.settings import BankConfig
@@ -86,9 +89,16 @@ def test_empty_bank_is_valid() -> None:
 
 
 def test_rules_text_groups_by_head() -> None:
-    text = rules_text(rules_frame(sample_rules(), NAMES))
+    frame = rules_frame(sample_rules(), NAMES)
+    text = rules_text(frame)
     assert text.splitlines()[0] == "# citizen of (2 rules)"
     assert "conf=0.950 supp=300\t[Entity1, born in, Entity2]" in text
+    assert text.count("\n# ") == frame["head_relation"].nunique() - 1 and text.endswith("\n")
+    # written a head relation at a time: the same text
+    for rows in (frame, frame.iloc[:1], frame.iloc[:0]):
+        handle = io.StringIO()
+        write_rules_text(rows, handle)
+        assert handle.getvalue() == rules_text(rows)
 
 
 def test_histogram_counts_every_rule() -> None:
@@ -98,3 +108,25 @@ def test_histogram_counts_every_rule() -> None:
     assert int(hist["mined"].sum()) == len(frame)
     assert int(hist["bank"].sum()) == len(bank)
     assert isinstance(hist, pd.DataFrame) and len(hist) == 20
+
+
+def test_columns_converted_in_chunks_are_the_same_series_and_file() -> None:
+    from rulerag.rules.bank import _series
+
+    values = {
+        "text": [f"rule {i} " * (i % 4) for i in range(10)],
+        "score": [float(i) if i % 3 else float("nan") for i in range(10)],
+        "head": list(range(10)),
+        "temporal": [i % 2 == 0 for i in range(10)],
+    }
+    chunked = pd.DataFrame(
+        {k: _series(v[i : i + 3] for i in range(0, 10, 3)) for k, v in values.items()}
+    )
+    whole = pd.DataFrame({k: pd.Series(v) for k, v in values.items()})
+    pd.testing.assert_frame_equal(chunked, whole)
+    assert chunked.dtypes.to_dict() == whole.dtypes.to_dict()
+    files = [io.BytesIO(), io.BytesIO()]
+    chunked.to_parquet(files[0])
+    whole.to_parquet(files[1])
+    assert files[0].getvalue() == files[1].getvalue()
+    assert _series([[]]).equals(pd.Series([]))
