@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,22 +63,43 @@ PUBLISHED = {
 FIGURES = ("mrr", "hits_at_1", "hits_at_3", "hits_at_10")
 
 
-@dataclass(frozen=True)
+@dataclass
 class AppliedRules:
     """What the `apply_rules` stage writes: the link-forecasting figures (metrics.json), the
-    RuleQA test queries' explained candidates (answers.jsonl) and the report (results.md)."""
+    RuleQA test queries' explained candidates (answers.jsonl) and the report (results.md).
+
+    The answers come as they are made (`answers`, read once, by `write`): held all at once
+    they grew with the test queries (about 2 GiB per million facts of a grown ICEWS14,
+    benchmarks/bench_scale.py), so the share answered, the last figure, and the report are
+    known once they are written."""
 
     metrics: dict[str, Any]
-    answers: list[dict[str, Any]]
-    results: str  # results.md's text
+    answers: Iterable[dict[str, Any]]
+    settings: ApplySettings
 
     def write(self, folder: Path) -> None:
-        """answers.jsonl, metrics.json and results.md into `folder` (a staging folder:
-        `io.staged_outputs`)."""
-        write_jsonl(folder / "answers.jsonl", self.answers)
+        """answers.jsonl (a chunk of queries at a time), metrics.json and results.md into
+        `folder` (a staging folder: `io.staged_outputs`)."""
+        counts = [0, 0]  # queries, answered
+
+        def counted() -> Iterator[dict[str, Any]]:
+            for answer in self.answers:
+                counts[0] += 1
+                counts[1] += bool(answer["candidates"])
+                yield answer
+
+        write_jsonl(folder / "answers.jsonl", counted())
+        self.metrics["ruleqa_answered"] = round(counts[1] / max(1, counts[0]), 4)
         write_json(folder / "metrics.json", self.metrics)
         with atomic_open(folder / "results.md") as handle:
             handle.write(self.results)
+
+    @property
+    def results(self) -> str:
+        """results.md's text (once `write` has counted the answers)."""
+        if "ruleqa_answered" not in self.metrics:
+            raise RuntimeError("the report needs the answers written first (AppliedRules.write)")
+        return results_markdown(self.metrics, self.settings)
 
 
 def apply_mined_rules(
@@ -135,8 +156,7 @@ def apply_mined_rules(
     if clustering:
         metrics["clusters"] = clustering.summary()
     history = facts[facts["split"].isin(corpus_splits)]
-    answers = rule_answers(
-        read_jsonl(layout.queries("test")),
+    answer = RuleAnswers(
         rules,
         history,
         len(relations),
@@ -148,9 +168,8 @@ def apply_mined_rules(
         clusters=clusters,
         applied=applied,
     )
-    answered = sum(bool(a["candidates"]) for a in answers)
-    metrics["ruleqa_answered"] = round(answered / max(1, len(answers)), 4)
-    return AppliedRules(metrics, answers, results_markdown(metrics, settings))
+    answers = answer.as_made(read_jsonl(layout.queries("test")))
+    return AppliedRules(metrics, answers, settings)
 
 
 class RuleAnswers:
@@ -197,7 +216,17 @@ class RuleAnswers:
         best `keep` before the next: a query's candidates depend on it alone, so the chunks
         change nothing but the memory (all of them at once grew with the query count, 7.7 GB
         for the 46,860 queries of ICEWS14 x 4, benchmarks/bench_scale.py)."""
-        out: list[dict[str, Any]] = []
+        return list(self.as_made(queries, progress=progress, chunk=chunk))
+
+    def as_made(
+        self,
+        queries: Sequence[Mapping[str, Any]],
+        *,
+        progress: bool = True,
+        chunk: int = FORECAST_QUERY_CHUNK,
+    ) -> Iterator[dict[str, Any]]:
+        """The answers `__call__` lists, each chunk's as it is made (the stage writes them so,
+        never holding them all)."""
         starts = range(0, len(queries), chunk)
         for start in tqdm(starts, desc="RuleQA answers", unit="chunk", disable=not progress):
             block = queries[start : start + chunk]
@@ -213,8 +242,7 @@ class RuleAnswers:
                 frame, self.applied, self.edges, self.settings, clusters=self.clusters,
                 progress=False,
             )  # fmt: skip
-            out.extend(self._explained(query, found[key]) for key, query in enumerate(block))
-        return out
+            yield from [self._explained(query, found[key]) for key, query in enumerate(block)]
 
     def _fact_text(self, sub: int, rel: int, obj: int, ts: int) -> str:
         if rel >= self.n_relations:  # an inverse edge, read forwards
