@@ -35,10 +35,11 @@ KGs. With one body atom the exact counts are joins over the edge table: the cand
 of a head relation are its facts r(X, c) joined with X's edges (X, s, d), one row per (X, c, s,
 d), grouped by (c, s, d); the body count of (s, d) is d's in-degree in s, less X = c when
 s(c, d) holds. The join runs in chunks of whole constants (a constant's rows are never split,
-so each chunk's counts are final). On FB15k-237 all of it, 6.9 million rules, took 3 to 5
-minutes on one (shared) core, most of it making the Rule objects; NELL-995's 2.2 million about
-a minute and a half. So every rule AnyBURL could sample is found with its exact statistics,
-and the result depends on no seed or time budget.
+so each chunk's counts are final). The rules come as arrays (`ConstantRuleColumns`), never a
+`Rule` object each unless asked for: on FB15k-237 all of it, 6.9 million rules, mined and
+written as the rules frame in about two minutes and 6 GB (3 to 6 minutes and 11 to 13 GB as
+objects, docs/results.md "Memory walls removed"). So every rule AnyBURL could sample is found
+with its exact statistics, and the result depends on no seed or time budget.
 
 Off by default (`kinds: []`), chosen by the measurement (docs/results.md "AnyBURL's rules with
 constants"): with every kind and AnyBURL's confidence for all rules, max aggregation, filtered
