@@ -15,10 +15,11 @@ long cyclic ones, thousands) and the columns.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -50,7 +51,6 @@ class ConstantRuleColumns:
     confidence: np.ndarray
     temporal: bool = False
     unseen_negatives: int = 0
-    _templates: dict[tuple, Rule] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(
@@ -96,28 +96,12 @@ class ConstantRuleColumns:
         arrays = {
             f.name: np.concatenate([getattr(p, f.name) for p in parts])
             for f in fields(cls)
-            if f.name not in ("temporal", "unseen_negatives", "_templates")
+            if f.name not in ("temporal", "unseen_negatives")
         }
         return cls(**arrays, temporal=parts[0].temporal, unseen_negatives=parts[0].unseen_negatives)
 
     def __len__(self) -> int:
         return len(self.const)
-
-    def _template(self, r: int, inverse: bool, code: int, same: bool, dangling: bool) -> Rule:
-        """The rule of this shape with the stand-ins `_C` / `_D` for its constants."""
-        key = (r, inverse, code, same, dangling)
-        template = self._templates.get(key)
-        if template is None:
-            body_constant = None if dangling else (_C if same else _D)
-            template = Rule.with_constant(
-                r,
-                _C,
-                constant_is_subject=inverse,
-                body=None if code < 0 else (code >> 1, bool(code & 1)),
-                body_constant=body_constant,
-            )
-            self._templates[key] = template
-        return template
 
     def _shapes(self) -> tuple[np.ndarray, list[Rule]]:
         """Each rule's shape number and the shapes' template rules."""
@@ -130,7 +114,7 @@ class ConstantRuleColumns:
         rest, flags = np.divmod(unique, 4)
         head, code = np.divmod(rest, codes)
         templates = [
-            self._template(h >> 1, bool(h & 1), c - 1, bool(f >> 1), bool(f & 1))
+            _template(h >> 1, bool(h & 1), c - 1, bool(f >> 1), bool(f & 1))
             for h, c, f in zip(head.tolist(), code.tolist(), flags.tolist(), strict=True)
         ]
         return shape.reshape(-1), templates
@@ -238,6 +222,19 @@ class ConstantRuleColumns:
 
 
 _ID_TEXT = {e: str(i) for e, i in _ID.items()}
+
+
+@functools.cache
+def _template(r: int, inverse: bool, code: int, same: bool, dangling: bool) -> Rule:
+    """The rule of this shape (`ConstantRuleColumns`' fields) with the stand-ins `_C` / `_D`
+    for its constants."""
+    return Rule.with_constant(
+        r,
+        _C,
+        constant_is_subject=inverse,
+        body=None if code < 0 else (code >> 1, bool(code & 1)),
+        body_constant=None if dangling else (_C if same else _D),
+    )
 
 
 def _constants_json(template: Rule) -> str:
