@@ -439,7 +439,10 @@ def draw(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    palette = plt.get_cmap("tab20").colors  # a colour per row (stage variants are many)
+    for axis in axes:
+        axis.set_prop_cycle(color=palette[: max(len(stages), 1)])
     for stage in stages:
         here = [cells[(stage, x)] for x in labels if (stage, x) in cells]
         grown = [c for c in here if c["factor"] is not None]
@@ -462,8 +465,9 @@ def draw(
     axes[1].axhline(24, color="grey", linestyle="--", linewidth=0.8)
     axes[1].annotate("24 GB: this machine", (0.02, 24), xycoords=("axes fraction", "data"),
                      va="bottom", fontsize=8, color="grey")  # fmt: skip
-    axes[0].legend(fontsize=8)
-    fig.tight_layout()
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, loc="center right", fontsize=8)
+    fig.tight_layout(rect=(0, 0, 0.8, 1))
     fig.savefig(plot, dpi=110)
 
 
