@@ -69,9 +69,9 @@ class AppliedRules:
     RuleQA test queries' explained candidates (answers.jsonl) and the report (results.md).
 
     The answers come as they are made (`answers`, read once, by `write`): held all at once
-    they grew with the test queries (about 2 GiB per million facts of a grown ICEWS14,
-    benchmarks/bench_scale.py), so the share answered, the last figure, and the report are
-    known once they are written."""
+    they grew with the test queries (0.9 GiB of the 4.5 GiB peak on ICEWS14 grown sixteen
+    times, benchmarks/bench_scale.py), so the share answered, the last figure, and the report
+    are known once they are written."""
 
     metrics: dict[str, Any]
     answers: Iterable[dict[str, Any]]
