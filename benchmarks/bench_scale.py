@@ -411,8 +411,10 @@ def prediction(records: list[dict[str, Any]], facts: float) -> str:
             continue
         xs, ts, ms = (np.array(v, float) for v in zip(*points, strict=True))
         if name.split(" ")[0] in POWER_LAW_ROWS:
-            time_exp = float(np.polyfit(np.log(xs), np.log(ts), 1)[0])
-            rss_exp = max(float(np.polyfit(np.log(xs), np.log(ms), 1)[0]), 0.0)
+            time_exp, rss_exp = slope(list(xs), list(ts)), slope(list(xs), list(ms))
+            if time_exp is None or rss_exp is None:  # a point without time or memory
+                continue
+            rss_exp = max(rss_exp, 0.0)
             seconds = ts[-1] * (facts / xs[-1]) ** time_exp
             peak = ms[-1] * (facts / xs[-1]) ** rss_exp
             fit = f"power law: time exponent {time_exp:.2f}, peak {rss_exp:.2f}"

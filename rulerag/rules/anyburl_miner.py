@@ -148,23 +148,6 @@ def chunks_by_constant(
         begin = int(cut)
 
 
-def mine_constant_rules(
-    head: np.ndarray,
-    relation: np.ndarray,
-    tail: np.ndarray,
-    n_entities: int,
-    n_relations: int,
-    settings: ConstantRuleSettings,
-    heads: Sequence[int] | None = None,
-) -> list[Rule]:
-    """Every AC1, AC2 and zero-body rule of `settings.kinds` (see the module docstring) with
-    its exact support, body groundings (`body_support`), `std_confidence` and AnyBURL's
-    applied `confidence`; `heads` limits the head relations (default: all). A `Rule` each:
-    `mine_constant_columns` gives the same rules as arrays (what the stage keeps)."""
-    args = (head, relation, tail, n_entities, n_relations, settings, heads)
-    return mine_constant_columns(*args).rules()
-
-
 def mine_constant_columns(
     head: np.ndarray,
     relation: np.ndarray,
@@ -174,7 +157,10 @@ def mine_constant_columns(
     settings: ConstantRuleSettings,
     heads: Sequence[int] | None = None,
 ) -> ConstantRuleColumns:
-    """`mine_constant_rules`' rules, in its order, as columns (no `Rule` object each)."""
+    """Every AC1, AC2 and zero-body rule of `settings.kinds` (see the module docstring) with
+    its exact support, body groundings (`body_support`), `std_confidence` and AnyBURL's
+    applied `confidence`; `heads` limits the head relations (default: all). As columns, no
+    `Rule` object each (`.rules()` builds them)."""
     kinds = set(settings.kinds)
     pc = settings.unseen_negatives
     if not kinds:

@@ -124,12 +124,13 @@ class ConstantRuleColumns:
         extra = {"unseen_negatives": self.unseen_negatives}
         shape, templates = self._shapes()
         out = []
-        for k, c, dd, s, b, f in zip(
+        for k, c, dd, s, b, std, f in zip(
             shape.tolist(),
             self.const.tolist(),
             self.d.tolist(),
             self.support.tolist(),
             self.body.tolist(),
+            self.std_confidence().tolist(),
             self.confidence.tolist(),
             strict=True,
         ):
@@ -143,7 +144,7 @@ class ConstantRuleColumns:
                     temporal=self.temporal,
                     support=s,
                     body_support=b,
-                    std_confidence=s / b if b and not self.temporal else None,
+                    std_confidence=None if std != std else std,  # NaN: none
                     confidence=f,
                     extra=extra,
                 )

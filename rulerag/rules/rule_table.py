@@ -85,7 +85,7 @@ class RuleTable(Sequence[Rule]):
         columns = [part[c] for c in RULE_TABLE_COLUMNS[:4]] + [part[c] for c in STAT_COLUMNS]
         constants = part["constants"] if self._has_constants else [None] * len(part)
         for values in zip(*columns, constants, strict=True):
-            yield rule_of_row(*values[:4], values[4:11], values[11])
+            yield rule_of_row(*values[:4], values[4:-1], values[-1])
 
     def constant_columns(self) -> dict[str, np.ndarray]:
         """The rules with constants whose shape the arrays hold (one body atom at most, one

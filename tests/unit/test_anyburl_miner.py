@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rulerag.rules.anyburl_miner import mine_constant_rules
+from rulerag.rules.anyburl_miner import mine_constant_columns
 from rulerag.rules.mining import mine
 from rulerag.rules.rule import Rule
 from rulerag.rules.settings import (
@@ -102,14 +102,14 @@ def brute_force(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tup
 
 def mine_toy(facts: pd.DataFrame, settings: ConstantRuleSettings) -> list[Rule]:
     """The constant rules of a toy KG's facts (N_ENTITIES, N_RELATIONS)."""
-    return mine_constant_rules(
+    return mine_constant_columns(
         facts["head"].to_numpy(),
         facts["relation"].to_numpy(),
         facts["tail"].to_numpy(),
         N_ENTITIES,
         N_RELATIONS,
         settings,
-    )
+    ).rules()
 
 
 def mined(facts: pd.DataFrame, settings: ConstantRuleSettings) -> dict[tuple, Rule]:
