@@ -14,6 +14,7 @@ apart (`BuiltIndex.run_figures`) for MLflow and the log, so a rerun rewrites the
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from rulerag.retrieval.settings import IndexSettings
 from rulerag.settings import SettingsError
 
 __all__ = [
+    "BM25S_FLAT_UP_TO",
     "BuiltIndex",
     "build_dense",
     "build_index",
@@ -36,6 +38,14 @@ __all__ = [
     "index_corpus",
     "parity_texts",
 ]
+
+
+logger = logging.getLogger(__name__)
+
+#: bm25s scores every document for every query, so its search cost grows with the corpus;
+#: Lucene's stays flat. benchmarks/bench_bm25_growth.py on the scale curve: 2.2 against
+#: 2.1 ms a query at 254,740 documents, 13.1 against 2.7 at 1,018,960.
+BM25S_FLAT_UP_TO = 250_000
 
 
 def parity_texts(paths: DataLayout, n: int, seed: int = 12) -> list[str]:
@@ -77,6 +87,14 @@ def build_sparse(paths: DataLayout, settings: IndexSettings, staging: Path) -> B
     sparse = settings.sparse
     corpus = read_corpus(paths.corpus)
     stats: dict[str, Any] = {"kind": "sparse", "docs": len(corpus), "backend": sparse.backend}
+    if sparse.backend == "bm25s" and len(corpus) > BM25S_FLAT_UP_TO:
+        logger.warning(
+            "%s: %d documents: bm25s scores every one for every query (about 13 ms a query "
+            "at a million); index.sparse.backend: pyserini keeps a search's cost flat in the "
+            "corpus (about 3 ms)",
+            paths.corpus,
+            len(corpus),
+        )
     timings: dict[str, Any] = {}
     started = time.perf_counter()
     bm25s_index = BM25sIndex.build(corpus, sparse, show_progress=True)

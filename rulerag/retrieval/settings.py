@@ -59,7 +59,10 @@ class SparseSettings:
 
     backend: SparseBackend = field(
         default="bm25s",
-        metadata={"help": "bm25s (fast default) | pyserini (Lucene, the paper's tool)"},
+        metadata={
+            "help": "bm25s (fast default) | pyserini (Lucene, the paper's tool; the quicker "
+            "search past ~250k documents)"
+        },
     )
     k1: NonNegative = field(
         default=0.9, metadata={"help": "Pyserini's BM25 defaults, used by both back ends"}

@@ -111,3 +111,22 @@ def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path
     )
     with pytest.raises(InputError, match=r"retrieve@tiny: .*no trained query encoder at"):
         retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX)
+
+
+def test_a_large_corpus_on_bm25s_is_pointed_to_lucene(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from rulerag.retrieval import indexing
+
+    layout = DataLayout(tmp_path / "tiny")
+    tiny_benchmark(layout.root)
+    monkeypatch.setattr(indexing, "BM25S_FLAT_UP_TO", 200)  # the tiny corpus: 200 documents
+    with caplog.at_level("WARNING", logger="rulerag.retrieval.indexing"):
+        index_corpus("bm25", layout, INDEX)
+    assert not caplog.records  # at the bound: no warning
+    monkeypatch.setattr(indexing, "BM25S_FLAT_UP_TO", 199)
+    with caplog.at_level("WARNING", logger="rulerag.retrieval.indexing"):
+        index_corpus("bm25", layout, INDEX)
+    (record,) = caplog.records
+    assert "corpus.jsonl: 200 documents" in record.getMessage()
+    assert "index.sparse.backend: pyserini" in record.getMessage()
