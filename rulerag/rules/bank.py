@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, TextIO
 
@@ -73,13 +74,37 @@ def rules_frame(
 
     Rows are sorted by head relation, score (descending) and id, so files are deterministic.
     """
-    columns_part = rules.constants if isinstance(rules, RuleSet) else None
-    if columns_part is not None and not len(columns_part):
-        columns_part = None
-    rules = list(rules.objects if isinstance(rules, RuleSet) else rules)
-    with_constants = columns_part is not None or any(
-        rule.constants or not rule.body for rule in rules
-    )
+    source = _FrameSource.of(rules, relation_names, entity_names)
+    # sorted by keys made first; then each column made in that order a chunk at a time, never
+    # all of a column's Python objects at once (FB15k-237's 6.9 million rules with constants:
+    # GBs of strings), its strings let go once Arrow holds them
+    everything = np.arange(source.n)
+    id_key = np.empty(source.n, dtype=np.int64)
+    for chunk in _chunks(everything):
+        id_key[chunk] = [int(i[1:], 16) for i in source.values("rule_id", chunk)]
+    heads = np.asarray(source.values("head_relation", everything), dtype=np.int64)
+    scores = np.asarray(source.values("score", everything), dtype=np.float64)
+    order = _frame_order(heads, scores, id_key)
+    del heads, scores
+    columns: dict[str, pd.Series] = {}
+    for name in source.makers:
+        if name == "rule_id":  # "R" and the 12 hex digits the key was read from
+            columns[name] = _series(
+                [f"R{k:012x}" for k in id_key[chunk].tolist()] for chunk in _chunks(order)
+            )
+            continue
+        of_objects = source.of_objects(name)
+        columns[name] = _series(source.values(name, chunk, of_objects) for chunk in _chunks(order))
+    frame = pd.DataFrame(columns)
+    return frame.astype({"head_relation": "int32", "length": "int8", "temporal": "bool"})
+
+
+def _makers(
+    relation_names: Sequence[str] | Mapping[int, str],
+    entity_names: Sequence[str] | Mapping[int, str] | None,
+    with_constants: bool,
+) -> dict[str, Callable[[Rule], object]]:
+    """Each rules-frame column's value of one rule object, in the frame's column order."""
     makers: dict[str, Callable[[Rule], object]] = {
         "rule_id": rule_id,
         "head_relation": lambda rule: rule.head.relation,
@@ -97,49 +122,59 @@ def rules_frame(
     if with_constants:
         makers["constants"] = Rule.constants_json
         makers["kind"] = lambda rule: rule.kind
-    from_columns: dict[str, Callable[[np.ndarray], list | np.ndarray]] = {}
-    if columns_part is not None:
-        if entity_names is None:
-            raise ValueError("rules with constants need entity names")
-        from_columns = dict(columns_part.frame_columns(relation_names, entity_names))
-    n_objects, n = len(rules), len(rules) + (len(columns_part) if columns_part else 0)
+    return makers
 
-    def values(name: str, at: np.ndarray, of_objects: list | None = None) -> list:
-        """The column's values at positions `at` of the rules (the objects, then the
-        columns' entries); `of_objects`: the objects' values, made once per column."""
+
+@dataclass(frozen=True)
+class _FrameSource:
+    """Where a rules frame's values come from: the rule objects (a maker per column), then a
+    `RuleSet`'s rules with constants (a column maker per column, for any of their rows)."""
+
+    rules: list[Rule]
+    makers: dict[str, Callable[[Rule], object]]
+    from_columns: dict[str, Callable[[np.ndarray], list | np.ndarray]]
+    n: int
+
+    @classmethod
+    def of(
+        cls,
+        rules: Iterable[Rule] | RuleSet,
+        relation_names: Sequence[str] | Mapping[int, str],
+        entity_names: Sequence[str] | Mapping[int, str] | None,
+    ) -> _FrameSource:
+        columns_part = rules.constants if isinstance(rules, RuleSet) else None
+        if columns_part is not None and not len(columns_part):
+            columns_part = None
+        objects = list(rules.objects if isinstance(rules, RuleSet) else rules)
+        with_constants = columns_part is not None or any(
+            rule.constants or not rule.body for rule in objects
+        )
+        from_columns: dict[str, Callable[[np.ndarray], list | np.ndarray]] = {}
+        if columns_part is not None:
+            if entity_names is None:
+                raise ValueError("rules with constants need entity names")
+            from_columns = dict(columns_part.frame_columns(relation_names, entity_names))
+        n = len(objects) + (len(columns_part) if columns_part is not None else 0)
+        return cls(objects, _makers(relation_names, entity_names, with_constants), from_columns, n)
+
+    def of_objects(self, name: str) -> list:
+        """Column `name`'s value of every rule object (made once per column)."""
+        return [self.makers[name](rule) for rule in self.rules]
+
+    def values(self, name: str, at: np.ndarray, of_objects: list | None = None) -> list:
+        """Column `name`'s values at positions `at` of the rules (the objects, then the
+        columns' entries); `of_objects`: the objects' values, when made already."""
         if of_objects is None:
-            of_objects = [makers[name](rule) for rule in rules]
-        if not from_columns:
+            of_objects = self.of_objects(name)
+        if not self.from_columns:
             return [of_objects[i] for i in at.tolist()]
         out = np.empty(len(at), dtype=object)
-        objects = at < n_objects
+        objects = at < len(self.rules)
         if objects.any():
             out[objects] = [of_objects[i] for i in at[objects].tolist()]
-        made = from_columns[name](at[~objects] - n_objects)
+        made = self.from_columns[name](at[~objects] - len(self.rules))
         out[~objects] = made.tolist() if isinstance(made, np.ndarray) else made
         return out.tolist()
-
-    # sorted by keys made first; then each column made in that order a chunk at a time, never
-    # all of a column's Python objects at once (FB15k-237's 6.9 million rules with constants:
-    # GBs of strings), its strings let go once Arrow holds them
-    everything = np.arange(n)
-    id_key = np.empty(n, dtype=np.int64)
-    for chunk in _chunks(everything):
-        id_key[chunk] = [int(i[1:], 16) for i in values("rule_id", chunk)]
-    heads = np.asarray(values("head_relation", everything), dtype=np.int64)
-    order = _frame_order(heads, np.asarray(values("score", everything), dtype=np.float64), id_key)
-    del heads
-    columns: dict[str, pd.Series] = {}
-    for name in makers:
-        if name == "rule_id":  # "R" and the 12 hex digits the key was read from
-            columns[name] = _series(
-                [f"R{k:012x}" for k in id_key[chunk].tolist()] for chunk in _chunks(order)
-            )
-            continue
-        of_objects = [makers[name](rule) for rule in rules]
-        columns[name] = _series(values(name, chunk, of_objects) for chunk in _chunks(order))
-    frame = pd.DataFrame(columns)
-    return frame.astype({"head_relation": "int32", "length": "int8", "temporal": "bool"})
 
 
 _CHUNK = 1 << 20  # rows of a column made at once
