@@ -126,6 +126,15 @@ def build_faiss(embeddings: np.ndarray, config: FaissConfig = FaissConfig()):
     return index
 
 
+def _flat_vectors(index) -> np.ndarray:
+    """A flat FAISS index's vectors as an (ntotal, d) float32 array over FAISS's own storage
+    (no copy): valid as long as the index lives."""
+    import faiss
+
+    n, dim = index.ntotal, index.d
+    return faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
+
+
 def _searchable(index, config: FaissConfig):
     """Set search-time knobs; move to the GPU when allowed and possible.
 
@@ -165,10 +174,15 @@ class DenseIndex:
         if len(doc_ids) != len(embeddings):
             raise ValueError("doc_ids and embeddings differ in length")
         self.doc_ids = tuple(doc_ids)
-        self.embeddings = embeddings
         self.config = config
         self.meta = dict(meta or {})
         self._cpu_index = index if index is not None else build_faiss(embeddings, config)
+        if config.kind == "flat" and len(embeddings):
+            # a flat index holds its own copy of every vector: read them from there rather
+            # than keep the corpus's embeddings twice (the file's pages or the encoder's
+            # array: 1.5 GB each at the scale curve's ×16)
+            embeddings = _flat_vectors(self._cpu_index)
+        self.embeddings = embeddings
         self.index, self._gpu_resources = _searchable(self._cpu_index, config)
 
     @property
@@ -204,7 +218,7 @@ class DenseIndex:
         index = None
         if config.kind == saved.kind != "flat" and (folder / "faiss.index").is_file():
             index = faiss.read_index(str(folder / "faiss.index"))
-        else:  # FAISS copies the vectors it indexes; hand it a plain array
+        else:  # FAISS copies the vectors it indexes (from the mapped file: no other copy)
             embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         return cls(doc_ids, embeddings, config, meta, index)
 

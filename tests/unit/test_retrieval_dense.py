@@ -94,6 +94,29 @@ def test_faiss_kinds_agree_with_brute_force(config: FaissConfig, tmp_path: Path)
     assert (tmp_path / "index" / "faiss.index").exists() == (config.kind != "flat")
 
 
+def test_a_flat_index_keeps_one_copy_of_the_vectors(tmp_path: Path) -> None:
+    """The embeddings a flat index hands out are FAISS's own storage, equal to what it was
+    given and to what it saves and loads (from the mapped file, no copy kept of it)."""
+    import faiss
+
+    rng = np.random.default_rng(1)
+    docs = rng.normal(size=(300, 8)).astype(np.float32)
+    index = DenseIndex([f"D{i}" for i in range(300)], docs.copy())
+    np.testing.assert_array_equal(index.embeddings, docs)
+    xb = faiss.rev_swig_ptr(index._cpu_index.get_xb(), 300 * 8)
+    assert np.shares_memory(index.embeddings, xb) and not index.embeddings.flags.owndata
+    index.save(tmp_path / "index")
+    np.testing.assert_array_equal(np.load(tmp_path / "index" / "embeddings.npy"), docs)
+    again = DenseIndex.load(tmp_path / "index")
+    assert not isinstance(again.embeddings, np.memmap) and not np.shares_memory(
+        again.embeddings, np.load(tmp_path / "index" / "embeddings.npy", mmap_mode="r")
+    )
+    np.testing.assert_array_equal(again.embeddings, docs)
+    np.testing.assert_array_equal(again.search(docs[:7], 4)[0], index.search(docs[:7], 4)[0])
+    empty = DenseIndex([], np.zeros((0, 8), np.float32))
+    assert empty.embeddings.shape == (0, 8)
+
+
 def test_search_pads_when_k_exceeds_corpus() -> None:
     docs = np.eye(3, dtype=np.float32)
     rows, scores = DenseIndex(["a", "b", "c"], docs).search(docs[:1], k=5)
