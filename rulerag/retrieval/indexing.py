@@ -43,8 +43,8 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 #: bm25s scores every document for every query, so its search cost grows with the corpus;
-#: Lucene's stays flat. benchmarks/bench_bm25_growth.py on the scale curve: 2.2 against
-#: 2.1 ms a query at 254,740 documents, 13.1 against 2.7 at 1,018,960.
+#: Lucene's stays flat. benchmarks/bench_bm25_growth.py on the scale curve (docs/results.md):
+#: 2.1 against 2.1 ms a query at 254,740 documents, 11.0 against 2.5 at 1,018,960.
 BM25S_FLAT_UP_TO = 250_000
 
 
@@ -89,9 +89,9 @@ def build_sparse(paths: DataLayout, settings: IndexSettings, staging: Path) -> B
     stats: dict[str, Any] = {"kind": "sparse", "docs": len(corpus), "backend": sparse.backend}
     if sparse.backend == "bm25s" and len(corpus) > BM25S_FLAT_UP_TO:
         logger.warning(
-            "%s: %d documents: bm25s scores every one for every query (about 13 ms a query "
+            "%s: %d documents: bm25s scores every one for every query (about 11 ms a query "
             "at a million); index.sparse.backend: pyserini keeps a search's cost flat in the "
-            "corpus (about 3 ms)",
+            "corpus (about 2.5 ms)",
             paths.corpus,
             len(corpus),
         )
