@@ -126,13 +126,23 @@ def build_faiss(embeddings: np.ndarray, config: FaissConfig = FaissConfig()):
     return index
 
 
+class _FaissVectors(np.ndarray):
+    """A FAISS index's own vector storage seen as an array. It holds the index (`owner`), and
+    every view of it holds it as its base, so the memory lives as long as any of them (R²AG
+    keeps the corpus's vectors after the searcher is gone)."""
+
+    owner: object = None
+
+
 def _flat_vectors(index) -> np.ndarray:
     """A flat FAISS index's vectors as an (ntotal, d) float32 array over FAISS's own storage
-    (no copy): valid as long as the index lives."""
+    (no copy), keeping the index alive."""
     import faiss
 
     n, dim = index.ntotal, index.d
-    return faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim)
+    vectors = faiss.rev_swig_ptr(index.get_xb(), n * dim).reshape(n, dim).view(_FaissVectors)
+    vectors.owner = index
+    return vectors
 
 
 def _searchable(index, config: FaissConfig):

@@ -113,6 +113,13 @@ def test_a_flat_index_keeps_one_copy_of_the_vectors(tmp_path: Path) -> None:
     )
     np.testing.assert_array_equal(again.embeddings, docs)
     np.testing.assert_array_equal(again.search(docs[:7], 4)[0], index.search(docs[:7], 4)[0])
+    kept, row = np.asarray(index.embeddings), index.embeddings[3]  # as R²AG keeps them
+    del index, again
+    import gc
+
+    gc.collect()
+    np.testing.assert_array_equal(kept, docs)  # the index lives while its vectors are held
+    np.testing.assert_array_equal(row, docs[3])
     empty = DenseIndex([], np.zeros((0, 8), np.float32))
     assert empty.embeddings.shape == (0, 8)
 
