@@ -27,8 +27,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -36,12 +34,13 @@ from benchmarks.bench_scale import exponent, slope  # noqa: E402
 
 
 def sample_queries(test_file: Path, count: int, seed: int) -> list[str]:
-    """`count` test queries drawn without replacement (all of them when fewer)."""
+    """`count` test queries' texts, the seeded sample in file order the grid draws
+    (`rulerag.benchmark.sampling.sample_queries`)."""
+    from rulerag.benchmark import sampling
+
     with open(test_file, encoding="utf-8") as handle:
-        queries = [json.loads(line)["query"] for line in handle]
-    rng = np.random.default_rng(seed)
-    chosen = rng.choice(len(queries), min(count, len(queries)), replace=False)
-    return [queries[i] for i in sorted(chosen)]
+        records = [json.loads(line) for line in handle]
+    return [record["query"] for record in sampling.sample_queries(records, count, seed)]
 
 
 def per_query_ms(index, texts: list[str], k: int = 50) -> float:
