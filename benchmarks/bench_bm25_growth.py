@@ -37,9 +37,9 @@ def sample_queries(test_file: Path, count: int, seed: int) -> list[str]:
     """`count` test queries' texts, the seeded sample in file order the grid draws
     (`rulerag.benchmark.sampling.sample_queries`)."""
     from rulerag.benchmark import sampling
+    from rulerag.io import read_jsonl
 
-    with open(test_file, encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle]
+    records = read_jsonl(test_file)
     return [record["query"] for record in sampling.sample_queries(records, count, seed)]
 
 
