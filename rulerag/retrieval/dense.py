@@ -228,7 +228,8 @@ class DenseIndex:
         index = None
         if config.kind == saved.kind != "flat" and (folder / "faiss.index").is_file():
             index = faiss.read_index(str(folder / "faiss.index"))
-        else:  # FAISS copies the vectors it indexes (from the mapped file: no other copy)
+        else:  # FAISS copies the vectors it indexes from the mapped file (whose pages are
+            # resident only while it copies: the mapping is not kept)
             embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
         return cls(doc_ids, embeddings, config, meta, index)
 
