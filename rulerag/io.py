@@ -219,12 +219,17 @@ def write_json(path: Path, obj: Any) -> None:
         handle.write("\n")
 
 
+def with_provenance(schema: pa.Schema, provenance: Mapping[str, Any]) -> dict[bytes, bytes]:
+    """`schema`'s metadata with `provenance` as JSON under `PARQUET_META_KEY`."""
+    meta = dict(schema.metadata or {})
+    meta[PARQUET_META_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
+    return meta
+
+
 def write_parquet(path: Path, frame: pd.DataFrame, provenance: Mapping[str, Any]) -> None:
     """Write `frame` atomically as Parquet, with `provenance` as JSON in the file metadata."""
     table = pa.Table.from_pandas(frame, preserve_index=False)
-    meta = dict(table.schema.metadata or {})
-    meta[PARQUET_META_KEY] = json.dumps(provenance, sort_keys=True, default=str).encode()
-    table = table.replace_schema_metadata(meta)
+    table = table.replace_schema_metadata(with_provenance(table.schema, provenance))
     with atomic_path(path) as tmp:
         pq.write_table(table, tmp, compression="zstd")
 
