@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pandas as pd
 import pytest
 
-from rulerag.retrieval.metrics import first_hit_ranks, recall_at_k, recall_curve
+from rulerag.retrieval.metrics import FirstHits, first_hit_ranks, recall_at_k, recall_curve
 from tests.helpers import run_frame
 
 CONTENTS = {
@@ -76,3 +78,46 @@ def test_answers_match_whole_words_only():
     assert not contains_answer("kansas city", pattern)
     assert answer_pattern(["", "  "]) is None
     assert not contains_answer("anything", None)
+
+
+def random_run(seed: int, queries: int = 40) -> tuple[pd.DataFrame, dict, dict]:
+    """A rule-guided run in search order (each query's per-rule lists together) with ties in
+    score, documents found by several rules, queries without rows or answers."""
+    rng = np.random.default_rng(seed)
+    docs = {f"d{i}": f"doc {i} mentions {'city' + str(i % 7)}" for i in range(60)}
+    rows, answers = [], {}
+    for q in range(queries):
+        qid = f"q{q:03d}"
+        answers[qid] = [f"city{c}" for c in rng.choice(7, rng.integers(0, 3), replace=False)]
+        for rule in [f"r{r}" for r in range(rng.integers(0, 4))] or [""]:
+            if rng.random() < 0.1:
+                continue  # a search without hits
+            found = rng.choice(60, rng.integers(1, 8), replace=False)
+            scores = np.round(rng.random(len(found)), 1)  # ties
+            for rank, (doc, score) in enumerate(
+                sorted(zip(found, scores, strict=True), key=lambda p: -p[1]), start=1
+            ):
+                rows.append((qid, rule, rank, f"d{doc}", float(score)))
+    return run_frame(rows), docs, answers
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("block", [1, 3, 17, 10_000])
+def test_ranks_scored_a_block_at_a_time_are_those_of_the_whole_run(seed: int, block: int) -> None:
+    run, docs, answers = random_run(seed)
+    hits = FirstHits(docs, answers)
+    for start in range(0, len(run), block):  # blocks cut inside a query's rows
+        hits.add(run.iloc[start : start + block])
+    hits.add(run.iloc[:0])
+    pd.testing.assert_frame_equal(hits.ranks(), first_hit_ranks(run, docs, answers))
+    assert np.isfinite(hits.ranks()["strict"]).any()  # the runs find answers
+
+
+def test_a_query_whose_rows_come_apart_is_refused() -> None:
+    run = run_frame([("q1", "", 1, "d1", 1.0), ("q2", "", 1, "d2", 1.0), ("q1", "A", 1, "d4", 1.0)])
+    hits = FirstHits(CONTENTS, {"q1": ["Rome"], "q2": ["Berlin"]})
+    hits.add(run.iloc[:2])
+    with pytest.raises(ValueError, match="query 'q1' do not come together"):
+        hits.add(run.iloc[2:])
+        hits.ranks()
+    assert first_hit_ranks(run, CONTENTS, {"q1": ["Rome"]}).loc["q1"].tolist() == [2, 1]
