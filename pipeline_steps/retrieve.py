@@ -40,10 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     }
     tags = {"rulerag.config": config.name}
     with stage.track(logged, stage=name, instance=f"-{config.name}", tags=tags) as run:
-        runs = retrieve_runs(config, layout, params.retrieve, params.index, stage.model_cache)
         out = layout.output(config.name)
+        provenance = {"stage": name, "dataset": stage.dataset, **logged}
         with staged_outputs(out, name) as staging:
-            runs.write(staging, {"stage": name, "dataset": stage.dataset, **logged})
+            settings = (params.retrieve, params.index)
+            runs = retrieve_runs(config, layout, *settings, staging, provenance, stage.model_cache)
+            runs.write(staging)
         run.log_metrics(numeric_metrics(runs.metrics))
         for artifact in runs.artifacts:
             run.log_artifact(out / artifact)

@@ -71,10 +71,18 @@ class RobustSearch:
             searcher = open_searcher(config, layout, self.index, self.model_cache)
         except FileNotFoundError as err:
             raise InputError(f"robustness: {err}") from None
-        split = run_split(
-            ROBUST, to_queries(queries), searcher, self.retrieve, rules, config.use_rules, contents
+        blocks: list[pd.DataFrame] = []
+        run_split(
+            ROBUST,
+            to_queries(queries),
+            searcher,
+            self.retrieve,
+            rules,
+            config.use_rules,
+            contents,
+            blocks.append,
         )
-        return split.frame
+        return pd.concat(blocks, ignore_index=True)
 
 
 @dataclass(frozen=True)

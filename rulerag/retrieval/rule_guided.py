@@ -15,7 +15,7 @@ ranked union that the strict Recall@k and the generator read.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, Protocol, get_args
 
@@ -115,32 +115,32 @@ def expand(queries: Sequence[Query], rule_texts: Mapping[str, str], use_rules: b
     return Expansion(qids, rules, texts, unknown, fallbacks)
 
 
-def retrieve(
-    queries: Sequence[Query],
+def search_blocks(
+    plan: Expansion,
     searcher: Searcher,
     k: int,
-    rule_texts: Mapping[str, str] | None = None,
-    use_rules: bool = True,
     block: int = 2048,
     show_progress: bool = False,
-) -> tuple[pd.DataFrame, Expansion]:
-    """Search every (query, rule) pair (or every query) and return the run frame.
+) -> Iterator[pd.DataFrame]:
+    """The run of `plan`'s searches, a frame per block of `block` searches, in search order
+    (so a query's rows come together); one empty run frame when there is nothing to search,
+    so that a run written from the blocks always has its columns.
 
-    Searches go in blocks of `block` texts so that a progress bar moves on long query sets.
+    Blocks keep a long query set's run out of memory (the `retrieve` stage writes and scores
+    them as they come) and move a progress bar.
     """
     from tqdm.auto import tqdm
 
-    plan = expand(queries, rule_texts or {}, use_rules)
+    if not plan.texts:
+        yield empty_run()
+        return
     corpus_ids = np.asarray(searcher.corpus_ids, dtype=object)
-    frames = []
-    bar = tqdm(total=len(plan.texts), desc="retrieve", unit="q", disable=not show_progress)
-    for start in range(0, len(plan.texts), block):
-        texts = plan.texts[start : start + block]
-        rows, scores = searcher.search(texts, k)
-        n, kk = rows.shape
-        keep = rows >= 0
-        frames.append(
-            pd.DataFrame(
+    with tqdm(total=len(plan.texts), desc="retrieve", unit="q", disable=not show_progress) as bar:
+        for start in range(0, len(plan.texts), block):
+            rows, scores = searcher.search(plan.texts[start : start + block], k)
+            n, kk = rows.shape
+            keep = rows >= 0
+            frame = pd.DataFrame(
                 {
                     "qid": np.repeat(np.asarray(plan.qids[start : start + n], object), kk)[
                         keep.ravel()
@@ -153,13 +153,24 @@ def retrieve(
                     "score": scores[keep].astype(np.float32),
                 }
             )
-        )
-        bar.update(n)
-    bar.close()
-    if not frames:
-        return empty_run(), plan
-    run = pd.concat(frames, ignore_index=True)
-    return run.astype({"qid": str, "rule": str, "doc_id": str}), plan
+            bar.update(n)
+            yield frame.astype({"qid": str, "rule": str, "doc_id": str})
+
+
+def retrieve(
+    queries: Sequence[Query],
+    searcher: Searcher,
+    k: int,
+    rule_texts: Mapping[str, str] | None = None,
+    use_rules: bool = True,
+    block: int = 2048,
+    show_progress: bool = False,
+) -> tuple[pd.DataFrame, Expansion]:
+    """Search every (query, rule) pair (or every query) and return the whole run frame (what
+    `search_blocks` yields, concatenated) with the searches it made."""
+    plan = expand(queries, rule_texts or {}, use_rules)
+    frames = list(search_blocks(plan, searcher, k, block, show_progress))
+    return pd.concat(frames, ignore_index=True), plan
 
 
 def empty_run() -> pd.DataFrame:

@@ -4,14 +4,15 @@ a query set, measure Recall@k.
 Rule-guided modes search each (query, rule) pair as `q ∘ r` and unite the lists
 (`rule_guided.retrieve`); the fine-tuned modes load the query encoder `train_retriever` wrote
 and search the same corpus index (the document encoder is frozen). `retrieve_runs` is the
-stage's one call: every query set of `retrieve.splits` searched, with the figures and files
-`RetrievalRuns.write` puts in data/<dataset>/retrieval/<config>/.
+stage's one call: every query set of `retrieve.splits` searched, its run written a block at a
+time into the stage's folder (`parquet_stream.ParquetStream`) and scored as it comes
+(`metrics.FirstHits`), so a run is never held whole; `RetrievalRuns.write` adds the figures.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,15 +21,23 @@ import pandas as pd
 
 from rulerag.benchmark.sampling import sample_queries
 from rulerag.errors import InputError
-from rulerag.io import atomic_open, write_json, write_parquet
+from rulerag.io import atomic_open, write_json
 from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
+from rulerag.parquet_stream import ParquetStream
 from rulerag.retrieval.configs import RetrievalConfig
 from rulerag.retrieval.data import Query, read_corpus, read_queries, read_rule_texts
-from rulerag.retrieval.metrics import recall_at_k, recall_curve
-from rulerag.retrieval.rule_guided import Searcher, retrieve, rule_query_texts
+from rulerag.retrieval.metrics import FirstHits, recall_curve, recall_figures
+from rulerag.retrieval.rule_guided import Searcher, expand, rule_query_texts, search_blocks
 from rulerag.retrieval.settings import IndexSettings, RetrieveSettings
 
-__all__ = ["RetrievalRuns", "SplitRun", "open_searcher", "retrieve_runs", "run_split"]
+__all__ = [
+    "RetrievalRuns",
+    "SplitRun",
+    "open_searcher",
+    "retrieve_runs",
+    "run_file",
+    "run_split",
+]
 
 
 def open_searcher(
@@ -63,10 +72,10 @@ def open_searcher(
 
 @dataclass
 class SplitRun:
-    """One query set searched: the run frame, its Recall@k figures and timings."""
+    """One query set searched: its Recall@k figures and timings (the run itself went to the
+    `sink` of `run_split` a block at a time)."""
 
     split: str
-    frame: pd.DataFrame
     figures: dict[str, float]  # recall_at_k / loose_recall_at_k (fractions) and `queries`
     timing: dict[str, Any]
 
@@ -84,19 +93,29 @@ def run_split(
     rules: Mapping[str, str],
     use_rules: bool,
     contents: Mapping[str, str],
+    sink: Callable[[pd.DataFrame], None],
 ) -> SplitRun:
     """Search one query set (`test`, `f_g`, or the robustness queries) with `settings.top_k`
-    documents per search.
+    documents per search; each block of the run goes to `sink` (a `ParquetStream`'s `write`,
+    or a list's `append`) and is scored as it comes, so the run is never held whole.
 
     F_G is a seeded sample of `settings.f_g_queries` queries (the generator trains on a few
     hundred in the CPU profile and draws only from queries the run holds)."""
     if split == "f_g" and settings.f_g_queries is not None:
         queries = list(sample_queries(queries, settings.f_g_queries, settings.seed))
-    started = time.perf_counter()
-    frame, plan = retrieve(queries, searcher, settings.top_k, rules, use_rules, show_progress=True)
-    seconds = time.perf_counter() - started
-    answers = {q.qid: q.answers for q in queries}
-    figures = recall_at_k(frame, contents, answers, settings.search_ks)
+    plan = expand(queries, rules, use_rules)
+    hits = FirstHits(contents, {q.qid: q.answers for q in queries})
+    blocks = search_blocks(plan, searcher, settings.top_k, show_progress=True)
+    seconds = 0.0  # searching only, as before the run was scored as it came
+    while True:
+        started = time.perf_counter()
+        block = next(blocks, None)
+        seconds += time.perf_counter() - started
+        if block is None:
+            break
+        sink(block)
+        hits.add(block)
+    figures = recall_figures(hits.ranks(), settings.search_ks)
     timing = {
         "queries": len(queries),
         "searches": len(plan.texts),
@@ -105,13 +124,13 @@ def run_split(
         "seconds": round(seconds, 2),
         "queries_per_second": round(len(queries) / seconds, 1) if seconds else 0.0,
     }
-    return SplitRun(split, frame, figures, timing)
+    return SplitRun(split, figures, timing)
 
 
 @dataclass
 class RetrievalRuns:
-    """What `retrieve` writes for one configuration: a run per query set, metrics.json and the
-    test queries' Recall@k curve."""
+    """What `retrieve` wrote for one configuration (a run per query set) and what it writes
+    beside them: metrics.json and the test queries' Recall@k curve."""
 
     config: RetrievalConfig
     runs: dict[str, SplitRun]  # by query set, in `retrieve.splits` order
@@ -122,23 +141,26 @@ class RetrievalRuns:
     @property
     def files(self) -> list[str]:
         """The run files written, test first (run.parquet, run_fg.parquet)."""
-        return [RUN_FILENAME if split == "test" else RUN_FG_FILENAME for split in self.runs]
+        return [run_file(split) for split in self.runs]
 
     @property
     def artifacts(self) -> list[str]:
         """What the stage logs to MLflow: metrics.json, and recall.csv when there is one."""
         return ["metrics.json", *(["recall.csv"] if self.curve is not None else [])]
 
-    def write(self, folder: Path, provenance: Mapping[str, Any]) -> None:
-        """Each run as Parquet (with `provenance` and its query set), recall.csv and
-        metrics.json into `folder` (a staging folder for the configuration's
-        `DataLayout.output`: `io.staged_outputs`)."""
-        for (split, run), name in zip(self.runs.items(), self.files, strict=True):
-            write_parquet(folder / name, run.frame, {**provenance, "split": split})
+    def write(self, folder: Path) -> None:
+        """recall.csv and metrics.json into `folder`, beside the runs `retrieve_runs` wrote
+        there."""
         if self.curve is not None:
             with atomic_open(folder / "recall.csv") as handle:
                 self.curve.to_csv(handle, index=False)
         write_json(folder / "metrics.json", self.metrics)
+
+
+def run_file(split: str) -> str:
+    """The file a query set's run goes to: run.parquet for the test queries, else
+    run_fg.parquet."""
+    return RUN_FILENAME if split == "test" else RUN_FG_FILENAME
 
 
 def retrieve_runs(
@@ -146,10 +168,15 @@ def retrieve_runs(
     layout: DataLayout,
     settings: RetrieveSettings,
     index_settings: IndexSettings,
+    folder: Path,
+    provenance: Mapping[str, Any],
     model_cache: Path | None = None,
 ) -> RetrievalRuns:
     """The `retrieve` stage: `config` run over each query set of `settings.splits` the
-    benchmark has (test, F_G), `settings.top_k` documents per search, with Recall@k.
+    benchmark has (test, F_G), `settings.top_k` documents per search, with Recall@k. Each run
+    is written into `folder` (a staging folder for the configuration's `DataLayout.output`:
+    `io.staged_outputs`) as it is searched, with `provenance` and its query set;
+    `RetrievalRuns.write` adds the figures.
 
     Rule-guided configurations search with the bank's rules in the `retrieve.rule_query` form;
     a trained configuration's missing query encoder is an `InputError` naming its folder."""
@@ -177,9 +204,11 @@ def retrieve_runs(
         if not source.is_file():
             skipped.append(source.name)
             continue
-        result = run_split(
-            split, read_queries(source), searcher, settings, rules, config.use_rules, contents
-        )
+        queries = read_queries(source)
+        with ParquetStream(folder / run_file(split), {**provenance, "split": split}) as stream:
+            result = run_split(
+                split, queries, searcher, settings, rules, config.use_rules, contents, stream.write
+            )
         runs[split] = result
         if split == "test":
             metrics.update(result.rounded, **result.timing)

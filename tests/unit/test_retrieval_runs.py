@@ -15,9 +15,11 @@ from rulerag.errors import InputError
 from rulerag.io import read_provenance
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import parse_config
+from rulerag.retrieval.data import read_queries, read_rule_texts
 from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.indexing import index_corpus
-from rulerag.retrieval.runs import retrieve_runs
+from rulerag.retrieval.rule_guided import retrieve, rule_query_texts
+from rulerag.retrieval.runs import open_searcher, retrieve_runs
 from rulerag.retrieval.settings import RetrieveSettings, index_settings
 from rulerag.settings import SettingsError
 from tests.support.synthetic_retrieval import tiny_benchmark
@@ -54,7 +56,8 @@ def test_index_corpus_refuses_an_unknown_encoder_and_a_missing_corpus(tmp_path: 
 
 
 def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> None:
-    runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX)
+    provenance = {"stage": "retrieve", "dataset": "tiny"}
+    runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX, tmp_path, provenance)
     assert list(runs.runs) == ["test", "f_g"] and runs.skipped == []
     assert runs.files == ["run.parquet", "run_fg.parquet"]
     metrics = runs.metrics
@@ -70,17 +73,23 @@ def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> N
     assert (f_g["queries"], f_g["recall_at_1"], f_g["recall_at_5"], f_g["fallbacks"]) == (
         6, 0.6667, 1.0, 2,
     )  # fmt: skip
-    assert sorted(runs.runs["f_g"].frame["qid"].unique()) == [
+    assert sorted(pd.read_parquet(tmp_path / "run_fg.parquet")["qid"].unique()) == [
         "fg-00020", "fg-00021", "fg-00023", "fg-00026", "fg-00027", "fg-00029",
     ]  # the seeded sample of retrieve.f_g_queries  # fmt: skip
 
-    runs.write(tmp_path, {"stage": "retrieve", "dataset": "tiny"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet", "run_fg.parquet"]
+    runs.write(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "metrics.json", "recall.csv", "run.parquet", "run_fg.parquet",
     ]  # fmt: skip
     assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    # the run written a block at a time is the whole run `rule_guided.retrieve` returns
+    rules = rule_query_texts(read_rule_texts(layout.rule_bank), RETRIEVE.rule_query)
+    searcher = open_searcher(parse_config("bm25-rg"), layout, INDEX)
+    whole, _ = retrieve(read_queries(layout.queries("test")), searcher, 5, rules, block=3)
     written = pd.read_parquet(tmp_path / "run.parquet")
-    pd.testing.assert_frame_equal(written, runs.runs["test"].frame.reset_index(drop=True))
+    pd.testing.assert_frame_equal(written, whole)
+    assert len(written) == 5 * (metrics["searches"])
     assert read_provenance(tmp_path / "run_fg.parquet") == {
         "stage": "retrieve", "dataset": "tiny", "split": "f_g",
     }  # fmt: skip
@@ -91,7 +100,9 @@ def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> N
 
 
 def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path: Path) -> None:
-    standard = retrieve_runs(parse_config("bm25-standard"), layout, RETRIEVE, INDEX)
+    standard = retrieve_runs(
+        parse_config("bm25-standard"), layout, RETRIEVE, INDEX, tmp_path / "standard", {}
+    )
     assert (standard.metrics["recall_at_1"], standard.metrics["recall_at_5"]) == (0.0, 1.0)
     assert standard.metrics["fallbacks"] == 0  # the query alone: no rules to fall back from
     # a query set the benchmark lacks is skipped, and so is its run file
@@ -100,8 +111,11 @@ def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path
     only.queries("f_g").unlink()
     only.index("bm25").parent.mkdir(parents=True)
     only.index("bm25").symlink_to(layout.index("bm25"))
-    runs = retrieve_runs(parse_config("bm25-standard"), only, RETRIEVE, INDEX)
+    runs = retrieve_runs(
+        parse_config("bm25-standard"), only, RETRIEVE, INDEX, tmp_path / "only", {}
+    )
     assert runs.skipped == ["f_g.jsonl"] and runs.files == ["run.parquet"]
+    assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["run.parquet"]
     assert "f_g" not in runs.metrics
     # a fine-tuned configuration before train_retriever wrote its query encoder
     dense = DataLayout(tmp_path / "dense" / "tiny")
@@ -110,7 +124,8 @@ def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path
         dense.index("minilm")
     )
     with pytest.raises(InputError, match=r"retrieve@tiny: .*no trained query encoder at"):
-        retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX)
+        retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX, tmp_path / "rgft", {})
+    assert not (tmp_path / "rgft").exists()
 
 
 def test_a_large_corpus_on_bm25s_is_pointed_to_lucene(
