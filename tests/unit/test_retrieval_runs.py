@@ -5,6 +5,7 @@ before they became shells around these calls (top_k 5, ks 1/2/5, 6 sampled F_G q
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +16,7 @@ from rulerag.errors import InputError
 from rulerag.io import read_provenance
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import parse_config
-from rulerag.retrieval.data import read_queries, read_rule_texts
+from rulerag.retrieval.data import read_queries, read_rule_texts, to_queries
 from rulerag.retrieval.dense import DenseIndex
 from rulerag.retrieval.indexing import index_corpus
 from rulerag.retrieval.rule_guided import retrieve, rule_query_texts
@@ -55,6 +56,16 @@ def test_index_corpus_refuses_an_unknown_encoder_and_a_missing_corpus(tmp_path: 
     assert not layout.retrieval.exists()
 
 
+@pytest.fixture
+def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Searches in blocks of 3, so that the runs of the tiny benchmark come in many blocks
+    (a query's rows cut between two) and are written and scored across them."""
+    from rulerag.retrieval import rule_guided, runs
+
+    monkeypatch.setattr(runs, "search_blocks", partial(rule_guided.search_blocks, block=3))
+
+
+@pytest.mark.usefixtures("small_blocks")
 def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> None:
     provenance = {"stage": "retrieve", "dataset": "tiny"}
     runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX, tmp_path, provenance)
@@ -145,3 +156,19 @@ def test_a_large_corpus_on_bm25s_is_pointed_to_lucene(
     (record,) = caplog.records
     assert "corpus.jsonl: 200 documents" in record.getMessage()
     assert "index.sparse.backend: pyserini" in record.getMessage()
+
+
+@pytest.mark.usefixtures("small_blocks")
+def test_a_robustness_row_searches_as_the_stage_does(layout: DataLayout) -> None:
+    """`RobustSearch.run` (the robustness stage's own search) gets the blocks `run_split`
+    hands it as one frame: the whole run `rule_guided.retrieve` returns."""
+    from rulerag.generation.rows import RobustSearch
+    from rulerag.io import read_jsonl
+
+    records = read_jsonl(layout.queries("test"))[:7]
+    frame = RobustSearch(INDEX, RETRIEVE).run("bm25-rg", records, layout)
+    rules = rule_query_texts(read_rule_texts(layout.rule_bank), RETRIEVE.rule_query)
+    searcher = open_searcher(parse_config("bm25-rg"), layout, INDEX)
+    whole, plan = retrieve(to_queries(records), searcher, RETRIEVE.top_k, rules)
+    pd.testing.assert_frame_equal(frame, whole)
+    assert len(frame) == RETRIEVE.top_k * len(plan.texts) and frame["qid"].nunique() == 7
