@@ -2,8 +2,8 @@
 the frames' concatenation.
 
 A stage whose output outgrows what it needs to hold writes it as it comes: the rule-guided
-retrieval run of a ×16 graph is 27.8 million rows, which `pd.concat` and the conversion to
-Arrow held two and three times over (6.9 GiB). Here at most one row group is held.
+retrieval run of a ×16 graph is 27.8 million rows, which the `retrieve` stage held whole until
+it wrote them (6.9 GiB, with the sort that scored them). Here at most one row group is held.
 
 Why the bytes are the same: `write_parquet(pd.concat(frames))` converts the concatenation to
 Arrow and `pq.write_table` cuts it into row groups of `ROW_GROUP_ROWS` rows. A file's bytes
@@ -84,7 +84,7 @@ class ParquetStream:
         head = window.slice(0, rows)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._tmp, self._schema, compression="zstd")
-        self._writer.write_table(head.replace_schema_metadata(self._schema.metadata), self._group)
+        self._writer.write_table(head, self._group)  # the file's metadata: the writer's schema
         rest = window.slice(rows)
         self._held = [rest] if rest.num_rows else []
         self._held_rows -= rows
