@@ -24,7 +24,6 @@ from __future__ import annotations
 import sys
 
 from pipeline_steps.common import numeric_metrics, run_stage, stage_inputs
-from rulerag.io import staged_outputs
 from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.runs import retrieve_runs
 
@@ -40,12 +39,10 @@ def main(argv: list[str] | None = None) -> int:
     }
     tags = {"rulerag.config": config.name}
     with stage.track(logged, stage=name, instance=f"-{config.name}", tags=tags) as run:
-        out = layout.output(config.name)
         provenance = {"stage": name, "dataset": stage.dataset, **logged}
-        with staged_outputs(out, name) as staging:
-            settings = (params.retrieve, params.index)
-            runs = retrieve_runs(config, layout, *settings, staging, provenance, stage.model_cache)
-            runs.write(staging)
+        settings = (params.retrieve, params.index)
+        runs = retrieve_runs(config, layout, *settings, provenance, stage.model_cache)
+        out = layout.output(config.name)
         run.log_metrics(numeric_metrics(runs.metrics))
         for artifact in runs.artifacts:
             run.log_artifact(out / artifact)

@@ -6,7 +6,7 @@ Rule-guided modes search each (query, rule) pair as `q ∘ r` and unite the list
 and search the same corpus index (the document encoder is frozen). `retrieve_runs` is the
 stage's one call: every query set of `retrieve.splits` searched, its run written a block at a
 time into the stage's folder (`parquet_stream.ParquetStream`) and scored as it comes
-(`metrics.FirstHits`), so a run is never held whole; `RetrievalRuns.write` adds the figures.
+(`metrics.FirstHits`), so a run is never held whole; the figures go beside them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pandas as pd
 
 from rulerag.benchmark.sampling import sample_queries
 from rulerag.errors import InputError
-from rulerag.io import atomic_open, write_json
+from rulerag.io import atomic_open, staged_outputs, write_json
 from rulerag.layout import RUN_FG_FILENAME, RUN_FILENAME, DataLayout
 from rulerag.parquet_stream import ParquetStream
 from rulerag.retrieval.configs import RetrievalConfig
@@ -149,8 +149,8 @@ class RetrievalRuns:
         return ["metrics.json", *(["recall.csv"] if self.curve is not None else [])]
 
     def write(self, folder: Path) -> None:
-        """recall.csv and metrics.json into `folder`, beside the runs `retrieve_runs` wrote
-        there."""
+        """recall.csv and metrics.json into `folder` (`retrieve_runs`' staging folder, beside
+        the runs it wrote there)."""
         if self.curve is not None:
             with atomic_open(folder / "recall.csv") as handle:
                 self.curve.to_csv(handle, index=False)
@@ -168,18 +168,18 @@ def retrieve_runs(
     layout: DataLayout,
     settings: RetrieveSettings,
     index_settings: IndexSettings,
-    folder: Path,
     provenance: Mapping[str, Any],
     model_cache: Path | None = None,
 ) -> RetrievalRuns:
     """The `retrieve` stage: `config` run over each query set of `settings.splits` the
-    benchmark has (test, F_G), `settings.top_k` documents per search, with Recall@k. Each run
-    is written into `folder` (a staging folder for the configuration's `DataLayout.output`:
-    `io.staged_outputs`) as it is searched, with `provenance` and its query set;
-    `RetrievalRuns.write` adds the figures.
+    benchmark has (test, F_G), `settings.top_k` documents per search, with Recall@k, written
+    into the configuration's `DataLayout.output`: each run as it is searched (with `provenance`
+    and its query set), then the figures, all published together when every one is written
+    (`io.staged_outputs`, its staging folder named by `provenance`'s `stage`).
 
     Rule-guided configurations search with the bank's rules in the `retrieve.rule_query` form;
-    a trained configuration's missing query encoder is an `InputError` naming its folder."""
+    a trained configuration's missing query encoder is an `InputError` naming its folder,
+    raised before anything is written."""
     corpus = read_corpus(layout.corpus)
     contents = dict(zip(corpus.ids, corpus.contents, strict=True))
     rules: dict[str, str] = {}
@@ -199,20 +199,25 @@ def retrieve_runs(
     runs: dict[str, SplitRun] = {}
     skipped: list[str] = []
     curve = None
-    for split in settings.splits:
-        source = layout.queries(split)
-        if not source.is_file():
-            skipped.append(source.name)
-            continue
-        queries = read_queries(source)
-        with ParquetStream(folder / run_file(split), {**provenance, "split": split}) as stream:
-            result = run_split(
-                split, queries, searcher, settings, rules, config.use_rules, contents, stream.write
-            )
-        runs[split] = result
-        if split == "test":
-            metrics.update(result.rounded, **result.timing)
-            curve = recall_curve(result.figures, config.name, settings.search_ks)
-        else:
-            metrics[split] = {**result.rounded, **result.timing}
-    return RetrievalRuns(config, runs, metrics, curve, skipped)
+    with staged_outputs(layout.output(config.name), str(provenance["stage"])) as staging:
+        for split in settings.splits:
+            source = layout.queries(split)
+            if not source.is_file():
+                skipped.append(source.name)
+                continue
+            queries = read_queries(source)
+            meta = {**provenance, "split": split}
+            with ParquetStream(staging / run_file(split), meta) as stream:
+                result = run_split(
+                    split, queries, searcher, settings, rules, config.use_rules, contents,
+                    stream.write,
+                )  # fmt: skip
+            runs[split] = result
+            if split == "test":
+                metrics.update(result.rounded, **result.timing)
+                curve = recall_curve(result.figures, config.name, settings.search_ks)
+            else:
+                metrics[split] = {**result.rounded, **result.timing}
+        written = RetrievalRuns(config, runs, metrics, curve, skipped)
+        written.write(staging)
+    return written

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from rulerag.errors import InputError
-from rulerag.io import read_provenance
+from rulerag.io import read_parquet, read_provenance
 from rulerag.layout import DataLayout
 from rulerag.retrieval.configs import parse_config
 from rulerag.retrieval.data import read_queries, read_rule_texts, to_queries
@@ -27,6 +27,7 @@ from tests.support.synthetic_retrieval import tiny_benchmark
 
 INDEX = index_settings({"threads": 1, "sparse": {"parity_check": False}})
 RETRIEVE = RetrieveSettings(top_k=5, ks=(1, 2, 5), f_g_queries=6)
+STAGE = {"stage": "retrieve"}  # the provenance the runs carry (its stage names the staging)
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +67,10 @@ def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("small_blocks")
-def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> None:
+def test_retrieve_runs_rule_guided_bm25(layout: DataLayout) -> None:
     provenance = {"stage": "retrieve", "dataset": "tiny"}
-    runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX, tmp_path, provenance)
+    runs = retrieve_runs(parse_config("bm25-rg"), layout, RETRIEVE, INDEX, provenance)
+    out = layout.output("bm25-rg")
     assert list(runs.runs) == ["test", "f_g"] and runs.skipped == []
     assert runs.files == ["run.parquet", "run_fg.parquet"]
     metrics = runs.metrics
@@ -84,36 +86,32 @@ def test_retrieve_runs_rule_guided_bm25(layout: DataLayout, tmp_path: Path) -> N
     assert (f_g["queries"], f_g["recall_at_1"], f_g["recall_at_5"], f_g["fallbacks"]) == (
         6, 0.6667, 1.0, 2,
     )  # fmt: skip
-    assert sorted(pd.read_parquet(tmp_path / "run_fg.parquet")["qid"].unique()) == [
+    assert sorted(pd.read_parquet(out / "run_fg.parquet")["qid"].unique()) == [
         "fg-00020", "fg-00021", "fg-00023", "fg-00026", "fg-00027", "fg-00029",
     ]  # the seeded sample of retrieve.f_g_queries  # fmt: skip
 
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.parquet", "run_fg.parquet"]
-    runs.write(tmp_path)
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "metrics.json", "recall.csv", "run.parquet", "run_fg.parquet",
+    assert sorted(p.name for p in out.iterdir()) == [
+        "manifest.json", "metrics.json", "recall.csv", "run.parquet", "run_fg.parquet",
     ]  # fmt: skip
-    assert json.loads((tmp_path / "metrics.json").read_text()) == metrics
+    assert json.loads((out / "metrics.json").read_text()) == metrics
     # the run written a block at a time is the whole run `rule_guided.retrieve` returns
     rules = rule_query_texts(read_rule_texts(layout.rule_bank), RETRIEVE.rule_query)
     searcher = open_searcher(parse_config("bm25-rg"), layout, INDEX)
     whole, _ = retrieve(read_queries(layout.queries("test")), searcher, 5, rules, block=3)
-    written = pd.read_parquet(tmp_path / "run.parquet")
+    written = read_parquet(out / "run.parquet")
     pd.testing.assert_frame_equal(written, whole)
     assert len(written) == 5 * (metrics["searches"])
-    assert read_provenance(tmp_path / "run_fg.parquet") == {
+    assert read_provenance(out / "run_fg.parquet") == {
         "stage": "retrieve", "dataset": "tiny", "split": "f_g",
     }  # fmt: skip
-    curve = pd.read_csv(tmp_path / "recall.csv")
+    curve = pd.read_csv(out / "recall.csv")
     assert list(curve.columns) == ["k", "recall", "loose_recall", "config"]
     assert curve["recall"].tolist() == [0.8, 0.8, 1.0]
     assert runs.artifacts == ["metrics.json", "recall.csv"]
 
 
 def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path: Path) -> None:
-    standard = retrieve_runs(
-        parse_config("bm25-standard"), layout, RETRIEVE, INDEX, tmp_path / "standard", {}
-    )
+    standard = retrieve_runs(parse_config("bm25-standard"), layout, RETRIEVE, INDEX, STAGE)
     assert (standard.metrics["recall_at_1"], standard.metrics["recall_at_5"]) == (0.0, 1.0)
     assert standard.metrics["fallbacks"] == 0  # the query alone: no rules to fall back from
     # a query set the benchmark lacks is skipped, and so is its run file
@@ -122,11 +120,9 @@ def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path
     only.queries("f_g").unlink()
     only.index("bm25").parent.mkdir(parents=True)
     only.index("bm25").symlink_to(layout.index("bm25"))
-    runs = retrieve_runs(
-        parse_config("bm25-standard"), only, RETRIEVE, INDEX, tmp_path / "only", {}
-    )
+    runs = retrieve_runs(parse_config("bm25-standard"), only, RETRIEVE, INDEX, STAGE)
     assert runs.skipped == ["f_g.jsonl"] and runs.files == ["run.parquet"]
-    assert sorted(p.name for p in (tmp_path / "only").iterdir()) == ["run.parquet"]
+    assert "run_fg.parquet" not in {p.name for p in only.output("bm25-standard").iterdir()}
     assert "f_g" not in runs.metrics
     # a fine-tuned configuration before train_retriever wrote its query encoder
     dense = DataLayout(tmp_path / "dense" / "tiny")
@@ -135,8 +131,8 @@ def test_retrieve_runs_standard_and_what_is_missing(layout: DataLayout, tmp_path
         dense.index("minilm")
     )
     with pytest.raises(InputError, match=r"retrieve@tiny: .*no trained query encoder at"):
-        retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX, tmp_path / "rgft", {})
-    assert not (tmp_path / "rgft").exists()
+        retrieve_runs(parse_config("minilm-rgft"), dense, RETRIEVE, INDEX, STAGE)
+    assert not dense.output("minilm-rgft").exists()  # nothing created before the encoder opens
 
 
 def test_a_large_corpus_on_bm25s_is_pointed_to_lucene(
