@@ -40,8 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     tags = {"rulerag.config": config.name}
     with stage.track(logged, stage=name, instance=f"-{config.name}", tags=tags) as run:
         provenance = {"stage": name, "dataset": stage.dataset, **logged}
-        settings = (params.retrieve, params.index)
-        runs = retrieve_runs(config, layout, *settings, provenance, stage.model_cache)
+        runs = retrieve_runs(
+            config, layout, params.retrieve, params.index, provenance, stage.model_cache
+        )
         out = layout.output(config.name)
         run.log_metrics(numeric_metrics(runs.metrics))
         for artifact in runs.artifacts:

@@ -113,7 +113,7 @@ def _rank_table(
     for column, parts in (("loose", loose), ("strict", strict)):
         found = [part for part in parts if not part.empty]
         if found:
-            ranks = pd.concat(found) if len(found) > 1 else found[0]
+            ranks = pd.concat(found)
             out.loc[out.index.intersection(ranks.index), column] = ranks
     return out
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rulerag.io import read_provenance, write_parquet
+from rulerag.io import read_provenance, with_provenance, write_parquet
 from rulerag.parquet_stream import ROW_GROUP_ROWS, ParquetStream
 
 
@@ -36,16 +36,11 @@ def run_blocks(sizes: list[int], seed: int = 0) -> list[pd.DataFrame]:
     return frames
 
 
-def whole(path: Path, frames: list[pd.DataFrame], rows: int | None, meta: dict) -> bytes:
-    """What `write_parquet` writes of the concatenation (row groups of `rows`)."""
+def whole(path: Path, frames: list[pd.DataFrame], rows: int, meta: dict) -> bytes:
+    """What `write_parquet` writes of the concatenation, with row groups of `rows`."""
     table = pa.Table.from_pandas(pd.concat(frames, ignore_index=True), preserve_index=False)
-    if rows is None:
-        write_parquet(path, pd.concat(frames, ignore_index=True), meta)
-    else:
-        table = table.replace_schema_metadata(
-            {**table.schema.metadata, b"rulerag": b'{"split": "test"}'}
-        )
-        pq.write_table(table, path, compression="zstd", row_group_size=rows)
+    table = table.replace_schema_metadata(with_provenance(table.schema, meta))
+    pq.write_table(table, path, compression="zstd", row_group_size=rows)
     return path.read_bytes()
 
 
