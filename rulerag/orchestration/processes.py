@@ -11,7 +11,8 @@ then SIGKILL to what is left (`stop_group`). Who started it:
 - exits with an exception (a failing echo, Airflow's execution timeout, Ctrl-C's
   KeyboardInterrupt): the caller's `finally` stops the group;
 - gets SIGTERM (Airflow's task runner only calls `on_kill` and carries on;
-  `raise_on_sigterm` makes it unwind into that `finally`);
+  `raise_on_sigterm` makes it unwind into that `finally`, and `output_lines` waits for the
+  command's output so that the signal is never left waiting behind a blocking read);
 - is killed outright (SIGKILL): on Linux the command gets SIGTERM from the kernel
   (`PR_SET_PDEATHSIG`) and dvc dies; the stage, whose own parent was dvc, then exits the same
   way (pipeline_steps/common.py).
@@ -19,7 +20,11 @@ then SIGKILL to what is left (`stop_group`). Who started it:
 
 from __future__ import annotations
 
+import codecs
+import io
+import locale
 import os
+import selectors
 import signal
 import subprocess
 import threading
@@ -39,6 +44,7 @@ __all__ = [
     "GRACE_S",
     "Terminated",
     "group_alive",
+    "output_lines",
     "raise_on_sigterm",
     "running",
     "start_group",
@@ -184,3 +190,73 @@ def raise_on_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+class _SignalWakeup:
+    """Within the block, `fd` becomes readable whenever a signal with a Python handler arrives
+    (`signal.set_wakeup_fd`); main thread only (`fd` is None elsewhere). What arrives is passed
+    on (`drain`) to the wakeup descriptor set before (an asyncio loop's), set again after."""
+
+    def __init__(self) -> None:
+        self.fd: int | None = None
+        self._write_end, self._previous = -1, -1
+
+    def __enter__(self) -> _SignalWakeup:
+        if threading.current_thread() is threading.main_thread():
+            self.fd, self._write_end = os.pipe()
+            for end in (self.fd, self._write_end):
+                os.set_blocking(end, False)
+            self._previous = signal.set_wakeup_fd(self._write_end, warn_on_full_buffer=False)
+        return self
+
+    def drain(self) -> None:
+        if self.fd is None:
+            return
+        with suppress(BlockingIOError):
+            arrived = os.read(self.fd, 4096)
+            if self._previous != -1:
+                with suppress(OSError):  # a full or closed pipe: as the signal module does
+                    os.write(self._previous, arrived)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.fd is None:
+            return
+        signal.set_wakeup_fd(self._previous)
+        self.drain()
+        os.close(self.fd)
+        os.close(self._write_end)
+
+
+def output_lines(stream: io.RawIOBase | io.BufferedIOBase) -> Iterator[str]:
+    """The lines of a command's output pipe (`stream`, opened in binary mode) as they come,
+    without their newline, decoded as a text-mode `Popen` decodes them (the locale's encoding,
+    universal newlines), an undecodable byte replaced rather than failing the run.
+
+    Why not `for line in proc.stdout`: a signal's Python handler runs only once the main
+    thread comes back from what it waits in. A SIGTERM arriving in the instant between the
+    last check for signals and a blocking read does not interrupt that read, so
+    `raise_on_sigterm`'s handler waited until the command printed again (hours for a quiet
+    stage) while the command ran on. Here the wait is a `select` on the pipe and on a wakeup
+    descriptor that the signal itself writes to, so the handler runs at once."""
+    decoder = io.IncrementalNewlineDecoder(
+        codecs.getincrementaldecoder(locale.getpreferredencoding(False))(errors="replace"),
+        translate=True,
+    )
+    fd, pending = stream.fileno(), ""
+    with _SignalWakeup() as wakeup, selectors.DefaultSelector() as selector:
+        selector.register(fd, selectors.EVENT_READ)
+        if wakeup.fd is not None:
+            selector.register(wakeup.fd, selectors.EVENT_READ)
+        while True:
+            ready = {key.fd for key, _events in selector.select()}
+            if wakeup.fd in ready:  # the handler has run or runs now; drained for the next one
+                wakeup.drain()
+            if fd not in ready:
+                continue
+            chunk = os.read(fd, 65536)
+            *lines, pending = (pending + decoder.decode(chunk, final=not chunk)).split("\n")
+            yield from lines
+            if not chunk:  # end of output
+                if pending:
+                    yield pending
+                return

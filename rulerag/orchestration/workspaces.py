@@ -39,7 +39,12 @@ from typing import Any
 import yaml
 
 from rulerag.orchestration.dag_settings import DagSettings
-from rulerag.orchestration.processes import raise_on_sigterm, start_group, stop_group
+from rulerag.orchestration.processes import (
+    output_lines,
+    raise_on_sigterm,
+    start_group,
+    stop_group,
+)
 from rulerag.params import read_params_file
 from rulerag.settings import SettingsError
 
@@ -163,12 +168,12 @@ def stream_command(cmd: list[str], cwd: Path, env: Mapping[str, str], echo: Logg
     with raise_on_sigterm():
         proc = start_group(
             cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, text=True, bufsize=1,
+            stderr=subprocess.STDOUT, bufsize=0,
         )  # fmt: skip
         try:
             assert proc.stdout is not None
-            for line in proc.stdout:
-                echo(line.rstrip("\n"))
+            for line in output_lines(proc.stdout):
+                echo(line)
             code = proc.wait()
             finished = code == 0
         finally:
