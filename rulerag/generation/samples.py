@@ -197,8 +197,7 @@ def load_samples(
     doc_rules = None
     needed: set[str] = set()
     if retrieval:
-        run = _read_run(layout, retrieval, run_file)
-        run = run[run["qid"].astype(str).isin({str(q["qid"]) for q in queries})]
+        run = _read_run(layout, retrieval, run_file, {str(q["qid"]) for q in queries})
         shown = {str(q["qid"]): selected_rules(q, rule_texts, settings.max_rules) for q in queries}
         lists = united_lists(run, rules, shown)
         documents = {q: [doc for doc, _ in pairs] for q, pairs in lists.items()}
@@ -218,17 +217,20 @@ def load_samples(
 
 
 def _read_run(
-    layout: DataLayout, retrieval: str, run_file: str | Path | pd.DataFrame
+    layout: DataLayout, retrieval: str, run_file: str | Path | pd.DataFrame, qids: set[str]
 ) -> pd.DataFrame:
-    """The run frame `load_samples` unites: the frame itself, or the file (a name in the
-    retrieval configuration's folder, or a path), read as a parquet file reads back (a fresh
-    index: the frame's rows are selected by label further on)."""
+    """The rows of queries `qids` of the run `load_samples` unites, in the run's order: of the
+    frame itself, or of the file (a name in the retrieval configuration's folder, or a path),
+    read for those queries only (a rule-guided run at ×16 is 27.8 million rows; a grid row
+    needs a hundred queries' of them). A fresh index either way: the rows are selected by
+    label further on."""
     if isinstance(run_file, pd.DataFrame):
-        return run_file.reset_index(drop=True)
+        kept = run_file[run_file["qid"].astype(str).isin(qids)]
+        return kept.reset_index(drop=True)
     path = run_file if isinstance(run_file, Path) else layout.output(retrieval) / run_file
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: run the retrieval stage for {retrieval}")
-    return read_parquet(path)
+    return read_parquet(path, where=("qid", sorted(qids)))
 
 
 def fg_samples(

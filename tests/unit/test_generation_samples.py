@@ -83,3 +83,35 @@ def test_a_run_in_memory_gives_the_samples_its_file_gives(base: Path, tmp_path: 
     assert in_memory == from_file
     assert [s.extra for s in in_memory] == [s.extra for s in from_file]
     assert [d.split("-")[1] for d in in_memory[0].extra["doc_ids"]][:4] == ["R2"] * 4
+
+
+def test_a_run_file_is_read_for_the_samples_queries_only(
+    base: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`load_samples` reads only its queries' rows of a run file (a rule-guided run at x16 is
+    27.8 million rows for a grid row's hundred queries): each query's sample is the one the
+    whole run in memory gives, from a file whose row groups cut the queries' rows apart."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import rulerag.io
+
+    settings = generation_settings({"max_rules": 2, "num_documents": 3, "recall_k": [5]})
+    run = pd.read_parquet(DataLayout(base).run("minilm-rg"))
+    path = tmp_path / "groups" / "run.parquet"
+    path.parent.mkdir()
+    pq.write_table(pa.Table.from_pandas(run, preserve_index=False), path, row_group_size=5)
+    read: list[pd.DataFrame] = []
+    real = rulerag.io.read_parquet
+
+    def spy(*args: object, **kwargs: object) -> pd.DataFrame:
+        read.append(real(*args, **kwargs))  # type: ignore[arg-type]
+        return read[-1]
+
+    monkeypatch.setattr("rulerag.generation.samples.read_parquet", spy)
+    for query in QUERIES:
+        (from_file,) = load_samples(base, [query], "minilm-rg", path, "all", settings)
+        (whole,) = load_samples(base, [query], "minilm-rg", run, "all", settings)
+        assert from_file == whole and from_file.extra == whole.extra
+        assert set(read[-1]["qid"]) == {query["qid"]}
+        assert len(read[-1]) == (run["qid"] == query["qid"]).sum()

@@ -260,6 +260,41 @@ def test_read_parquet_refuses_fewer_rows_than_the_manifest_records(tmp_path: Pat
         read_provenance(tmp_path / "bank.parquet")
 
 
+def test_read_parquet_where_keeps_the_rows_of_the_values_in_file_order(tmp_path: Path) -> None:
+    """Checked against pandas' own selection of the whole frame, on a file of row groups of
+    7 rows (a value's rows in several groups, groups holding none of the values)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    frame = pd.DataFrame(
+        {"qid": [f"q{i % 9}" for i in range(60)], "rank": range(60), "score": [0.5] * 60}
+    )
+    path = tmp_path / "run.parquet"
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=7)
+    assert pq.ParquetFile(path).metadata.num_row_groups == 9
+    for values in (["q3"], ["q8", "q0", "q8"], ["q1", "absent"], ["absent"]):
+        expected = frame[frame["qid"].isin(values)].reset_index(drop=True)
+        pd.testing.assert_frame_equal(read_parquet(path, where=("qid", values)), expected)
+        pd.testing.assert_frame_equal(
+            read_parquet(path, ["rank", "qid"], where=("qid", iter(values))),
+            expected[["rank", "qid"]],
+        )
+    for columns in (None, ["score"]):  # no value at all: no row, the columns and their types
+        none = read_parquet(path, columns, where=("qid", []))
+        assert none.empty
+        assert none.dtypes.to_dict() == frame[columns or frame.columns].dtypes.to_dict()
+
+
+def test_read_parquet_where_still_refuses_a_file_its_manifest_does_not_describe(
+    tmp_path: Path,
+) -> None:
+    _publish(tmp_path, OLD_SET)
+    assert read_parquet(tmp_path / "bank.parquet", where=("x", [2, 4]))["x"].tolist() == [2, 4]
+    write_parquet(tmp_path / "bank.parquet", pd.DataFrame({"x": [1, 2]}), {"stage": "x"})
+    with pytest.raises(OutputIntegrityError, match=r"bank\.parquet"):
+        read_parquet(tmp_path / "bank.parquet", where=("x", [2]))
+
+
 def test_read_parquet_hashes_a_file_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
