@@ -33,6 +33,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Mapping
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -172,8 +173,9 @@ def stream_command(cmd: list[str], cwd: Path, env: Mapping[str, str], echo: Logg
         )  # fmt: skip
         try:
             assert proc.stdout is not None
-            for line in output_lines(proc.stdout):
-                echo(line)
+            with closing(output_lines(proc.stdout)) as lines:  # its wakeup undone at once
+                for line in lines:
+                    echo(line)
             code = proc.wait()
             finished = code == 0
         finally:

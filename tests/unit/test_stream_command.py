@@ -122,8 +122,13 @@ def test_an_exception_in_the_task_stops_the_commands_whole_group(
         spawned.extend(int(p) for p in line.split())
         raise TimeoutError("the task's execution_timeout")
 
-    with pytest.raises(TimeoutError):
+    before = signal.set_wakeup_fd(-1)
+    signal.set_wakeup_fd(before)
+    with pytest.raises(TimeoutError) as raised:
         stream_command([sys.executable, "-c", SPAWNER, SLEEPER], tmp_path, env(), echo)
+    # undone though the traceback (which keeps stream_command's frame) lives on
+    assert raised.tb is not None
+    assert signal.set_wakeup_fd(before) == before, "the wakeup descriptor was left set"
     assert len(spawned) == 2
     assert gone_within(spawned, GRACE), "the command's child outlived the task"
 
