@@ -53,13 +53,17 @@ def encode_corpus(
     chunk_size: int = 8192,
     show_progress: bool = True,
     stats: dict | None = None,
+    out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Embed the corpus with the document encoder, chunk by chunk, reusing cached chunks.
 
     Without `cache_dir` nothing is cached. Each chunk file is written atomically, so a run
     killed mid-way leaves only whole chunks and the next run starts at the first missing one.
     `stats`, when given, receives `encoded_docs`, `cached_docs` and `encode_seconds` (the time
-    spent encoding, not loading), so throughput figures never count cache hits.
+    spent encoding, not loading), so throughput figures never count cache hits. `out` (an
+    (n, dim) float32 array: a flat FAISS index's own storage, `build_dense_index`) receives
+    each chunk as it comes and is returned, so the corpus is held once rather than as its
+    chunks and then their concatenation.
     """
     from tqdm.auto import tqdm
 
@@ -84,11 +88,18 @@ def encode_corpus(
                 path.parent.mkdir(parents=True, exist_ok=True)
                 with atomic_path(path) as tmp, open(tmp, "wb") as handle:
                     np.save(handle, part)
-        parts.append(part)
+        if out is not None:
+            out[start : start + len(chunk)] = part
+        else:
+            parts.append(part)
         bar.update(len(chunk))
     bar.close()
     if stats is not None:
         stats.update(encoded_docs=encoded, cached_docs=cached, encode_seconds=seconds)
+    if out is not None:
+        if out.shape[0] != n:
+            raise ValueError(f"out holds {out.shape[0]} rows for a corpus of {n} documents")
+        return out
     if not parts:
         dim = encoder.doc.get_embedding_dimension() or 0
         return np.zeros((0, dim), np.float32)
@@ -132,6 +143,18 @@ class _FaissVectors(np.ndarray):
     keeps the corpus's vectors after the searcher is gone)."""
 
     owner: object = None
+
+
+def _empty_flat_index(n: int, dim: int):
+    """A flat inner-product index with room for `n` vectors of `dim` (zeros until written
+    through `_flat_vectors`): what `add` leaves, its storage grown once to the size and the
+    vectors counted, without a copy of them to add from."""
+    import faiss
+
+    index = faiss.IndexFlatIP(dim)
+    index.codes.resize(n * dim * np.dtype(np.float32).itemsize)
+    index.ntotal = n
+    return index
 
 
 def _flat_vectors(index) -> np.ndarray:
@@ -276,12 +299,25 @@ def build_dense_index(
     meta: dict | None = None,
     show_progress: bool = True,
 ) -> tuple[DenseIndex, EncodeStats]:
-    """Encode (or take from the cache) and index a corpus."""
+    """Encode (or take from the cache) and index a corpus. A flat index is filled as the
+    chunks come, so the corpus's vectors are held once (FAISS's copy): encoding them into an
+    array of their own first, then adding it, held them twice (1.5 GB each at the scale
+    curve's ×16)."""
     stats: dict = {}
+    dim = encoder.doc.get_embedding_dimension()
+    index = None
+    if config.kind == "flat" and texts and dim:
+        index = _empty_flat_index(len(texts), dim)
     embeddings = encode_corpus(
-        encoder, texts, batch_size, cache_dir, show_progress=show_progress, stats=stats
+        encoder,
+        texts,
+        batch_size,
+        cache_dir,
+        show_progress=show_progress,
+        stats=stats,
+        out=None if index is None else _flat_vectors(index),
     )
-    index = DenseIndex(doc_ids, embeddings, config, meta)
+    index = DenseIndex(doc_ids, embeddings, config, meta, index)
     return index, EncodeStats(
         len(texts), stats["encoded_docs"], stats["cached_docs"], stats["encode_seconds"]
     )

@@ -154,6 +154,61 @@ def test_encode_corpus_reuses_cached_chunks(tmp_path: Path) -> None:
     np.testing.assert_array_equal(full, again)
 
 
+class RandomEncoder:
+    """A DualEncoder stand-in: seeded random unit vectors of `dim`, the seed the number of the
+    batch's first text (the same batches give the same vectors)."""
+
+    def __init__(self, dim: int) -> None:
+        self.dim = dim
+        self.doc = self  # the document side answers get_embedding_dimension
+
+    def get_embedding_dimension(self) -> int:
+        return self.dim
+
+    def encode_docs(self, texts, batch_size=128):
+        rng = np.random.default_rng(int(texts[0].split()[1]))
+        vectors = rng.standard_normal((len(texts), self.dim), dtype=np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        return vectors
+
+
+@pytest.mark.parametrize("cached", [False, True], ids=["encoded", "from-cache"])
+def test_a_flat_index_is_built_holding_the_vectors_once(tmp_path: Path, cached: bool) -> None:
+    """`build_dense_index` fills a flat index's storage chunk by chunk: the same index as
+    adding the encoded corpus (vectors, saved file, search), while the arrays Python allocates
+    on the way (tracemalloc counts NumPy's, not FAISS's) stay below one copy of the corpus;
+    encoding into an array of its own first held it twice (its chunks and their concatenation),
+    then a third time while FAISS copied it."""
+    import tracemalloc
+
+    n, dim = 100_000, 64  # 25.6 MB of vectors, a chunk of 8,192 2.1 MB
+    texts = [f"doc {i}" for i in range(n)]
+    ids = [f"D{i}" for i in range(n)]
+    encoder = RandomEncoder(dim)
+    cache = tmp_path / "cache"
+    expected = encode_corpus(encoder, texts, cache_dir=cache, show_progress=False)
+    reference = DenseIndex(ids, expected.copy())
+    tracemalloc.start()
+    try:
+        index, stats = build_dense_index(
+            encoder, ids, texts, cache_dir=cache if cached else None, show_progress=False
+        )
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < expected.nbytes, f"{peak:,} bytes allocated for a {expected.nbytes:,}-byte corpus"
+    assert (stats.cached_docs, stats.encoded_docs) == ((n, 0) if cached else (0, n))
+    np.testing.assert_array_equal(index.embeddings, expected)
+    assert index._cpu_index.ntotal == n
+    queries = expected[:50] + 0.05
+    for got, want in zip(index.search(queries, 10), reference.search(queries, 10), strict=True):
+        np.testing.assert_array_equal(got, want)
+    index.save(tmp_path / "built")
+    reference.save(tmp_path / "added")
+    for name in ("embeddings.npy", "doc_ids.json", "meta.json"):
+        assert (tmp_path / "built" / name).read_bytes() == (tmp_path / "added" / name).read_bytes()
+
+
 def test_minilm_dense_retrieval_on_tiny_benchmark(minilm, tmp_path: Path) -> None:
     tiny_benchmark(tmp_path)
     layout = DataLayout(tmp_path)
