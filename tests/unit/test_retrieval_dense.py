@@ -209,6 +209,37 @@ def test_a_flat_index_is_built_holding_the_vectors_once(tmp_path: Path, cached: 
         assert (tmp_path / "built" / name).read_bytes() == (tmp_path / "added" / name).read_bytes()
 
 
+def test_a_flat_index_loads_its_vectors_straight_into_faiss(tmp_path: Path) -> None:
+    """Loading reads embeddings.npy into FAISS's storage: no NumPy copy of the corpus on the
+    way (copying it out of the mapped file allocated one, beside FAISS's); a file cut short is
+    an error naming it; an .npy file `save` does not write (float64) still loads, converted."""
+    import tracemalloc
+
+    from rulerag.errors import InputError
+
+    rng = np.random.default_rng(2)
+    docs = rng.standard_normal((100_000, 64), dtype=np.float32)
+    ids = [f"D{i}" for i in range(len(docs))]
+    DenseIndex(ids, docs.copy()).save(tmp_path / "index")
+    tracemalloc.start()
+    try:
+        loaded = DenseIndex.load(tmp_path / "index")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    # (the 100,000 document ids are about 7 MB of the peak)
+    assert peak < docs.nbytes / 2, f"{peak:,} bytes allocated to load {docs.nbytes:,}"
+    np.testing.assert_array_equal(loaded.embeddings, docs)
+    np.testing.assert_array_equal(loaded.search(docs[:9], 3)[0][:, 0], np.arange(9))
+    path = tmp_path / "index" / "embeddings.npy"
+    whole = path.read_bytes()
+    path.write_bytes(whole[:-4])
+    with pytest.raises(InputError, match=rf"^{path}: shorter than its 100000 vectors"):
+        DenseIndex.load(tmp_path / "index")
+    np.save(path, docs.astype(np.float64))
+    np.testing.assert_array_equal(DenseIndex.load(tmp_path / "index").embeddings, docs)
+
+
 def test_minilm_dense_retrieval_on_tiny_benchmark(minilm, tmp_path: Path) -> None:
     tiny_benchmark(tmp_path)
     layout = DataLayout(tmp_path)
