@@ -257,13 +257,14 @@ lock-kfp: $(KFP_STAMP)  ## refresh constraints-kfp.txt from the KFP venv
 # The LLM server's tests (tests/stages/test_llm_server.py) run against the real server: here
 # they fail, never skip, when it is not installed. On a fresh machine llama.cpp compiles (CPU)
 # while pip installs the venv (mostly downloads), two jobs at once (5m40s instead of 6m45s).
-# Two pytest workers: a third on two cores made the run longer (24m45s against 22m05s).
+# Two pytest workers: a third on two cores made the run longer (24m45s against 22m05s). The
+# slowest tests are listed at the end (CI's budget is 30 minutes, set-up included).
 PYTEST_WORKERS ?= 2
 test:  ## the test suite, as CI runs it (.ci/run)
 	$(MAKE) --no-print-directory -j2 -O $(STAMP) $(LLM_WHEEL_STAMP)
 	$(MAKE) --no-print-directory $(LLM_STAMP) $(KFP_STAMP)
 	PATH=$(abspath $(BIN)):$$PATH RULERAG_REQUIRE_LLM_SERVER=1 $(BIN)/python -m pytest \
-	  -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	  -n $(PYTEST_WORKERS) --dist loadgroup --durations=15 $(PYTEST_ARGS)
 
 # The GPU check (docs/operations.md, "GPU check"): the training code paths a few steps each.
 # Here (no CUDA) `gpu-check` is the CPU dry run; on a GPU machine with the bundle staged and
