@@ -185,7 +185,7 @@ def test_a_flat_index_is_built_holding_the_vectors_once(tmp_path: Path, cached: 
     texts = [f"doc {i}" for i in range(n)]
     ids = [f"D{i}" for i in range(n)]
     encoder = RandomEncoder(dim)
-    cache = tmp_path / "cache"
+    cache = tmp_path / "chunks"
     expected = encode_corpus(encoder, texts, cache_dir=cache, show_progress=False)
     reference = DenseIndex(ids, expected.copy())
     tracemalloc.start()
