@@ -68,9 +68,17 @@ STAGES = (
     "train_generator",
     "generate",
 )
-#: what a grid row's instance needs first: dvc.yaml's `generate` lists every retrieval run
-#: and both adapters as deps, so measuring a row means running (and measuring) these too
-GENERATE_NEEDS = ("index", "retrieve", "train_retriever", "retrieve_finetuned", "train_generator")
+#: what a grid row's instance needs first: dvc.yaml's `generate` lists every retrieval run,
+#: both adapters and the rules' answers (the evidence rows') as deps, so measuring a row means
+#: running (and measuring) these too
+GENERATE_NEEDS = (
+    "apply_rules",
+    "index",
+    "retrieve",
+    "train_retriever",
+    "retrieve_finetuned",
+    "train_generator",
+)
 #: the grid row measured (`generate`): Standard RAG (the base model, no adapter to train)
 ROW = "standard_rag"
 SPLITS = ("train", "valid", "test")

@@ -112,3 +112,28 @@ def test_the_prediction_extends_a_line_and_a_power_law() -> None:
     hours = (10 + 2.0 * 1e4) / 3600
     assert f"| {hours:,.1f} h | 101 GiB |" in ingest and "linear" in ingest
     assert "| 2.8 h | 1 GiB |" in retrieve and "time exponent 2.00" in retrieve  # 1e4 s
+
+
+def test_a_grid_row_s_needs_are_every_stage_upstream_of_generate() -> None:
+    """`--stages generate` runs GENERATE_NEEDS first: every stage the curve measures that a
+    `generate` instance depends on, directly or not, by dvc.yaml's graph (apply_rules' answers
+    were missing: a fresh copy's row failed on them)."""
+    from rulerag.orchestration.dvc_graph import build_graph, load_yaml, stage_edges
+    from tests.helpers import PROJECT
+
+    params = load_yaml(PROJECT / "params.yaml")
+    graph = build_graph(PROJECT / "dvc.yaml", params, ["icews14"])
+    stage_of = {instance.name: instance.stage for instance in graph}
+    ups: dict[str, set[str]] = {}
+    for up, down in stage_edges(graph):
+        ups.setdefault(down, set()).add(up)
+    row = next(i.name for i in graph if i.stage == "generate")
+    upstream, todo = set(), [row]
+    while todo:
+        for up in ups.get(todo.pop(), ()):
+            if up not in upstream:
+                upstream.add(up)
+                todo.append(up)
+    needed = {stage_of[name] for name in upstream} & set(bench.STAGES)
+    first = {"ingest", "mine_rules", "build_benchmark"}  # the curve's first stages, measured first
+    assert needed - first == set(bench.GENERATE_NEEDS)
