@@ -69,6 +69,8 @@ def encode_corpus(
     from tqdm.auto import tqdm
 
     n = len(texts)
+    if out is not None and out.shape[0] != n:
+        raise ValueError(f"out holds {out.shape[0]} rows for a corpus of {n} documents")
     starts = list(range(0, n, chunk_size))
     parts: list[np.ndarray] = []
     cached = encoded = 0
@@ -98,8 +100,6 @@ def encode_corpus(
     if stats is not None:
         stats.update(encoded_docs=encoded, cached_docs=cached, encode_seconds=seconds)
     if out is not None:
-        if out.shape[0] != n:
-            raise ValueError(f"out holds {out.shape[0]} rows for a corpus of {n} documents")
         return out
     if not parts:
         dim = encoder.doc.get_embedding_dimension() or 0
@@ -332,9 +332,9 @@ def build_dense_index(
     curve's ×16)."""
     stats: dict = {}
     dim = encoder.doc.get_embedding_dimension()
-    index = None
+    flat = None
     if config.kind == "flat" and texts and dim:
-        index = _empty_flat_index(len(texts), dim)
+        flat = _empty_flat_index(len(texts), dim)
     embeddings = encode_corpus(
         encoder,
         texts,
@@ -342,9 +342,9 @@ def build_dense_index(
         cache_dir,
         show_progress=show_progress,
         stats=stats,
-        out=None if index is None else _flat_vectors(index),
+        out=None if flat is None else _flat_vectors(flat),
     )
-    index = DenseIndex(doc_ids, embeddings, config, meta, index)
+    index = DenseIndex(doc_ids, embeddings, config, meta, flat)
     return index, EncodeStats(
         len(texts), stats["encoded_docs"], stats["cached_docs"], stats["encode_seconds"]
     )

@@ -152,6 +152,8 @@ def test_encode_corpus_reuses_cached_chunks(tmp_path: Path) -> None:
     again = encode_corpus(second, texts, cache_dir=tmp_path, chunk_size=10, show_progress=False)
     assert second.encoded == 10  # only the missing chunk
     np.testing.assert_array_equal(full, again)
+    with pytest.raises(ValueError, match="out holds 24 rows for a corpus of 25 documents"):
+        encode_corpus(CountingEncoder(), texts, out=np.empty((24, 2), np.float32))
 
 
 class RandomEncoder:
