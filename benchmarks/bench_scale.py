@@ -70,15 +70,8 @@ STAGES = (
 )
 #: what a grid row's instance needs first: dvc.yaml's `generate` lists every retrieval run,
 #: both adapters and the rules' answers (the evidence rows') as deps, so measuring a row means
-#: running (and measuring) these too
-GENERATE_NEEDS = (
-    "apply_rules",
-    "index",
-    "retrieve",
-    "train_retriever",
-    "retrieve_finetuned",
-    "train_generator",
-)
+#: running (and measuring) these too: every stage from `apply_rules` on
+GENERATE_NEEDS = STAGES[STAGES.index("apply_rules") : STAGES.index("generate")]
 #: the grid row measured (`generate`): Standard RAG (the base model, no adapter to train)
 ROW = "standard_rag"
 SPLITS = ("train", "valid", "test")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 import pytest
@@ -23,6 +25,8 @@ from rulerag.retrieval.rule_guided import retrieve
 from rulerag.retrieval.settings import EncoderSpec, FaissConfig
 from tests.helpers import require_minilm
 from tests.support.synthetic_retrieval import tiny_benchmark
+
+T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
@@ -156,6 +160,19 @@ def test_encode_corpus_reuses_cached_chunks(tmp_path: Path) -> None:
         encode_corpus(CountingEncoder(), texts, out=np.empty((24, 2), np.float32))
 
 
+def allocated_peak(call: Callable[[], T]) -> tuple[T, int]:
+    """What `call` returns, and the most bytes Python's allocators (NumPy's included, not
+    FAISS's) held at once during it (tracemalloc)."""
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        result = call()
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
 class RandomEncoder:
     """A DualEncoder stand-in: seeded random unit vectors of `dim`, the seed the number of the
     batch's first text (the same batches give the same vectors)."""
@@ -181,8 +198,6 @@ def test_a_flat_index_is_built_holding_the_vectors_once(tmp_path: Path, cached: 
     on the way (tracemalloc counts NumPy's, not FAISS's) stay below one copy of the corpus;
     encoding into an array of its own first held it twice (its chunks and their concatenation),
     then a third time while FAISS copied it."""
-    import tracemalloc
-
     n, dim = 100_000, 64  # 25.6 MB of vectors, a chunk of 8,192 2.1 MB
     texts = [f"doc {i}" for i in range(n)]
     ids = [f"D{i}" for i in range(n)]
@@ -190,14 +205,11 @@ def test_a_flat_index_is_built_holding_the_vectors_once(tmp_path: Path, cached: 
     cache = tmp_path / "chunks"
     expected = encode_corpus(encoder, texts, cache_dir=cache, show_progress=False)
     reference = DenseIndex(ids, expected.copy())
-    tracemalloc.start()
-    try:
-        index, stats = build_dense_index(
+    (index, stats), peak = allocated_peak(
+        lambda: build_dense_index(
             encoder, ids, texts, cache_dir=cache if cached else None, show_progress=False
         )
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    )
     assert peak < expected.nbytes, f"{peak:,} bytes allocated for a {expected.nbytes:,}-byte corpus"
     assert (stats.cached_docs, stats.encoded_docs) == ((n, 0) if cached else (0, n))
     np.testing.assert_array_equal(index.embeddings, expected)
@@ -215,20 +227,13 @@ def test_a_flat_index_loads_its_vectors_straight_into_faiss(tmp_path: Path) -> N
     """Loading reads embeddings.npy into FAISS's storage: no NumPy copy of the corpus on the
     way (copying it out of the mapped file allocated one, beside FAISS's); a file cut short is
     an error naming it; an .npy file `save` does not write (float64) still loads, converted."""
-    import tracemalloc
-
     from rulerag.errors import InputError
 
     rng = np.random.default_rng(2)
     docs = rng.standard_normal((100_000, 64), dtype=np.float32)
     ids = [f"D{i}" for i in range(len(docs))]
     DenseIndex(ids, docs.copy()).save(tmp_path / "index")
-    tracemalloc.start()
-    try:
-        loaded = DenseIndex.load(tmp_path / "index")
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    loaded, peak = allocated_peak(lambda: DenseIndex.load(tmp_path / "index"))
     # (the 100,000 document ids are about 7 MB of the peak)
     assert peak < docs.nbytes / 2, f"{peak:,} bytes allocated to load {docs.nbytes:,}"
     np.testing.assert_array_equal(loaded.embeddings, docs)
